@@ -1,1 +1,19 @@
-//! larder-store
+//! larder's repository: the on-disk types and the ordering rules that keep them
+//! consistent. The byte layouts are specified in `docs/design/format.md`; each module
+//! here implements one of its sections.
+
+mod backend;
+mod container;
+mod error;
+mod repo;
+mod segment;
+mod snapshot;
+mod tree;
+
+pub use backend::{Backend, FileKind, LocalBackend};
+pub use container::{ChunkEntry, ContainerBuilder, ParsedContainer, CONTAINER_OVERHEAD};
+pub use error::{Result, StoreError};
+pub use repo::{LockMode, OpenReport, RepoConfig, Repository};
+pub use segment::{decode_segment, encode_segment, SegmentContainer};
+pub use snapshot::{Snapshot, SnapshotSummary, TreeRef};
+pub use tree::{encode_tree_header, is_safe_relative_path, EntryKind, TreeDecoder, TreeEntry};

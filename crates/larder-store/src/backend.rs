@@ -1,0 +1,142 @@
+//! The narrow I/O interface below the repository, and its local-directory implementation.
+
+use std::fs::{self, File};
+use std::io::{ErrorKind, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::error::{Result, StoreError};
+
+/// The kinds of immutable files a repository holds, each in its own directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FileKind {
+    Container,
+    IndexSegment,
+    Snapshot,
+}
+
+impl FileKind {
+    pub const ALL: [FileKind; 3] = [Self::Container, Self::IndexSegment, Self::Snapshot];
+
+    pub fn dir(self) -> &'static str {
+        match self {
+            Self::Container => "containers",
+            Self::IndexSegment => "index",
+            Self::Snapshot => "snapshots",
+        }
+    }
+
+    pub fn extension(self) -> &'static str {
+        match self {
+            Self::Container => "ctr",
+            Self::IndexSegment => "idx",
+            Self::Snapshot => "snap",
+        }
+    }
+}
+
+/// Storage of named, immutable files.
+///
+/// Invariant every implementation keeps: after `write` returns, the file's contents are
+/// durable and the file is visible under its name complete or not at all; after `sync`
+/// returns, every earlier `write` of that kind survives a crash.
+pub trait Backend: Send + Sync {
+    fn read(&self, kind: FileKind, name: &str) -> Result<Vec<u8>>;
+    fn write(&self, kind: FileKind, name: &str, data: &[u8]) -> Result<()>;
+    fn sync(&self, kind: FileKind) -> Result<()>;
+    /// Names (without extension) of every file of `kind`, sorted.
+    fn list(&self, kind: FileKind) -> Result<Vec<String>>;
+    fn remove(&self, kind: FileKind, name: &str) -> Result<()>;
+}
+
+/// A repository in a local directory (see docs/design/format.md, "Layout").
+#[derive(Debug)]
+pub struct LocalBackend {
+    root: PathBuf,
+    tmp_counter: AtomicU64,
+}
+
+impl LocalBackend {
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self {
+            root: root.into(),
+            tmp_counter: AtomicU64::new(0),
+        }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn path_of(&self, kind: FileKind, name: &str) -> PathBuf {
+        self.root
+            .join(kind.dir())
+            .join(format!("{name}.{}", kind.extension()))
+    }
+
+    fn tmp_path(&self) -> PathBuf {
+        let n = self.tmp_counter.fetch_add(1, Ordering::Relaxed);
+        self.root
+            .join("tmp")
+            .join(format!("{}-{n}.tmp", std::process::id()))
+    }
+}
+
+/// fsyncs a directory so that renames into it are durable.
+pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| StoreError::io(dir, e))
+}
+
+impl Backend for LocalBackend {
+    fn read(&self, kind: FileKind, name: &str) -> Result<Vec<u8>> {
+        let path = self.path_of(kind, name);
+        fs::read(&path).map_err(|e| StoreError::io(path, e))
+    }
+
+    fn write(&self, kind: FileKind, name: &str, data: &[u8]) -> Result<()> {
+        let tmp = self.tmp_path();
+        let result = (|| {
+            let mut f = File::create(&tmp)?;
+            f.write_all(data)?;
+            f.sync_all()
+        })();
+        if let Err(e) = result {
+            let _ = fs::remove_file(&tmp);
+            return Err(StoreError::io(&tmp, e));
+        }
+        let dest = self.path_of(kind, name);
+        fs::rename(&tmp, &dest).map_err(|e| StoreError::io(dest, e))
+    }
+
+    fn sync(&self, kind: FileKind) -> Result<()> {
+        sync_dir(&self.root.join(kind.dir()))
+    }
+
+    fn list(&self, kind: FileKind) -> Result<Vec<String>> {
+        let dir = self.root.join(kind.dir());
+        let suffix = format!(".{}", kind.extension());
+        let mut names = Vec::new();
+        for entry in fs::read_dir(&dir).map_err(|e| StoreError::io(&dir, e))? {
+            let entry = entry.map_err(|e| StoreError::io(&dir, e))?;
+            if let Some(name) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.strip_suffix(&suffix))
+            {
+                names.push(name.to_owned());
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    fn remove(&self, kind: FileKind, name: &str) -> Result<()> {
+        let path = self.path_of(kind, name);
+        match fs::remove_file(&path) {
+            Err(e) if e.kind() != ErrorKind::NotFound => Err(StoreError::io(path, e)),
+            _ => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,69 @@
+//! The one error type of the store.
+
+use std::io;
+use std::path::PathBuf;
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in the repository.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    #[error("{}: {source}", path.display())]
+    Io { path: PathBuf, source: io::Error },
+    #[error("{} is not a larder repository (no config file); create one with `larder init`", .0.display())]
+    NotARepository(PathBuf),
+    #[error("{} already exists and is not empty; refusing to create a repository there", .0.display())]
+    AlreadyExists(PathBuf),
+    #[error("corrupt {what} {name}: {reason}")]
+    Corrupt {
+        what: &'static str,
+        name: String,
+        reason: String,
+    },
+    #[error("repository format version {0} is not supported by this larder (it reads version 1)")]
+    UnsupportedVersion(u64),
+    #[error("repository {} is locked by another larder process; wait for it to finish and retry", .0.display())]
+    Locked(PathBuf),
+    #[error("no snapshot matches {0:?} (see `larder snapshots`)")]
+    NoSuchSnapshot(String),
+    #[error("snapshot prefix {0:?} matches more than one snapshot; give more digits")]
+    AmbiguousSnapshot(String),
+    #[error("chunk {0} is not in the index (run `larder check`)")]
+    MissingChunk(larder_hash::Fingerprint),
+    #[error("invalid repository config: {0}")]
+    Config(String),
+}
+
+impl StoreError {
+    pub(crate) fn io(path: impl Into<PathBuf>, source: io::Error) -> Self {
+        Self::Io {
+            path: path.into(),
+            source,
+        }
+    }
+
+    pub(crate) fn corrupt(
+        what: &'static str,
+        name: impl Into<String>,
+        reason: impl Into<String>,
+    ) -> Self {
+        Self::Corrupt {
+            what,
+            name: name.into(),
+            reason: reason.into(),
+        }
+    }
+
+    /// Whether trying the same operation again may succeed.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::Locked(_) => true,
+            Self::Io { source, .. } => matches!(
+                source.kind(),
+                io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ),
+            _ => false,
+        }
+    }
+}

@@ -1,0 +1,397 @@
+//! The repository: config, lock, index loading and the commit protocol
+//! (docs/design/format.md, "Commit order").
+
+use std::collections::BTreeSet;
+use std::fs::{self, File, TryLockError};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use larder_chunk::ChunkerConfig;
+use larder_hash::HashAlgo;
+use larder_index::{ChunkLocation, FingerprintIndex, MemIndex};
+use serde::{Deserialize, Serialize};
+
+use crate::backend::{sync_dir, Backend, FileKind, LocalBackend};
+use crate::container::ParsedContainer;
+use crate::error::{Result, StoreError};
+use crate::segment::{decode_segment, encode_segment, SegmentContainer};
+use crate::snapshot::Snapshot;
+
+/// Segments beyond this many are merged into one at the next commit.
+const MAX_SEGMENTS: usize = 32;
+
+/// The `config` file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RepoConfig {
+    pub version: u32,
+    pub id: String,
+    pub chunker: ChunkerConfig,
+    pub hash: HashAlgo,
+    pub container_size: usize,
+}
+
+impl RepoConfig {
+    pub fn new(chunker: ChunkerConfig, hash: HashAlgo) -> Self {
+        let seed = format!(
+            "{:?}{}{:p}",
+            std::time::SystemTime::now(),
+            std::process::id(),
+            &chunker
+        );
+        Self {
+            version: 1,
+            id: blake3::hash(seed.as_bytes()).to_hex()[..32].to_string(),
+            chunker,
+            hash,
+            container_size: 4 << 20,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockMode {
+    /// Readers: restore, check, snapshots, stats.
+    Shared,
+    /// Writers: backup.
+    Exclusive,
+}
+
+/// What `open` found and repaired.
+#[derive(Debug, Default, Clone)]
+pub struct OpenReport {
+    /// Sealed containers that no segment named (a killed backup's); indexed now.
+    pub adopted_containers: Vec<u64>,
+    /// Containers that failed verification while being adopted.
+    pub bad_containers: Vec<(u64, String)>,
+    /// Segments that failed verification; their containers were read directly.
+    pub bad_segments: Vec<(String, String)>,
+    /// Leftover files removed from `tmp/`.
+    pub removed_tmp: usize,
+}
+
+/// An open repository with its index loaded.
+pub struct Repository {
+    root: PathBuf,
+    backend: Arc<LocalBackend>,
+    config: RepoConfig,
+    index: MemIndex,
+    indexed_containers: BTreeSet<u64>,
+    /// Adopted containers that no durable segment names yet.
+    pending: Vec<SegmentContainer>,
+    segments: Vec<String>,
+    next_container: u64,
+    report: OpenReport,
+    _lock: File,
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
+    move |e| StoreError::io(path, e)
+}
+
+impl Repository {
+    /// Creates a repository at `root`, which must not exist or be an empty directory.
+    pub fn init(root: &Path, config: &RepoConfig) -> Result<()> {
+        config
+            .chunker
+            .validate()
+            .map_err(|e| StoreError::Config(e.to_string()))?;
+        if root.exists() && fs::read_dir(root).map_err(io(root))?.next().is_some() {
+            return Err(StoreError::AlreadyExists(root.to_path_buf()));
+        }
+        fs::create_dir_all(root).map_err(io(root))?;
+        for dir in ["tmp", "containers", "index", "snapshots"] {
+            let p = root.join(dir);
+            fs::create_dir_all(&p).map_err(io(&p))?;
+        }
+        File::create(root.join("lock")).map_err(io(root))?;
+        let tmp = root.join("tmp").join("config");
+        let json = serde_json::to_vec_pretty(config).expect("config always serializes");
+        fs::write(&tmp, json).map_err(io(&tmp))?;
+        File::open(&tmp)
+            .and_then(|f| f.sync_all())
+            .map_err(io(&tmp))?;
+        fs::rename(&tmp, root.join("config")).map_err(io(root))?;
+        for dir in ["tmp", "containers", "index", "snapshots"] {
+            sync_dir(&root.join(dir))?;
+        }
+        sync_dir(root)?;
+        if let Some(parent) = root.parent().filter(|p| !p.as_os_str().is_empty()) {
+            sync_dir(parent)?;
+        }
+        Ok(())
+    }
+
+    /// Opens `root`, takes the lock, and loads the index (segments, then any container
+    /// no segment names).
+    pub fn open(root: &Path, mode: LockMode) -> Result<Self> {
+        let config_path = root.join("config");
+        if !config_path.is_file() {
+            return Err(StoreError::NotARepository(root.to_path_buf()));
+        }
+        let lock_path = root.join("lock");
+        let lock = File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&lock_path)
+            .map_err(io(&lock_path))?;
+        let locked = match mode {
+            LockMode::Shared => lock.try_lock_shared(),
+            LockMode::Exclusive => lock.try_lock(),
+        };
+        match locked {
+            Ok(()) => {}
+            Err(TryLockError::WouldBlock) => return Err(StoreError::Locked(root.to_path_buf())),
+            Err(TryLockError::Error(e)) => return Err(StoreError::io(lock_path, e)),
+        }
+        let raw = fs::read(&config_path).map_err(io(&config_path))?;
+        let version = serde_json::from_slice::<serde_json::Value>(&raw)
+            .ok()
+            .and_then(|v| v.get("version").and_then(|v| v.as_u64()));
+        match version {
+            Some(1) => {}
+            Some(v) => return Err(StoreError::UnsupportedVersion(v)),
+            None => {
+                return Err(StoreError::Config(format!(
+                    "{} is not a larder config",
+                    config_path.display()
+                )))
+            }
+        }
+        let config: RepoConfig = serde_json::from_slice(&raw)
+            .map_err(|e| StoreError::Config(format!("{}: {e}", config_path.display())))?;
+        config
+            .chunker
+            .validate()
+            .map_err(|e| StoreError::Config(e.to_string()))?;
+        let mut repo = Self {
+            root: root.to_path_buf(),
+            backend: Arc::new(LocalBackend::new(root)),
+            config,
+            index: MemIndex::new(),
+            indexed_containers: BTreeSet::new(),
+            pending: Vec::new(),
+            segments: Vec::new(),
+            next_container: 1,
+            report: OpenReport::default(),
+            _lock: lock,
+        };
+        if mode == LockMode::Exclusive {
+            repo.clean_tmp()?;
+        }
+        repo.load_index()?;
+        Ok(repo)
+    }
+
+    fn clean_tmp(&mut self) -> Result<()> {
+        let tmp = self.root.join("tmp");
+        fs::create_dir_all(&tmp).map_err(io(&tmp))?;
+        for entry in fs::read_dir(&tmp).map_err(io(&tmp))? {
+            let path = entry.map_err(io(&tmp))?.path();
+            fs::remove_file(&path).map_err(io(&path))?;
+            self.report.removed_tmp += 1;
+        }
+        Ok(())
+    }
+
+    fn add_container(&mut self, c: &SegmentContainer) {
+        if !self.indexed_containers.insert(c.id) {
+            return;
+        }
+        for e in &c.entries {
+            self.index.insert(
+                e.fingerprint,
+                ChunkLocation {
+                    container: c.id,
+                    offset: e.offset,
+                    length: e.stored_len,
+                },
+            );
+        }
+    }
+
+    fn load_index(&mut self) -> Result<()> {
+        let algo = self.config.hash;
+        self.segments = self.backend.list(FileKind::IndexSegment)?;
+        for name in self.segments.clone() {
+            let bytes = self.backend.read(FileKind::IndexSegment, &name)?;
+            match decode_segment(&bytes, &name, algo) {
+                Ok(containers) => containers.iter().for_each(|c| self.add_container(c)),
+                Err(e) => self.report.bad_segments.push((name, e.to_string())),
+            }
+        }
+        let mut max_id = 0;
+        for name in self.backend.list(FileKind::Container)? {
+            let Ok(id) = u64::from_str_radix(&name, 16) else {
+                continue;
+            };
+            max_id = max_id.max(id);
+            if self.indexed_containers.contains(&id) {
+                continue;
+            }
+            match self.load_container(id) {
+                Ok(parsed) => {
+                    let c = SegmentContainer {
+                        id,
+                        entries: parsed.entries,
+                    };
+                    self.add_container(&c);
+                    self.report.adopted_containers.push(id);
+                    self.pending.push(c);
+                }
+                Err(e) => self.report.bad_containers.push((id, e.to_string())),
+            }
+        }
+        let max_indexed = self.indexed_containers.last().copied().unwrap_or(0);
+        self.next_container = max_id.max(max_indexed) + 1;
+        Ok(())
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn config(&self) -> &RepoConfig {
+        &self.config
+    }
+
+    pub fn algo(&self) -> HashAlgo {
+        self.config.hash
+    }
+
+    pub fn report(&self) -> &OpenReport {
+        &self.report
+    }
+
+    pub fn backend(&self) -> Arc<dyn Backend> {
+        self.backend.clone()
+    }
+
+    pub fn index(&self) -> &MemIndex {
+        &self.index
+    }
+
+    /// The index, for a backup to add its new chunks to. Entries added here are in
+    /// memory only until [`Repository::commit`].
+    pub fn index_mut(&mut self) -> &mut MemIndex {
+        &mut self.index
+    }
+
+    /// Ids of every indexed container, ascending.
+    pub fn indexed_containers(&self) -> &BTreeSet<u64> {
+        &self.indexed_containers
+    }
+
+    pub fn segment_count(&self) -> usize {
+        self.segments.len()
+    }
+
+    /// A fresh container id; never reused, even across killed processes.
+    pub fn allocate_container_id(&mut self) -> u64 {
+        let id = self.next_container;
+        self.next_container += 1;
+        id
+    }
+
+    /// Reads and verifies a container (not its chunk data).
+    pub fn load_container(&self, id: u64) -> Result<ParsedContainer> {
+        let bytes = self
+            .backend
+            .read(FileKind::Container, &format!("{id:016x}"))?;
+        ParsedContainer::parse(bytes, id, self.config.hash)
+    }
+
+    /// Makes `written` containers (already written with [`Backend::write`]) and any
+    /// adopted ones durable in the index: rules 1 and 2 of the commit order.
+    pub fn commit(&mut self, written: Vec<SegmentContainer>) -> Result<()> {
+        let mut containers = std::mem::take(&mut self.pending);
+        for c in &written {
+            self.indexed_containers.insert(c.id);
+        }
+        containers.extend(written);
+        if containers.is_empty() {
+            return Ok(());
+        }
+        self.backend.sync(FileKind::Container)?;
+        let name = self.next_segment_name();
+        let bytes = encode_segment(self.config.hash, &containers);
+        self.backend.write(FileKind::IndexSegment, &name, &bytes)?;
+        self.backend.sync(FileKind::IndexSegment)?;
+        self.segments.push(name);
+        if self.segments.len() > MAX_SEGMENTS {
+            self.compact_segments()?;
+        }
+        Ok(())
+    }
+
+    fn next_segment_name(&self) -> String {
+        let last = self
+            .segments
+            .last()
+            .and_then(|n| u64::from_str_radix(n, 16).ok())
+            .unwrap_or(0);
+        format!("{:016x}", last + 1)
+    }
+
+    /// Merges every segment into one. The merged segment is durable before the old
+    /// ones are removed, so a crash in between leaves duplicates, which are harmless.
+    fn compact_segments(&mut self) -> Result<()> {
+        let algo = self.config.hash;
+        let mut all = Vec::new();
+        for name in &self.segments {
+            let bytes = self.backend.read(FileKind::IndexSegment, name)?;
+            all.extend(decode_segment(&bytes, name, algo)?);
+        }
+        let merged = self.next_segment_name();
+        self.backend
+            .write(FileKind::IndexSegment, &merged, &encode_segment(algo, &all))?;
+        self.backend.sync(FileKind::IndexSegment)?;
+        for name in std::mem::replace(&mut self.segments, vec![merged]) {
+            self.backend.remove(FileKind::IndexSegment, &name)?;
+        }
+        self.backend.sync(FileKind::IndexSegment)
+    }
+
+    /// Writes a snapshot durably (rule 3) and returns its id.
+    pub fn save_snapshot(&self, snapshot: &Snapshot) -> Result<String> {
+        let (bytes, id) = snapshot.encode();
+        self.backend.write(FileKind::Snapshot, &id, &bytes)?;
+        self.backend.sync(FileKind::Snapshot)?;
+        Ok(id)
+    }
+
+    /// Every readable snapshot, oldest first, and the errors of unreadable ones.
+    pub fn snapshots(&self) -> Result<(Vec<(String, Snapshot)>, Vec<StoreError>)> {
+        let mut good = Vec::new();
+        let mut bad = Vec::new();
+        for id in self.backend.list(FileKind::Snapshot)? {
+            match self
+                .backend
+                .read(FileKind::Snapshot, &id)
+                .and_then(|b| Snapshot::decode(&b, &id))
+            {
+                Ok(s) => good.push((id, s)),
+                Err(e) => bad.push(e),
+            }
+        }
+        good.sort_by(|a, b| a.1.time.cmp(&b.1.time).then(a.0.cmp(&b.0)));
+        Ok((good, bad))
+    }
+
+    /// The snapshot named by `latest` or by a unique prefix of its id.
+    pub fn find_snapshot(&self, name: &str) -> Result<(String, Snapshot)> {
+        let (mut all, _) = self.snapshots()?;
+        if name == "latest" {
+            return all
+                .pop()
+                .ok_or_else(|| StoreError::NoSuchSnapshot(name.into()));
+        }
+        let mut matches = all.into_iter().filter(|(id, _)| id.starts_with(name));
+        match (matches.next(), matches.next()) {
+            (Some(found), None) if !name.is_empty() => Ok(found),
+            (Some(_), Some(_)) => Err(StoreError::AmbiguousSnapshot(name.into())),
+            _ => Err(StoreError::NoSuchSnapshot(name.into())),
+        }
+    }
+}

@@ -1,0 +1,132 @@
+//! Index segments: cached copies of container tables (docs/design/format.md, "Index
+//! segment").
+
+use larder_hash::HashAlgo;
+
+use crate::container::{le_u32, le_u64, ChunkEntry, ENTRY_LEN};
+use crate::error::{Result, StoreError};
+
+const MAGIC: &[u8; 8] = b"LARDERI1";
+const VERSION: u32 = 1;
+
+/// One container's table inside a segment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SegmentContainer {
+    pub id: u64,
+    pub entries: Vec<ChunkEntry>,
+}
+
+pub fn encode_segment(algo: HashAlgo, containers: &[SegmentContainer]) -> Vec<u8> {
+    let entries: usize = containers.iter().map(|c| c.entries.len()).sum();
+    let mut out = Vec::with_capacity(24 + containers.len() * 16 + entries * ENTRY_LEN + 32);
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&VERSION.to_le_bytes());
+    out.push(algo.code());
+    out.extend_from_slice(&[0; 3]);
+    out.extend_from_slice(&(containers.len() as u64).to_le_bytes());
+    for c in containers {
+        out.extend_from_slice(&c.id.to_le_bytes());
+        out.extend_from_slice(&(c.entries.len() as u32).to_le_bytes());
+        out.extend_from_slice(&[0; 4]);
+        for e in &c.entries {
+            e.encode(&mut out);
+        }
+    }
+    let sum = blake3::hash(&out);
+    out.extend_from_slice(sum.as_bytes());
+    out
+}
+
+/// Parses and verifies a segment. Never panics, whatever `bytes` holds.
+pub fn decode_segment(bytes: &[u8], name: &str, algo: HashAlgo) -> Result<Vec<SegmentContainer>> {
+    let bad = |reason: &str| StoreError::corrupt("index segment", name, reason);
+    if bytes.len() < 24 + 32 {
+        return Err(bad("too short"));
+    }
+    let (body, sum) = bytes.split_at(bytes.len() - 32);
+    if blake3::hash(body).as_bytes() != sum {
+        return Err(bad("checksum mismatch"));
+    }
+    if &body[..8] != MAGIC {
+        return Err(bad("bad magic"));
+    }
+    let version = le_u32(&body[8..12]);
+    if version != VERSION {
+        return Err(StoreError::UnsupportedVersion(u64::from(version)));
+    }
+    if body[12] != algo.code() {
+        return Err(bad("fingerprint algorithm differs from the repository's"));
+    }
+    let count = le_u64(&body[16..24]);
+    let mut pos = 24;
+    let mut containers = Vec::new();
+    for _ in 0..count {
+        let head = body
+            .get(pos..pos + 16)
+            .ok_or_else(|| bad("truncated container record"))?;
+        let id = le_u64(&head[..8]);
+        let n = le_u32(&head[8..12]) as usize;
+        pos += 16;
+        let table = body
+            .get(pos..pos + n * ENTRY_LEN)
+            .ok_or_else(|| bad("truncated table"))?;
+        pos += n * ENTRY_LEN;
+        let entries = table
+            .chunks_exact(ENTRY_LEN)
+            .map(ChunkEntry::decode)
+            .collect();
+        containers.push(SegmentContainer { id, entries });
+    }
+    if pos != body.len() {
+        return Err(bad("trailing bytes after the last container"));
+    }
+    Ok(containers)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use larder_hash::Fingerprint;
+    use proptest::prelude::*;
+
+    fn containers() -> Vec<SegmentContainer> {
+        (0..3u64)
+            .map(|id| SegmentContainer {
+                id,
+                entries: (0..id as u32 + 1)
+                    .map(|i| ChunkEntry {
+                        fingerprint: Fingerprint([i as u8 + id as u8; 32]),
+                        offset: 32 + i * 10,
+                        stored_len: 10,
+                        raw_len: 10,
+                        flags: 0,
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn round_trips_and_detects_flips() {
+        let bytes = encode_segment(HashAlgo::Blake3, &containers());
+        assert_eq!(
+            decode_segment(&bytes, "s", HashAlgo::Blake3).unwrap(),
+            containers()
+        );
+        for i in 0..bytes.len() {
+            let mut d = bytes.clone();
+            d[i] ^= 1;
+            assert!(
+                decode_segment(&d, "s", HashAlgo::Blake3).is_err(),
+                "flip at {i}"
+            );
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let _ = decode_segment(&bytes, "s", HashAlgo::Blake3);
+        }
+    }
+}
