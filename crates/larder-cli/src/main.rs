@@ -1,1 +1,275 @@
-fn main() {}
+//! `larder`: back up directory trees into a deduplicating repository.
+//!
+//! Exit codes: 0 success; 1 failure (nothing was committed, or `check` found damage);
+//! 2 usage error; 3 partial success (a snapshot was saved or a restore finished, but
+//! some files could not be read or restored).
+
+mod output;
+mod size;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use larder_chunk::{ChunkerConfig, ChunkerKind};
+use larder_engine::{BackupOptions, CheckOptions, Progress, RestoreOptions};
+use larder_hash::HashAlgo;
+use larder_store::{LockMode, RepoConfig, Repository};
+
+use crate::output::{Bar, Output};
+
+const EXIT_PARTIAL: u8 = 3;
+
+#[derive(Parser)]
+#[command(name = "larder", version, about = "Fast exact-deduplication backups")]
+struct Cli {
+    /// Repository path [default: $XDG_DATA_HOME/larder/repo, created on first use]
+    #[arg(long, global = true, env = "LARDER_REPO")]
+    repo: Option<PathBuf>,
+    /// Print machine-readable JSON on stdout instead of text
+    #[arg(long, global = true)]
+    json: bool,
+    /// Print nothing but errors
+    #[arg(short, long, global = true)]
+    quiet: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Create a repository
+    Init {
+        /// fastcdc (= fastcdc2020), fastcdc2016 or fixed
+        #[arg(long, default_value = "fastcdc")]
+        chunker: String,
+        /// Minimum chunk size (bytes; KiB/MiB suffixes accepted)
+        #[arg(long, default_value = "2KiB", value_parser = size::parse)]
+        min: usize,
+        /// Average (expected) chunk size; the chunk size for `fixed`
+        #[arg(long, default_value = "8KiB", value_parser = size::parse)]
+        avg: usize,
+        /// Maximum chunk size
+        #[arg(long, default_value = "64KiB", value_parser = size::parse)]
+        max: usize,
+        /// FastCDC normalization level, 0 to 3
+        #[arg(long, default_value_t = 2)]
+        level: u8,
+        /// Fingerprint: blake3, sha256 or sha1 (sha1 only to reproduce the papers)
+        #[arg(long, default_value = "blake3")]
+        hash: String,
+    },
+    /// Back up files and directories into a new snapshot
+    Backup {
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// Fingerprinting threads [default: one per core]
+        #[arg(long, default_value_t = 0)]
+        threads: usize,
+    },
+    /// Restore a snapshot (an id prefix, or `latest`) into TARGET
+    Restore {
+        snapshot: String,
+        target: PathBuf,
+        /// Replace files that already exist in TARGET
+        #[arg(long)]
+        overwrite: bool,
+    },
+    /// List snapshots
+    Snapshots,
+    /// Verify the repository; with --read-data, every chunk too
+    Check {
+        #[arg(long)]
+        read_data: bool,
+    },
+    /// Show repository statistics
+    Stats,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_env("LARDER_LOG"))
+        .with_writer(std::io::stderr)
+        .init();
+    let out = Output::new(cli.json, cli.quiet);
+    match run(cli, &out) {
+        Ok(code) => code,
+        Err(e) => {
+            out.error(&e);
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn default_repo() -> Result<PathBuf> {
+    let base = match std::env::var_os("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
+        Some(d) => PathBuf::from(d),
+        None => PathBuf::from(
+            std::env::var_os("HOME").context("neither --repo, LARDER_REPO nor HOME is set")?,
+        )
+        .join(".local/share"),
+    };
+    Ok(base.join("larder").join("repo"))
+}
+
+/// The repository to use; the default one is created on first use.
+fn repo_path(cli_repo: Option<PathBuf>, out: &Output) -> Result<PathBuf> {
+    if let Some(p) = cli_repo {
+        return Ok(p);
+    }
+    let path = default_repo()?;
+    if !path.join("config").exists() {
+        Repository::init(
+            &path,
+            &RepoConfig::new(ChunkerConfig::default(), HashAlgo::Blake3),
+        )
+        .with_context(|| format!("creating the default repository at {}", path.display()))?;
+        out.note(&format!(
+            "created the default repository at {}",
+            path.display()
+        ));
+    }
+    Ok(path)
+}
+
+fn open(path: &PathBuf, mode: LockMode, out: &Output) -> Result<Repository> {
+    let repo = Repository::open(path, mode)?;
+    let report = repo.report();
+    if !report.adopted_containers.is_empty() {
+        out.note(&format!(
+            "reusing {} container(s) left by an interrupted backup",
+            report.adopted_containers.len()
+        ));
+    }
+    for (name, reason) in &report.bad_segments {
+        out.warn(&format!(
+            "index segment {name} is damaged ({reason}); its containers were read directly"
+        ));
+    }
+    for (id, reason) in &report.bad_containers {
+        out.warn(&format!(
+            "container {id:016x} is damaged and ignored: {reason}"
+        ));
+    }
+    Ok(repo)
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+fn run(cli: Cli, out: &Output) -> Result<ExitCode> {
+    match cli.command {
+        Command::Init {
+            chunker,
+            min,
+            avg,
+            max,
+            level,
+            hash,
+        } => {
+            let kind = ChunkerKind::from_name(&chunker).with_context(|| {
+                format!("unknown chunker {chunker:?}: use fastcdc, fastcdc2016 or fixed")
+            })?;
+            let hash = HashAlgo::from_name(&hash)
+                .with_context(|| format!("unknown hash {hash:?}: use blake3, sha256 or sha1"))?;
+            if hash == HashAlgo::Sha1 {
+                out.warn("SHA-1 is broken against chosen collisions: use it only to reproduce the papers");
+            }
+            let chunker = ChunkerConfig {
+                kind,
+                min_size: min,
+                avg_size: avg,
+                max_size: max,
+                level,
+            };
+            chunker.validate()?;
+            let path = match cli.repo {
+                Some(p) => p,
+                None => default_repo()?,
+            };
+            let config = RepoConfig::new(chunker, hash);
+            Repository::init(&path, &config)?;
+            out.init_done(&path, &config);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Backup { paths, threads } => {
+            let path = repo_path(cli.repo, out)?;
+            let mut repo = open(&path, LockMode::Exclusive, out)?;
+            let bar = Arc::new(Bar::bytes(out));
+            let opts = BackupOptions {
+                threads,
+                hostname: hostname(),
+                username: std::env::var("USER").unwrap_or_default(),
+                progress: bar.clone() as Arc<dyn Progress>,
+            };
+            let summary = larder_engine::backup(&mut repo, &paths, &opts)?;
+            bar.finish();
+            out.backup_done(&summary);
+            Ok(if summary.is_partial() {
+                ExitCode::from(EXIT_PARTIAL)
+            } else {
+                ExitCode::SUCCESS
+            })
+        }
+        Command::Restore {
+            snapshot,
+            target,
+            overwrite,
+        } => {
+            let path = repo_path(cli.repo, out)?;
+            let repo = open(&path, LockMode::Shared, out)?;
+            let bar = Arc::new(Bar::bytes(out));
+            let opts = RestoreOptions {
+                overwrite,
+                progress: bar.clone() as Arc<dyn Progress>,
+            };
+            let summary = larder_engine::restore(&repo, &snapshot, &target, &opts)?;
+            bar.finish();
+            out.restore_done(&summary);
+            Ok(if summary.warnings.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(EXIT_PARTIAL)
+            })
+        }
+        Command::Snapshots => {
+            let path = repo_path(cli.repo, out)?;
+            let repo = open(&path, LockMode::Shared, out)?;
+            let (snapshots, bad) = repo.snapshots()?;
+            for e in &bad {
+                out.warn(&e.to_string());
+            }
+            out.snapshots(&snapshots);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Check { read_data } => {
+            let path = repo_path(cli.repo, out)?;
+            let repo = open(&path, LockMode::Shared, out)?;
+            let bar = Arc::new(Bar::bytes(out));
+            let opts = CheckOptions {
+                read_data,
+                progress: bar.clone() as Arc<dyn Progress>,
+            };
+            let report = larder_engine::check(&repo, &opts)?;
+            bar.finish();
+            out.check_done(&report, read_data);
+            if !report.is_ok() {
+                bail!("check found {} problem(s)", report.damage.len());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Stats => {
+            let path = repo_path(cli.repo, out)?;
+            let repo = open(&path, LockMode::Shared, out)?;
+            out.stats(&repo)?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

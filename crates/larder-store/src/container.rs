@@ -8,7 +8,8 @@ use crate::error::{Result, StoreError};
 const MAGIC: &[u8; 8] = b"LARDERC1";
 const END_MAGIC: &[u8; 8] = b"LARDERCE";
 const VERSION: u32 = 1;
-const HEADER_LEN: usize = 32;
+/// Bytes before the first chunk of a container.
+pub const HEADER_LEN: usize = 32;
 pub(crate) const ENTRY_LEN: usize = 48;
 const FOOTER_LEN: usize = 16 + 32 + 8;
 

@@ -11,7 +11,10 @@ mod snapshot;
 mod tree;
 
 pub use backend::{Backend, FileKind, LocalBackend};
-pub use container::{ChunkEntry, ContainerBuilder, ParsedContainer, CONTAINER_OVERHEAD};
+pub use container::{
+    ChunkEntry, ContainerBuilder, ParsedContainer, CONTAINER_OVERHEAD,
+    HEADER_LEN as CONTAINER_HEADER_LEN,
+};
 pub use error::{Result, StoreError};
 pub use repo::{LockMode, OpenReport, RepoConfig, Repository};
 pub use segment::{decode_segment, encode_segment, SegmentContainer};

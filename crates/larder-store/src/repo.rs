@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 use std::fs::{self, File, TryLockError};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use larder_chunk::ChunkerConfig;
@@ -79,7 +80,7 @@ pub struct Repository {
     /// Adopted containers that no durable segment names yet.
     pending: Vec<SegmentContainer>,
     segments: Vec<String>,
-    next_container: u64,
+    next_container: AtomicU64,
     report: OpenReport,
     _lock: File,
 }
@@ -173,7 +174,7 @@ impl Repository {
             indexed_containers: BTreeSet::new(),
             pending: Vec::new(),
             segments: Vec::new(),
-            next_container: 1,
+            next_container: AtomicU64::new(1),
             report: OpenReport::default(),
             _lock: lock,
         };
@@ -244,7 +245,7 @@ impl Repository {
             }
         }
         let max_indexed = self.indexed_containers.last().copied().unwrap_or(0);
-        self.next_container = max_id.max(max_indexed) + 1;
+        self.next_container = AtomicU64::new(max_id.max(max_indexed) + 1);
         Ok(())
     }
 
@@ -272,12 +273,6 @@ impl Repository {
         &self.index
     }
 
-    /// The index, for a backup to add its new chunks to. Entries added here are in
-    /// memory only until [`Repository::commit`].
-    pub fn index_mut(&mut self) -> &mut MemIndex {
-        &mut self.index
-    }
-
     /// Ids of every indexed container, ascending.
     pub fn indexed_containers(&self) -> &BTreeSet<u64> {
         &self.indexed_containers
@@ -287,11 +282,20 @@ impl Repository {
         self.segments.len()
     }
 
-    /// A fresh container id; never reused, even across killed processes.
-    pub fn allocate_container_id(&mut self) -> u64 {
-        let id = self.next_container;
-        self.next_container += 1;
-        id
+    /// A fresh container id; never reused, even across killed processes (ids above
+    /// every container file on disk).
+    pub fn allocate_container_id(&self) -> u64 {
+        self.next_container.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Moves the index out, for a backup's index stage to own; give it back with
+    /// [`Repository::put_index`] before [`Repository::commit`].
+    pub fn take_index(&mut self) -> MemIndex {
+        std::mem::take(&mut self.index)
+    }
+
+    pub fn put_index(&mut self, index: MemIndex) {
+        self.index = index;
     }
 
     /// Reads and verifies a container (not its chunk data).

@@ -1,0 +1,316 @@
+//! What the CLI prints: text for people, JSON for scripts, progress bars on a terminal.
+
+use std::io::IsTerminal;
+use std::path::Path;
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use larder_engine::{BackupSummary, CheckReport, Progress, RestoreSummary, Warning};
+use larder_store::{RepoConfig, Repository, Snapshot};
+use serde_json::json;
+
+pub struct Output {
+    json: bool,
+    quiet: bool,
+}
+
+fn mb(bytes: u64) -> String {
+    format!("{:.1} MB", bytes as f64 / 1e6)
+}
+
+fn secs(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1e4).round() / 1e4
+}
+
+impl Output {
+    pub fn new(json: bool, quiet: bool) -> Self {
+        Self { json, quiet }
+    }
+
+    fn text(&self) -> bool {
+        !self.json && !self.quiet
+    }
+
+    pub fn error(&self, e: &anyhow::Error) {
+        if self.json {
+            println!("{}", json!({ "error": format!("{e:#}") }));
+        }
+        eprintln!("larder: error: {e:#}");
+    }
+
+    pub fn warn(&self, msg: &str) {
+        eprintln!("larder: warning: {msg}");
+    }
+
+    pub fn note(&self, msg: &str) {
+        if !self.quiet {
+            eprintln!("larder: {msg}");
+        }
+    }
+
+    pub fn init_done(&self, path: &Path, config: &RepoConfig) {
+        if self.json {
+            println!("{}", json!({ "repository": path, "config": config }));
+        } else if !self.quiet {
+            let c = &config.chunker;
+            println!(
+                "created repository {} at {} ({} {}/{}/{} level {}, {})",
+                config.id,
+                path.display(),
+                c.kind.name(),
+                c.min_size,
+                c.avg_size,
+                c.max_size,
+                c.level,
+                config.hash.name()
+            );
+        }
+    }
+
+    pub fn backup_done(&self, s: &BackupSummary) {
+        let t = &s.stages;
+        if self.json {
+            println!(
+                "{}",
+                json!({
+                    "snapshot": s.snapshot_id,
+                    "files": s.files, "dirs": s.dirs, "symlinks": s.symlinks,
+                    "bytes_in": s.bytes_in, "bytes_new": s.bytes_new, "bytes_stored": s.bytes_stored,
+                    "dedup_ratio": s.dedup_ratio(),
+                    "chunks": s.chunks, "chunks_new": s.chunks_new,
+                    "containers_written": s.containers_written,
+                    "seconds": secs(s.elapsed), "mb_per_sec": s.mb_per_sec(),
+                    "stage_seconds": {
+                        "walk": secs(t.walk), "chunk": secs(t.chunk), "fingerprint": secs(t.fingerprint),
+                        "index": secs(t.index), "write": secs(t.write), "sync": secs(t.sync),
+                    },
+                    "warnings": s.warnings,
+                })
+            );
+            return;
+        }
+        if self.quiet {
+            return;
+        }
+        println!("snapshot {} saved", &s.snapshot_id[..8]);
+        println!(
+            "  files       {} files, {} dirs, {} symlinks, {} in",
+            s.files,
+            s.dirs,
+            s.symlinks,
+            mb(s.bytes_in)
+        );
+        println!(
+            "  stored      {} new ({} with metadata), dedup ratio {:.2}x",
+            mb(s.bytes_new),
+            mb(s.bytes_stored),
+            s.dedup_ratio()
+        );
+        println!(
+            "  chunks      {} ({} new) in {} new containers",
+            s.chunks, s.chunks_new, s.containers_written
+        );
+        println!(
+            "  time        {:.3} s, {:.0} MB/s",
+            s.elapsed.as_secs_f64(),
+            s.mb_per_sec()
+        );
+        println!(
+            "  stages      walk {:.3} s, chunk {:.3} s, fingerprint {:.3} s (all threads), index {:.3} s, write {:.3} s, sync {:.3} s",
+            secs(t.walk),
+            secs(t.chunk),
+            secs(t.fingerprint),
+            secs(t.index),
+            secs(t.write),
+            secs(t.sync)
+        );
+        self.warnings(&s.warnings);
+    }
+
+    fn warnings(&self, warnings: &[Warning]) {
+        let errors = warnings.iter().filter(|w| w.is_error).count();
+        if errors > 0 {
+            println!("  {errors} path(s) could not be processed (see warnings above)");
+        }
+    }
+
+    pub fn restore_done(&self, s: &RestoreSummary) {
+        if self.json {
+            println!(
+                "{}",
+                json!({
+                    "snapshot": s.snapshot_id, "files": s.files, "dirs": s.dirs, "symlinks": s.symlinks,
+                    "bytes": s.bytes, "seconds": secs(s.elapsed), "warnings": s.warnings,
+                })
+            );
+        } else if self.text() {
+            println!(
+                "restored snapshot {}: {} files, {} dirs, {} symlinks, {} in {:.3} s",
+                &s.snapshot_id[..8],
+                s.files,
+                s.dirs,
+                s.symlinks,
+                mb(s.bytes),
+                s.elapsed.as_secs_f64()
+            );
+            self.warnings(&s.warnings);
+        }
+    }
+
+    pub fn snapshots(&self, snapshots: &[(String, Snapshot)]) {
+        if self.json {
+            let list: Vec<_> = snapshots
+                .iter()
+                .map(|(id, s)| json!({ "id": id, "snapshot": s }))
+                .collect();
+            println!("{}", serde_json::Value::Array(list));
+            return;
+        }
+        if self.quiet {
+            return;
+        }
+        println!(
+            "{:<10} {:<20} {:<16} {:>12}  paths",
+            "id", "time", "host", "size"
+        );
+        for (id, s) in snapshots {
+            let time = s.time.get(..19).unwrap_or(&s.time).replace('T', " ");
+            println!(
+                "{:<10} {:<20} {:<16} {:>12}  {}",
+                &id[..8],
+                time,
+                s.hostname,
+                mb(s.summary.bytes_in),
+                s.paths.join(" ")
+            );
+        }
+        println!("{} snapshot(s)", snapshots.len());
+    }
+
+    pub fn check_done(&self, r: &CheckReport, read_data: bool) {
+        if self.json {
+            println!(
+                "{}",
+                json!({ "ok": r.is_ok(), "read_data": read_data, "report": r })
+            );
+            return;
+        }
+        for d in &r.damage {
+            eprintln!("larder: damage: {}", describe(d));
+        }
+        if self.text() {
+            println!(
+                "checked {} snapshots, {} containers, {} chunks{}: {}",
+                r.snapshots,
+                r.containers,
+                r.chunks,
+                if read_data {
+                    format!(", read {}", mb(r.bytes_read))
+                } else {
+                    String::new()
+                },
+                if r.is_ok() {
+                    "no errors".to_string()
+                } else {
+                    format!("{} problem(s)", r.damage.len())
+                }
+            );
+        }
+    }
+
+    pub fn stats(&self, repo: &Repository) -> anyhow::Result<()> {
+        let (snapshots, _) = repo.snapshots()?;
+        let logical: u64 = snapshots.iter().map(|(_, s)| s.summary.bytes_in).sum();
+        let mut stored = 0u64;
+        for dir in ["containers", "index", "snapshots"] {
+            for e in std::fs::read_dir(repo.root().join(dir))? {
+                stored += e?.metadata()?.len();
+            }
+        }
+        let chunks = larder_index::FingerprintIndex::len(repo.index());
+        let ratio = logical as f64 / stored.max(1) as f64;
+        if self.json {
+            println!(
+                "{}",
+                json!({
+                    "snapshots": snapshots.len(), "containers": repo.indexed_containers().len(),
+                    "chunks": chunks, "index_segments": repo.segment_count(),
+                    "logical_bytes": logical, "stored_bytes": stored, "dedup_ratio": ratio,
+                    "config": repo.config(),
+                })
+            );
+        } else if self.text() {
+            println!("repository  {}", repo.root().display());
+            println!("snapshots   {}", snapshots.len());
+            println!(
+                "containers  {} ({} index segments)",
+                repo.indexed_containers().len(),
+                repo.segment_count()
+            );
+            println!("chunks      {chunks} unique");
+            println!("logical     {} (sum over snapshots)", mb(logical));
+            println!("stored      {} on disk", mb(stored));
+            println!("dedup ratio {ratio:.2}x");
+        }
+        Ok(())
+    }
+}
+
+fn describe(d: &larder_engine::Damage) -> String {
+    use larder_engine::Damage::*;
+    match d {
+        Segment { name, reason } => format!("index segment {name}: {reason}"),
+        Container { id, reason } => format!("container {id}: {reason}"),
+        Chunks { container, count } => format!("container {container}: {count} chunk(s) damaged"),
+        Snapshot { reason } => format!("snapshot unreadable: {reason}"),
+        Tree { snapshot, reason } => format!("snapshot {snapshot}: tree unreadable: {reason}"),
+        File {
+            snapshot,
+            path,
+            bad_chunks,
+        } => {
+            format!("snapshot {snapshot}: file {path} has {bad_chunks} damaged or missing chunk(s)")
+        }
+    }
+}
+
+/// A progress bar on stderr when it is a terminal; silent otherwise.
+pub struct Bar {
+    bar: ProgressBar,
+}
+
+impl Bar {
+    pub fn bytes(out: &Output) -> Self {
+        let bar = if out.text() && std::io::stderr().is_terminal() {
+            let b = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
+            b.set_style(
+                ProgressStyle::with_template(
+                    "{bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+                )
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            );
+            b
+        } else {
+            ProgressBar::hidden()
+        };
+        Self { bar }
+    }
+
+    pub fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}
+
+impl Progress for Bar {
+    fn set_total(&self, bytes: u64) {
+        self.bar.set_length(bytes);
+    }
+
+    fn advance(&self, bytes: u64) {
+        self.bar.inc(bytes);
+    }
+
+    fn warn(&self, w: &Warning) {
+        self.bar.suspend(|| eprintln!("larder: warning: {w}"));
+    }
+}

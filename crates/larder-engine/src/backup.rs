@@ -1,0 +1,858 @@
+//! The backup pipeline (docs/design/pipeline.md).
+//!
+//! ```text
+//! walk ─▶ [1 chunk] ─▶ [2 fingerprint × N] ─▶ [3 index] ─▶ [4 write] ─▶ syncers
+//! ```
+//! Stage 1 reads files and finds cut points (small files in parallel across files);
+//! stage 2 fingerprints batches on N threads; stage 3 restores stream order by batch
+//! sequence number, looks every fingerprint up, places new chunks in containers and
+//! builds file recipes; stage 4 copies new chunks into containers and hands sealed
+//! ones to syncer threads that write them durably. Queues are bounded, so memory stays
+//! bounded whatever the input size.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{ErrorKind, Read};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use crossbeam_channel::{bounded, Receiver, Sender};
+use larder_chunk::Chunker;
+use larder_hash::{Fingerprint, HashAlgo};
+use larder_index::{ChunkLocation, FingerprintIndex, MemIndex};
+use larder_store::{
+    encode_tree_header, Backend, ContainerBuilder, EntryKind, FileKind, Repository,
+    SegmentContainer, Snapshot, SnapshotSummary, TreeRef, CONTAINER_HEADER_LEN,
+};
+use rayon::prelude::*;
+use serde::Serialize;
+
+use crate::error::{EngineError, Result, Warning};
+use crate::walk::{walk, Item};
+use crate::Progress;
+
+/// Files smaller than this are read whole and chunked in parallel across files.
+const SMALL_FILE: u64 = 1 << 20;
+/// Bytes a large file is read in; one batch each.
+const BLOCK: usize = 8 << 20;
+/// Small files are grouped into batches of at most this many bytes and files.
+const GROUP_BYTES: u64 = 8 << 20;
+const GROUP_FILES: usize = 512;
+/// Batches in flight between two stages.
+const QUEUE_DEPTH: usize = 4;
+/// Threads writing sealed containers; fsyncs overlap (see docs/performance.md).
+const SYNC_THREADS: usize = 4;
+
+pub struct BackupOptions {
+    /// Fingerprinting threads; 0 means one per core.
+    pub threads: usize,
+    pub hostname: String,
+    pub username: String,
+    pub progress: Arc<dyn Progress>,
+}
+
+/// Time each stage spent working (not waiting on its queues).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct StageTimes {
+    pub walk: Duration,
+    pub chunk: Duration,
+    /// Summed over the fingerprinting threads.
+    pub fingerprint: Duration,
+    pub index: Duration,
+    pub write: Duration,
+    /// Container writes and fsyncs, summed over syncer threads, plus the commit.
+    pub sync: Duration,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct BackupSummary {
+    pub snapshot_id: String,
+    pub files: u64,
+    pub dirs: u64,
+    pub symlinks: u64,
+    /// Bytes of file content read.
+    pub bytes_in: u64,
+    /// Bytes of new chunks written (file data and tree).
+    pub bytes_new: u64,
+    /// Bytes the repository grew by: containers, index segment and snapshot.
+    pub bytes_stored: u64,
+    pub chunks: u64,
+    pub chunks_new: u64,
+    pub containers_written: u64,
+    pub elapsed: Duration,
+    pub stages: StageTimes,
+    pub warnings: Vec<Warning>,
+}
+
+impl BackupSummary {
+    /// Input bytes per byte the repository grew by (metadata included).
+    pub fn dedup_ratio(&self) -> f64 {
+        self.bytes_in as f64 / self.bytes_stored.max(1) as f64
+    }
+
+    pub fn mb_per_sec(&self) -> f64 {
+        self.bytes_in as f64 / 1e6 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    /// Whether some source could not be read completely.
+    pub fn is_partial(&self) -> bool {
+        self.warnings.iter().any(|w| w.is_error)
+    }
+}
+
+/// How a piece of a file ends.
+enum PieceEnd {
+    More,
+    Done { size: u64 },
+    Failed(Warning),
+}
+
+/// Consecutive bytes of one file, cut into chunks.
+struct Piece {
+    /// Index into the walk's items.
+    item: usize,
+    data: Vec<u8>,
+    lens: Vec<u32>,
+    end: PieceEnd,
+}
+
+struct Batch {
+    seq: u64,
+    pieces: Vec<Piece>,
+    /// One per chunk of `pieces`, in order; filled by stage 2.
+    fps: Vec<Fingerprint>,
+}
+
+/// New chunks for stage 4: (piece, start, len, container, fingerprint).
+struct WriteBatch {
+    pieces: Vec<Piece>,
+    chunks: Vec<(usize, usize, usize, u64, Fingerprint)>,
+}
+
+/// Chooses where new chunks go: fills containers to `container_size` in arrival order.
+/// Stage 4 follows its decisions exactly, so a location is final when chosen.
+struct Placer<'r> {
+    repo: &'r Repository,
+    container_size: usize,
+    current: Option<(u64, usize)>,
+}
+
+impl Placer<'_> {
+    fn place(&mut self, len: usize) -> ChunkLocation {
+        let (id, fill) = match self.current {
+            Some((id, fill))
+                if fill == CONTAINER_HEADER_LEN || fill + len <= self.container_size =>
+            {
+                (id, fill)
+            }
+            _ => (self.repo.allocate_container_id(), CONTAINER_HEADER_LEN),
+        };
+        self.current = Some((id, fill + len));
+        ChunkLocation {
+            container: id,
+            offset: fill as u32,
+            length: len as u32,
+        }
+    }
+}
+
+/// Stage 3's state: the index, the placer and every file's recipe.
+struct Indexer<'r> {
+    index: MemIndex,
+    placer: Placer<'r>,
+    recipes: Vec<Option<Vec<Fingerprint>>>,
+    sizes: Vec<u64>,
+    chunks: u64,
+    chunks_new: u64,
+    bytes_new: u64,
+    bytes_in: u64,
+}
+
+impl Indexer<'_> {
+    /// Looks up one chunk; places and indexes it if new. Returns its container if new.
+    fn add(&mut self, fp: Fingerprint, len: usize) -> Option<u64> {
+        self.chunks += 1;
+        if self.index.get(&fp).is_some() {
+            return None;
+        }
+        let loc = self.placer.place(len);
+        self.index.insert(fp, loc);
+        self.chunks_new += 1;
+        self.bytes_new += len as u64;
+        Some(loc.container)
+    }
+
+    fn process(
+        &mut self,
+        batch: Batch,
+        progress: &dyn Progress,
+        warnings: &Mutex<Vec<Warning>>,
+    ) -> WriteBatch {
+        let mut out = WriteBatch {
+            pieces: Vec::new(),
+            chunks: Vec::new(),
+        };
+        let mut fps = batch.fps.into_iter();
+        for (p, piece) in batch.pieces.into_iter().enumerate() {
+            let recipe = self.recipes[piece.item].get_or_insert_with(Vec::new);
+            recipe.reserve(piece.lens.len());
+            let mut start = 0;
+            for &len in &piece.lens {
+                let fp = fps.next().expect("stage 2 gives one fingerprint per chunk");
+                let len = len as usize;
+                if let Some(container) = self.add(fp, len) {
+                    out.chunks.push((p, start, len, container, fp));
+                }
+                self.recipes[piece.item]
+                    .get_or_insert_with(Vec::new)
+                    .push(fp);
+                start += len;
+            }
+            self.bytes_in += piece.data.len() as u64;
+            progress.advance(piece.data.len() as u64);
+            match &piece.end {
+                PieceEnd::More => {}
+                PieceEnd::Done { size } => self.sizes[piece.item] = *size,
+                PieceEnd::Failed(w) => {
+                    self.recipes[piece.item] = None;
+                    progress.warn(w);
+                    lock(warnings).push(w.clone());
+                }
+            }
+            out.pieces.push(piece);
+        }
+        out
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Stage 4's state: the open container and the syncer threads' queue.
+struct ContainerWriter {
+    algo: HashAlgo,
+    capacity: usize,
+    open: Option<ContainerBuilder>,
+    to_sync: Sender<(u64, Vec<u8>, Vec<larder_store::ChunkEntry>)>,
+    written: u64,
+}
+
+impl ContainerWriter {
+    fn append(&mut self, container: u64, fp: Fingerprint, data: &[u8]) -> Result<()> {
+        if self.open.as_ref().map(|b| b.id()) != Some(container) {
+            self.seal()?;
+            self.open = Some(ContainerBuilder::new(container, self.algo, self.capacity));
+        }
+        if let Some(b) = self.open.as_mut() {
+            b.push(fp, data);
+        }
+        Ok(())
+    }
+
+    fn seal(&mut self) -> Result<()> {
+        if let Some(b) = self.open.take().filter(|b| !b.is_empty()) {
+            let id = b.id();
+            let (bytes, entries) = b.seal();
+            self.written += 1;
+            self.to_sync
+                .send((id, bytes, entries))
+                .map_err(|_| EngineError::Pipeline("container syncers stopped".into()))?;
+        }
+        Ok(())
+    }
+}
+
+/// Reads and chunks one small file whole.
+fn read_small(item: usize, path: &Path, chunker: &dyn Chunker) -> Piece {
+    let read = (|| {
+        let mut f = File::open(path)?;
+        let before = f.metadata()?;
+        let mut data = Vec::with_capacity(before.len() as usize);
+        f.read_to_end(&mut data)?;
+        let after = f.metadata()?;
+        Ok::<_, std::io::Error>((data, changed(&before, &after)))
+    })();
+    match read {
+        Ok((data, changed)) => {
+            let lens = chunker
+                .chunk_lengths(&data)
+                .into_iter()
+                .map(|l| l as u32)
+                .collect();
+            let size = data.len() as u64;
+            let end = match changed {
+                true => PieceEnd::Failed(Warning::error(
+                    path,
+                    "file changed while it was read; not backed up",
+                )),
+                false => PieceEnd::Done { size },
+            };
+            Piece {
+                item,
+                data,
+                lens,
+                end,
+            }
+        }
+        Err(e) => Piece {
+            item,
+            data: Vec::new(),
+            lens: Vec::new(),
+            end: PieceEnd::Failed(Warning::error(path, format!("cannot read file: {e}"))),
+        },
+    }
+}
+
+fn changed(before: &std::fs::Metadata, after: &std::fs::Metadata) -> bool {
+    before.len() != after.len()
+        || before.mtime() != after.mtime()
+        || before.mtime_nsec() != after.mtime_nsec()
+}
+
+/// Stage 1: reads every file, cuts it into chunks and sends batches in stream order.
+fn chunk_stage(items: &[Item], chunker: &dyn Chunker, tx: &Sender<Batch>) -> Duration {
+    let mut busy = Duration::ZERO;
+    let mut seq = 0u64;
+    let mut send = |pieces: Vec<Piece>, started: Instant, busy: &mut Duration| -> bool {
+        *busy += started.elapsed();
+        let ok = tx
+            .send(Batch {
+                seq,
+                pieces,
+                fps: Vec::new(),
+            })
+            .is_ok();
+        seq += 1;
+        ok
+    };
+    let mut group: Vec<usize> = Vec::new();
+    let mut group_bytes = 0u64;
+    let files = items
+        .iter()
+        .enumerate()
+        .filter(|(_, it)| it.entry.kind == EntryKind::File);
+    let flush = |group: &mut Vec<usize>| -> Vec<Piece> {
+        let pieces = group
+            .par_iter()
+            .map(|&i| read_small(i, &items[i].abs, chunker))
+            .collect();
+        group.clear();
+        pieces
+    };
+    for (i, item) in files {
+        if item.entry.size < SMALL_FILE {
+            group.push(i);
+            group_bytes += item.entry.size;
+            if group.len() >= GROUP_FILES || group_bytes >= GROUP_BYTES {
+                let started = Instant::now();
+                let pieces = flush(&mut group);
+                group_bytes = 0;
+                if !send(pieces, started, &mut busy) {
+                    return busy;
+                }
+            }
+            continue;
+        }
+        if !group.is_empty() {
+            let started = Instant::now();
+            let pieces = flush(&mut group);
+            group_bytes = 0;
+            if !send(pieces, started, &mut busy) {
+                return busy;
+            }
+        }
+        if !chunk_large(
+            i,
+            &item.abs,
+            chunker,
+            &mut |piece, started, busy| send(vec![piece], started, busy),
+            &mut busy,
+        ) {
+            return busy;
+        }
+    }
+    if !group.is_empty() {
+        let started = Instant::now();
+        let pieces = flush(&mut group);
+        send(pieces, started, &mut busy);
+    }
+    busy
+}
+
+/// Reads a large file block by block. A chunk is cut only when at least `max_size`
+/// bytes follow its start or the file has ended, so cut points equal those of chunking
+/// the whole file at once; the uncut tail is carried into the next block.
+fn chunk_large(
+    item: usize,
+    path: &Path,
+    chunker: &dyn Chunker,
+    send: &mut dyn FnMut(Piece, Instant, &mut Duration) -> bool,
+    busy: &mut Duration,
+) -> bool {
+    let mut started = Instant::now();
+    let fail = |e: std::io::Error| Piece {
+        item,
+        data: Vec::new(),
+        lens: Vec::new(),
+        end: PieceEnd::Failed(Warning::error(path, format!("cannot read file: {e}"))),
+    };
+    let (mut file, before) = match File::open(path).and_then(|f| f.metadata().map(|m| (f, m))) {
+        Ok(x) => x,
+        Err(e) => return send(fail(e), started, busy),
+    };
+    let max = chunker.max_size();
+    let mut carry: Vec<u8> = Vec::new();
+    let mut total = 0u64;
+    loop {
+        let mut buf = Vec::with_capacity(BLOCK + max);
+        buf.append(&mut carry);
+        let mut eof = false;
+        while buf.len() < BLOCK {
+            let want = BLOCK - buf.len();
+            let len = buf.len();
+            buf.resize(len + want, 0);
+            match file.read(&mut buf[len..]) {
+                Ok(0) => {
+                    buf.truncate(len);
+                    eof = true;
+                    break;
+                }
+                Ok(n) => buf.truncate(len + n),
+                Err(e) if e.kind() == ErrorKind::Interrupted => buf.truncate(len),
+                Err(e) => return send(fail(e), started, busy),
+            }
+        }
+        let mut lens = Vec::with_capacity(buf.len() / 4096 + 1);
+        let mut pos = 0;
+        while pos < buf.len() && (eof || buf.len() - pos >= max) {
+            let len = chunker.next_chunk_len(&buf[pos..]);
+            lens.push(len as u32);
+            pos += len;
+        }
+        carry = buf.split_off(pos);
+        total += buf.len() as u64;
+        let end = if eof {
+            match file.metadata() {
+                Ok(after) if changed(&before, &after) => PieceEnd::Failed(Warning::error(
+                    path,
+                    "file changed while it was read; not backed up",
+                )),
+                Ok(_) => PieceEnd::Done { size: total },
+                Err(e) => PieceEnd::Failed(Warning::error(path, e)),
+            }
+        } else {
+            PieceEnd::More
+        };
+        if !send(
+            Piece {
+                item,
+                data: buf,
+                lens,
+                end,
+            },
+            started,
+            busy,
+        ) {
+            return false;
+        }
+        if eof {
+            return true;
+        }
+        started = Instant::now();
+    }
+}
+
+/// Stage 2: fingerprints every chunk of a batch.
+fn fingerprint_stage(algo: HashAlgo, rx: &Receiver<Batch>, tx: &Sender<Batch>) -> Duration {
+    let mut busy = Duration::ZERO;
+    for mut batch in rx {
+        let started = Instant::now();
+        let mut fps = Vec::with_capacity(batch.pieces.iter().map(|p| p.lens.len()).sum());
+        for piece in &batch.pieces {
+            let mut start = 0;
+            for &len in &piece.lens {
+                let end = start + len as usize;
+                fps.push(algo.fingerprint(&piece.data[start..end]));
+                start = end;
+            }
+        }
+        batch.fps = fps;
+        busy += started.elapsed();
+        if tx.send(batch).is_err() {
+            break;
+        }
+    }
+    busy
+}
+
+/// Stage 3: puts batches back in stream order and indexes them.
+fn index_stage(
+    indexer: &mut Indexer<'_>,
+    rx: &Receiver<Batch>,
+    tx: &Sender<WriteBatch>,
+    progress: &dyn Progress,
+    warnings: &Mutex<Vec<Warning>>,
+) -> Duration {
+    let mut busy = Duration::ZERO;
+    let mut pending = BTreeMap::new();
+    let mut next = 0u64;
+    for batch in rx {
+        pending.insert(batch.seq, batch);
+        while let Some(batch) = pending.remove(&next) {
+            next += 1;
+            let started = Instant::now();
+            let out = indexer.process(batch, progress, warnings);
+            busy += started.elapsed();
+            if !out.chunks.is_empty() && tx.send(out).is_err() {
+                return busy;
+            }
+        }
+    }
+    busy
+}
+
+/// Stage 4: copies new chunks into containers.
+fn write_stage(writer: &mut ContainerWriter, rx: &Receiver<WriteBatch>) -> Result<Duration> {
+    let mut busy = Duration::ZERO;
+    for batch in rx {
+        let started = Instant::now();
+        for &(p, start, len, container, fp) in &batch.chunks {
+            writer.append(container, fp, &batch.pieces[p].data[start..start + len])?;
+        }
+        busy += started.elapsed();
+    }
+    Ok(busy)
+}
+
+type SyncResult = (Vec<SegmentContainer>, Duration, Option<EngineError>);
+
+/// Writes sealed containers durably, on several threads so that fsyncs overlap.
+fn spawn_syncers<'s>(
+    scope: &'s std::thread::Scope<'s, '_>,
+    backend: Arc<dyn Backend>,
+    rx: Receiver<(u64, Vec<u8>, Vec<larder_store::ChunkEntry>)>,
+) -> Vec<std::thread::ScopedJoinHandle<'s, SyncResult>> {
+    (0..SYNC_THREADS)
+        .map(|_| {
+            let rx = rx.clone();
+            let backend = backend.clone();
+            scope.spawn(move || {
+                let mut done = Vec::new();
+                let mut busy = Duration::ZERO;
+                for (id, bytes, entries) in rx {
+                    let started = Instant::now();
+                    let result = backend.write(FileKind::Container, &format!("{id:016x}"), &bytes);
+                    busy += started.elapsed();
+                    if let Err(e) = result {
+                        return (done, busy, Some(e.into()));
+                    }
+                    done.push(SegmentContainer { id, entries });
+                }
+                (done, busy, None)
+            })
+        })
+        .collect()
+}
+
+fn join<T>(h: std::thread::ScopedJoinHandle<'_, T>, stage: &str) -> Result<T> {
+    h.join()
+        .map_err(|_| EngineError::Pipeline(format!("the {stage} stage panicked")))
+}
+
+/// Backs up `paths` into `repo` and commits a snapshot.
+///
+/// Problems with single files become warnings in the summary; anything that puts the
+/// repository at risk (a failed write, a full disk) stops the backup with an error,
+/// and no snapshot is written. Chunks already written are reused by the next backup.
+pub fn backup(
+    repo: &mut Repository,
+    paths: &[PathBuf],
+    opts: &BackupOptions,
+) -> Result<BackupSummary> {
+    let started = Instant::now();
+    let mut stages = StageTimes::default();
+    let mut warnings = Vec::new();
+    let items = walk(paths, &mut warnings)?;
+    stages.walk = started.elapsed();
+    for w in &warnings {
+        opts.progress.warn(w);
+    }
+    let total: u64 = items
+        .iter()
+        .filter(|i| i.entry.kind == EntryKind::File)
+        .map(|i| i.entry.size)
+        .sum();
+    opts.progress.set_total(total);
+
+    let config = repo.config().clone();
+    let algo = config.hash;
+    let chunker = config.chunker.build();
+    let threads = match opts.threads {
+        0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
+        n => n,
+    };
+    let index = repo.take_index();
+    let backend = repo.backend();
+    let warnings = Mutex::new(warnings);
+    let mut indexer = Indexer {
+        index,
+        placer: Placer {
+            repo,
+            container_size: config.container_size,
+            current: None,
+        },
+        recipes: vec![None; items.len()],
+        sizes: vec![0; items.len()],
+        chunks: 0,
+        chunks_new: 0,
+        bytes_new: 0,
+        bytes_in: 0,
+    };
+    let (sync_tx, sync_rx) = bounded(SYNC_THREADS);
+    let mut writer = ContainerWriter {
+        algo,
+        capacity: config.container_size + config.chunker.max_chunk_size(),
+        open: None,
+        to_sync: sync_tx,
+        written: 0,
+    };
+
+    let outcome = std::thread::scope(|s| -> Result<_> {
+        let syncers = spawn_syncers(s, backend.clone(), sync_rx);
+        let (chunk_tx, chunk_rx) = bounded::<Batch>(QUEUE_DEPTH);
+        let (fp_tx, fp_rx) = bounded::<Batch>(QUEUE_DEPTH + threads);
+        let (write_tx, write_rx) = bounded::<WriteBatch>(QUEUE_DEPTH);
+        let items = &items;
+        let chunker = chunker.as_ref();
+        let chunk = s.spawn(move || chunk_stage(items, chunker, &chunk_tx));
+        let hashers: Vec<_> = (0..threads)
+            .map(|_| {
+                let (rx, tx) = (chunk_rx.clone(), fp_tx.clone());
+                s.spawn(move || fingerprint_stage(algo, &rx, &tx))
+            })
+            .collect();
+        drop((chunk_rx, fp_tx));
+        let progress = opts.progress.as_ref();
+        let warnings = &warnings;
+        let index = s.spawn(move || {
+            let busy = index_stage(&mut indexer, &fp_rx, &write_tx, progress, warnings);
+            (indexer, busy)
+        });
+        let write = s.spawn(move || {
+            let result = write_stage(&mut writer, &write_rx);
+            (writer, result)
+        });
+
+        let (mut writer, write_result) = join(write, "write")?;
+        let (mut indexer, index_busy) = join(index, "index")?;
+        stages.index = index_busy;
+        stages.chunk = join(chunk, "chunk")?;
+        for h in hashers {
+            stages.fingerprint += join(h, "fingerprint")?;
+        }
+        // On an error, closing the writer's queue stops the syncers after what they hold.
+        let tree_result = write_result.and_then(|busy| {
+            stages.write = busy;
+            // The tree stream goes through the same index and writer, after every file.
+            let tree = build_tree(items, &indexer.recipes, &indexer.sizes);
+            let started_tree = Instant::now();
+            let fps = store_stream(&tree, chunker, algo, &mut indexer, &mut writer)?;
+            writer.seal()?;
+            stages.write += started_tree.elapsed();
+            Ok(Fingerprints { tree, fps })
+        });
+        drop(writer);
+        let mut written = Vec::new();
+        let mut first_error = None;
+        for h in syncers {
+            let (done, busy, err) = join(h, "sync")?;
+            written.extend(done);
+            stages.sync += busy;
+            first_error = first_error.or(err);
+        }
+        let tree = tree_result?;
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok((indexer, written, tree)),
+        }
+    });
+    let (indexer, written, tree) = match outcome {
+        Ok(x) => x,
+        Err(e) => return Err(e),
+    };
+    let Indexer {
+        index,
+        chunks,
+        chunks_new,
+        bytes_new,
+        bytes_in,
+        recipes,
+        ..
+    } = indexer;
+    repo.put_index(index);
+
+    let commit_started = Instant::now();
+    let container_bytes: u64 = written
+        .iter()
+        .map(|c| {
+            c.entries
+                .iter()
+                .map(|e| u64::from(e.stored_len))
+                .sum::<u64>()
+                + (larder_store::CONTAINER_OVERHEAD + 48 * c.entries.len()) as u64
+        })
+        .sum();
+    let segment_bytes = written
+        .iter()
+        .map(|c| 16 + 48 * c.entries.len() as u64)
+        .sum::<u64>()
+        + 56;
+    let containers_written = written.len() as u64;
+    repo.commit(written)?;
+
+    let warnings = warnings.into_inner().unwrap_or_else(|p| p.into_inner());
+    let count = |k: EntryKind| items.iter().filter(|i| i.entry.kind == k).count() as u64;
+    let files_ok = items
+        .iter()
+        .zip(&recipes)
+        .filter(|(i, r)| i.entry.kind == EntryKind::File && r.is_some())
+        .count() as u64;
+    let summary = SnapshotSummary {
+        files: files_ok,
+        dirs: count(EntryKind::Dir),
+        symlinks: count(EntryKind::Symlink),
+        bytes_in,
+        bytes_new,
+        chunks,
+        chunks_new,
+        errors: warnings.iter().filter(|w| w.is_error).count() as u64,
+    };
+    let snapshot = Snapshot {
+        version: 1,
+        time: rfc3339(SystemTime::now()),
+        hostname: opts.hostname.clone(),
+        username: opts.username.clone(),
+        paths: paths
+            .iter()
+            .map(|p| {
+                std::path::absolute(p)
+                    .unwrap_or_else(|_| p.clone())
+                    .display()
+                    .to_string()
+            })
+            .collect(),
+        tree: TreeRef {
+            size: tree.tree.len() as u64,
+            chunks: tree.fps.iter().map(|f| f.to_hex()).collect(),
+        },
+        summary: summary.clone(),
+    };
+    let (snap_bytes, _) = snapshot.encode();
+    let snapshot_id = repo.save_snapshot(&snapshot)?;
+    stages.sync += commit_started.elapsed();
+    Ok(BackupSummary {
+        snapshot_id,
+        files: summary.files,
+        dirs: summary.dirs,
+        symlinks: summary.symlinks,
+        bytes_in,
+        bytes_new,
+        bytes_stored: container_bytes + segment_bytes + snap_bytes.len() as u64,
+        chunks,
+        chunks_new,
+        containers_written,
+        elapsed: started.elapsed(),
+        stages,
+        warnings,
+    })
+}
+
+struct Fingerprints {
+    tree: Vec<u8>,
+    fps: Vec<Fingerprint>,
+}
+
+/// Serializes the tree: every walked entry whose content was read completely.
+fn build_tree(items: &[Item], recipes: &[Option<Vec<Fingerprint>>], sizes: &[u64]) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode_tree_header(&mut out);
+    for (i, item) in items.iter().enumerate() {
+        if item.entry.kind == EntryKind::File {
+            let Some(recipe) = &recipes[i] else { continue };
+            let mut entry = item.entry.clone();
+            entry.chunks = recipe.clone();
+            entry.size = sizes[i];
+            entry.encode(&mut out);
+        } else {
+            item.entry.encode(&mut out);
+        }
+    }
+    out.push(0);
+    out
+}
+
+/// Chunks, fingerprints, indexes and writes one in-memory stream synchronously.
+fn store_stream(
+    data: &[u8],
+    chunker: &dyn Chunker,
+    algo: HashAlgo,
+    indexer: &mut Indexer<'_>,
+    writer: &mut ContainerWriter,
+) -> Result<Vec<Fingerprint>> {
+    let mut fps = Vec::new();
+    let mut pos = 0;
+    for len in chunker.chunk_lengths(data) {
+        let chunk = &data[pos..pos + len];
+        let fp = algo.fingerprint(chunk);
+        if let Some(container) = indexer.add(fp, len) {
+            writer.append(container, fp, chunk)?;
+        }
+        fps.push(fp);
+        pos += len;
+    }
+    Ok(fps)
+}
+
+/// Formats a time as RFC 3339 in UTC with nanoseconds, e.g. `2026-11-22T15:04:05.123456789Z`.
+pub(crate) fn rfc3339(t: SystemTime) -> String {
+    let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+    let secs = d.as_secs() as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil-from-days (Howard Hinnant's algorithm), valid for the proleptic Gregorian calendar.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:09}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        d.subsec_nanos()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_formats_known_instants() {
+        let t = SystemTime::UNIX_EPOCH + Duration::new(1_700_000_000, 5);
+        assert_eq!(rfc3339(t), "2023-11-14T22:13:20.000000005Z");
+        assert_eq!(
+            rfc3339(SystemTime::UNIX_EPOCH),
+            "1970-01-01T00:00:00.000000000Z"
+        );
+        let leap = SystemTime::UNIX_EPOCH + Duration::from_secs(951_782_400);
+        assert_eq!(rfc3339(leap), "2000-02-29T00:00:00.000000000Z");
+    }
+}

@@ -1,0 +1,183 @@
+//! Checking a repository: structure always, chunk data with `read_data`.
+//!
+//! Damage found in a container is traced to the snapshots and files that use the
+//! damaged chunks, so the report says what a restore would lose.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+use larder_hash::Fingerprint;
+use larder_index::FingerprintIndex;
+use larder_store::{EntryKind, Repository};
+use rayon::prelude::*;
+use serde::Serialize;
+
+use crate::error::Result;
+use crate::tree_io::{load_tree, ChunkReader};
+use crate::Progress;
+
+pub struct CheckOptions {
+    /// Re-hash every chunk of every container.
+    pub read_data: bool,
+    pub progress: Arc<dyn Progress>,
+}
+
+/// One problem `check` found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Damage {
+    /// An index segment failed verification (its containers were read directly).
+    Segment { name: String, reason: String },
+    /// A container is unreadable or failed verification.
+    Container { id: String, reason: String },
+    /// Chunks whose data no longer match their fingerprints.
+    Chunks { container: String, count: usize },
+    /// A snapshot file is unreadable.
+    Snapshot { reason: String },
+    /// A snapshot's tree stream cannot be read.
+    Tree { snapshot: String, reason: String },
+    /// A file of a snapshot uses missing or damaged chunks.
+    File {
+        snapshot: String,
+        path: String,
+        bad_chunks: usize,
+    },
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CheckReport {
+    pub snapshots: usize,
+    pub containers: usize,
+    pub chunks: usize,
+    pub bytes_read: u64,
+    pub damage: Vec<Damage>,
+}
+
+impl CheckReport {
+    pub fn is_ok(&self) -> bool {
+        self.damage.is_empty()
+    }
+}
+
+/// Checks `repo`; never modifies it.
+pub fn check(repo: &Repository, opts: &CheckOptions) -> Result<CheckReport> {
+    let mut report = CheckReport::default();
+    let open = repo.report();
+    for (name, reason) in &open.bad_segments {
+        report.damage.push(Damage::Segment {
+            name: name.clone(),
+            reason: reason.clone(),
+        });
+    }
+    for (id, reason) in &open.bad_containers {
+        report.damage.push(Damage::Container {
+            id: format!("{id:016x}"),
+            reason: reason.clone(),
+        });
+    }
+
+    // Every indexed container: structure, and with read_data every chunk.
+    let algo = repo.algo();
+    let ids: Vec<u64> = repo.indexed_containers().iter().copied().collect();
+    report.containers = ids.len();
+    let results: Vec<(u64, std::result::Result<(u64, Vec<Fingerprint>), String>)> = ids
+        .par_iter()
+        .map(|&id| {
+            let r = repo.load_container(id).map_err(|e| e.to_string()).map(|c| {
+                let bytes = c
+                    .entries
+                    .iter()
+                    .map(|e| u64::from(e.stored_len))
+                    .sum::<u64>();
+                opts.progress.advance(bytes);
+                let bad = if opts.read_data {
+                    c.verify_chunks(algo)
+                        .iter()
+                        .map(|e| e.fingerprint)
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                (bytes, bad)
+            });
+            (id, r)
+        })
+        .collect();
+    let mut bad_containers = HashSet::new();
+    let mut bad_fps: HashSet<Fingerprint> = HashSet::new();
+    for (id, r) in results {
+        match r {
+            Ok((bytes, bad)) => {
+                report.bytes_read += bytes;
+                if !bad.is_empty() {
+                    report.damage.push(Damage::Chunks {
+                        container: format!("{id:016x}"),
+                        count: bad.len(),
+                    });
+                }
+                bad_fps.extend(bad);
+            }
+            Err(reason) => {
+                bad_containers.insert(id);
+                report.damage.push(Damage::Container {
+                    id: format!("{id:016x}"),
+                    reason,
+                });
+            }
+        }
+    }
+    let index = repo.index();
+    report.chunks = index.len();
+    let usable = |fp: &Fingerprint| match index.get(fp) {
+        Some(loc) => !bad_containers.contains(&loc.container) && !bad_fps.contains(fp),
+        None => false,
+    };
+
+    // Every snapshot: its tree, then every file's recipe.
+    let (snapshots, unreadable) = repo.snapshots()?;
+    for e in unreadable {
+        report.damage.push(Damage::Snapshot {
+            reason: e.to_string(),
+        });
+    }
+    report.snapshots = snapshots.len();
+    let mut reader = ChunkReader::new(repo);
+    for (id, snap) in &snapshots {
+        let short = id[..8].to_string();
+        let tree = snap
+            .tree
+            .fingerprints()
+            .map_err(crate::EngineError::from)
+            .and_then(|fps| {
+                if let Some(bad) = fps.iter().find(|fp| !usable(fp)) {
+                    return Err(larder_store::StoreError::MissingChunk(*bad).into());
+                }
+                load_tree(&mut reader, &fps)
+            });
+        let entries = match tree {
+            Ok(entries) => entries,
+            Err(e) => {
+                report.damage.push(Damage::Tree {
+                    snapshot: short,
+                    reason: e.to_string(),
+                });
+                continue;
+            }
+        };
+        let mut damaged = BTreeMap::new();
+        for entry in entries.iter().filter(|e| e.kind == EntryKind::File) {
+            let bad = entry.chunks.iter().filter(|fp| !usable(fp)).count();
+            if bad > 0 {
+                damaged.insert(String::from_utf8_lossy(&entry.path).into_owned(), bad);
+            }
+        }
+        for (path, bad_chunks) in damaged {
+            report.damage.push(Damage::File {
+                snapshot: short.clone(),
+                path,
+                bad_chunks,
+            });
+        }
+    }
+    Ok(report)
+}

@@ -1,0 +1,75 @@
+//! The one error type of the engine, and the warnings that do not stop a run.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use larder_store::StoreError;
+
+pub type Result<T, E = EngineError> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EngineError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: {reason}", path.display())]
+    Source { path: PathBuf, reason: String },
+    #[error("a pipeline stage failed: {0}")]
+    Pipeline(String),
+}
+
+impl EngineError {
+    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Self::Io {
+            path: path.into(),
+            source,
+        }
+    }
+
+    /// Whether trying again may succeed.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::Store(e) => e.is_retryable(),
+            _ => false,
+        }
+    }
+}
+
+/// A problem with one path that the run stepped over: an unreadable file, a file that
+/// changed while it was read, a special file that was skipped.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Warning {
+    pub path: PathBuf,
+    pub message: String,
+    /// False for notices that leave the result complete (a skipped socket).
+    pub is_error: bool,
+}
+
+impl Warning {
+    pub(crate) fn error(path: impl Into<PathBuf>, message: impl fmt::Display) -> Self {
+        Self {
+            path: path.into(),
+            message: message.to_string(),
+            is_error: true,
+        }
+    }
+
+    pub(crate) fn notice(path: impl Into<PathBuf>, message: impl fmt::Display) -> Self {
+        Self {
+            path: path.into(),
+            message: message.to_string(),
+            is_error: false,
+        }
+    }
+}
+
+impl fmt::Display for Warning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path.display(), self.message)
+    }
+}

@@ -1,0 +1,87 @@
+//! Reading chunks and tree streams back from a repository.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use larder_hash::Fingerprint;
+use larder_index::FingerprintIndex;
+use larder_store::{ParsedContainer, Repository, StoreError, TreeDecoder, TreeEntry};
+
+use crate::error::Result;
+
+/// Containers kept in memory while reading; 16 × 4 MiB.
+const CACHE_CONTAINERS: usize = 16;
+
+/// Reads chunks by fingerprint, verifying each one, through a small container cache.
+pub struct ChunkReader<'r> {
+    repo: &'r Repository,
+    cache: HashMap<u64, Arc<ParsedContainer>>,
+    order: VecDeque<u64>,
+}
+
+impl<'r> ChunkReader<'r> {
+    pub fn new(repo: &'r Repository) -> Self {
+        Self {
+            repo,
+            cache: HashMap::new(),
+            order: VecDeque::new(),
+        }
+    }
+
+    fn container(&mut self, id: u64) -> Result<Arc<ParsedContainer>> {
+        if let Some(c) = self.cache.get(&id) {
+            return Ok(c.clone());
+        }
+        let c = Arc::new(self.repo.load_container(id)?);
+        if self.order.len() >= CACHE_CONTAINERS {
+            if let Some(old) = self.order.pop_front() {
+                self.cache.remove(&old);
+            }
+        }
+        self.order.push_back(id);
+        self.cache.insert(id, c.clone());
+        Ok(c)
+    }
+
+    /// Appends the chunk `fp` to `out`. Fails if it is not indexed, its container is
+    /// unreadable, or its bytes no longer hash to `fp`.
+    pub fn read_into(&mut self, fp: &Fingerprint, out: &mut Vec<u8>) -> Result<()> {
+        let loc = self
+            .repo
+            .index()
+            .get(fp)
+            .ok_or(StoreError::MissingChunk(*fp))?;
+        let container = self.container(loc.container)?;
+        let name = format!("{:016x}", loc.container);
+        let data = container
+            .chunk(loc.offset, loc.length)
+            .ok_or_else(|| corrupt(&name, format!("chunk {fp} lies outside the file")))?;
+        if self.repo.algo().fingerprint(data) != *fp {
+            return Err(corrupt(
+                &name,
+                format!("chunk {fp} is damaged (its data no longer matches its fingerprint)"),
+            )
+            .into());
+        }
+        out.extend_from_slice(data);
+        Ok(())
+    }
+}
+
+fn corrupt(name: &str, reason: String) -> StoreError {
+    StoreError::Corrupt {
+        what: "container",
+        name: name.to_string(),
+        reason,
+    }
+}
+
+/// Reads and decodes a snapshot's whole tree stream.
+pub fn load_tree(reader: &mut ChunkReader<'_>, fps: &[Fingerprint]) -> Result<Vec<TreeEntry>> {
+    let mut stream = Vec::new();
+    for fp in fps {
+        reader.read_into(fp, &mut stream)?;
+    }
+    let entries = TreeDecoder::new(&stream)?.collect::<Result<Vec<_>, StoreError>>()?;
+    Ok(entries)
+}
