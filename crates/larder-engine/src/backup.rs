@@ -237,6 +237,8 @@ struct ContainerWriter {
     capacity: usize,
     open: Option<ContainerBuilder>,
     to_sync: Sender<(u64, Vec<u8>, Vec<larder_store::ChunkEntry>)>,
+    /// Buffers of containers the syncers have written, for reuse.
+    reuse: Receiver<Vec<u8>>,
     written: u64,
 }
 
@@ -244,7 +246,10 @@ impl ContainerWriter {
     fn append(&mut self, container: u64, fp: Fingerprint, data: &[u8]) -> Result<()> {
         if self.open.as_ref().map(|b| b.id()) != Some(container) {
             self.seal()?;
-            self.open = Some(ContainerBuilder::new(container, self.algo, self.capacity));
+            self.open = Some(match self.reuse.try_recv() {
+                Ok(buf) => ContainerBuilder::with_buffer(container, self.algo, buf),
+                Err(_) => ContainerBuilder::new(container, self.algo, self.capacity),
+            });
         }
         if let Some(b) = self.open.as_mut() {
             b.push(fp, data);
@@ -312,8 +317,38 @@ fn changed(before: &std::fs::Metadata, after: &std::fs::Metadata) -> bool {
         || before.mtime_nsec() != after.mtime_nsec()
 }
 
+/// Block buffers travel from stage 1 down the pipeline and back here, so that large
+/// files are read without fresh allocations (page faults) or zero-filling.
+struct BufferPool {
+    free: Receiver<Vec<u8>>,
+    size: usize,
+}
+
+impl BufferPool {
+    /// A buffer of exactly `size` initialized bytes.
+    fn get(&self) -> Vec<u8> {
+        let mut buf = self.free.try_recv().unwrap_or_default();
+        buf.resize(self.size, 0);
+        buf
+    }
+}
+
+/// Hands a block buffer back to stage 1; dropped if the pool is full.
+fn recycle(pool: &Sender<Vec<u8>>, pieces: Vec<Piece>) {
+    for p in pieces {
+        if p.data.capacity() >= BLOCK {
+            let _ = pool.try_send(p.data);
+        }
+    }
+}
+
 /// Stage 1: reads every file, cuts it into chunks and sends batches in stream order.
-fn chunk_stage(items: &[Item], chunker: &dyn Chunker, tx: &Sender<Batch>) -> Duration {
+fn chunk_stage(
+    items: &[Item],
+    chunker: &dyn Chunker,
+    pool: &BufferPool,
+    tx: &Sender<Batch>,
+) -> Duration {
     let mut busy = Duration::ZERO;
     let mut seq = 0u64;
     let mut send = |pieces: Vec<Piece>, started: Instant, busy: &mut Duration| -> bool {
@@ -368,6 +403,7 @@ fn chunk_stage(items: &[Item], chunker: &dyn Chunker, tx: &Sender<Batch>) -> Dur
             i,
             &item.abs,
             chunker,
+            pool,
             &mut |piece, started, busy| send(vec![piece], started, busy),
             &mut busy,
         ) {
@@ -389,6 +425,7 @@ fn chunk_large(
     item: usize,
     path: &Path,
     chunker: &dyn Chunker,
+    pool: &BufferPool,
     send: &mut dyn FnMut(Piece, Instant, &mut Duration) -> bool,
     busy: &mut Duration,
 ) -> bool {
@@ -404,27 +441,26 @@ fn chunk_large(
         Err(e) => return send(fail(e), started, busy),
     };
     let max = chunker.max_size();
+    // `carry` holds the uncut tail of the previous block, at most `max` bytes.
     let mut carry: Vec<u8> = Vec::new();
     let mut total = 0u64;
     loop {
-        let mut buf = Vec::with_capacity(BLOCK + max);
-        buf.append(&mut carry);
+        let mut buf = pool.get();
+        buf[..carry.len()].copy_from_slice(&carry);
+        let mut filled = carry.len();
         let mut eof = false;
-        while buf.len() < BLOCK {
-            let want = BLOCK - buf.len();
-            let len = buf.len();
-            buf.resize(len + want, 0);
-            match file.read(&mut buf[len..]) {
+        while filled < BLOCK {
+            match file.read(&mut buf[filled..BLOCK]) {
                 Ok(0) => {
-                    buf.truncate(len);
                     eof = true;
                     break;
                 }
-                Ok(n) => buf.truncate(len + n),
-                Err(e) if e.kind() == ErrorKind::Interrupted => buf.truncate(len),
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => return send(fail(e), started, busy),
             }
         }
+        buf.truncate(filled);
         let mut lens = Vec::with_capacity(buf.len() / 4096 + 1);
         let mut pos = 0;
         while pos < buf.len() && (eof || buf.len() - pos >= max) {
@@ -432,7 +468,9 @@ fn chunk_large(
             lens.push(len as u32);
             pos += len;
         }
-        carry = buf.split_off(pos);
+        carry.clear();
+        carry.extend_from_slice(&buf[pos..]);
+        buf.truncate(pos);
         total += buf.len() as u64;
         let end = if eof {
             match file.metadata() {
@@ -493,6 +531,7 @@ fn index_stage(
     indexer: &mut Indexer<'_>,
     rx: &Receiver<Batch>,
     tx: &Sender<WriteBatch>,
+    pool: &Sender<Vec<u8>>,
     progress: &dyn Progress,
     warnings: &Mutex<Vec<Warning>>,
 ) -> Duration {
@@ -506,7 +545,9 @@ fn index_stage(
             let started = Instant::now();
             let out = indexer.process(batch, progress, warnings);
             busy += started.elapsed();
-            if !out.chunks.is_empty() && tx.send(out).is_err() {
+            if out.chunks.is_empty() {
+                recycle(pool, out.pieces);
+            } else if tx.send(out).is_err() {
                 return busy;
             }
         }
@@ -515,13 +556,18 @@ fn index_stage(
 }
 
 /// Stage 4: copies new chunks into containers.
-fn write_stage(writer: &mut ContainerWriter, rx: &Receiver<WriteBatch>) -> Result<Duration> {
+fn write_stage(
+    writer: &mut ContainerWriter,
+    rx: &Receiver<WriteBatch>,
+    pool: &Sender<Vec<u8>>,
+) -> Result<Duration> {
     let mut busy = Duration::ZERO;
     for batch in rx {
         let started = Instant::now();
         for &(p, start, len, container, fp) in &batch.chunks {
             writer.append(container, fp, &batch.pieces[p].data[start..start + len])?;
         }
+        recycle(pool, batch.pieces);
         busy += started.elapsed();
     }
     Ok(busy)
@@ -534,11 +580,13 @@ fn spawn_syncers<'s>(
     scope: &'s std::thread::Scope<'s, '_>,
     backend: Arc<dyn Backend>,
     rx: Receiver<(u64, Vec<u8>, Vec<larder_store::ChunkEntry>)>,
+    reuse: Sender<Vec<u8>>,
 ) -> Vec<std::thread::ScopedJoinHandle<'s, SyncResult>> {
     (0..SYNC_THREADS)
         .map(|_| {
             let rx = rx.clone();
             let backend = backend.clone();
+            let reuse = reuse.clone();
             scope.spawn(move || {
                 let mut done = Vec::new();
                 let mut busy = Duration::ZERO;
@@ -549,6 +597,7 @@ fn spawn_syncers<'s>(
                     if let Err(e) = result {
                         return (done, busy, Some(e.into()));
                     }
+                    let _ = reuse.try_send(bytes);
                     done.push(SegmentContainer { id, entries });
                 }
                 (done, busy, None)
@@ -612,22 +661,29 @@ pub fn backup(
         bytes_in: 0,
     };
     let (sync_tx, sync_rx) = bounded(SYNC_THREADS);
+    let (reuse_tx, reuse_rx) = bounded(SYNC_THREADS);
     let mut writer = ContainerWriter {
         algo,
         capacity: config.container_size + config.chunker.max_chunk_size(),
         open: None,
         to_sync: sync_tx,
+        reuse: reuse_rx,
         written: 0,
     };
 
     let outcome = std::thread::scope(|s| -> Result<_> {
-        let syncers = spawn_syncers(s, backend.clone(), sync_rx);
+        let syncers = spawn_syncers(s, backend.clone(), sync_rx, reuse_tx);
         let (chunk_tx, chunk_rx) = bounded::<Batch>(QUEUE_DEPTH);
         let (fp_tx, fp_rx) = bounded::<Batch>(QUEUE_DEPTH + threads);
         let (write_tx, write_rx) = bounded::<WriteBatch>(QUEUE_DEPTH);
         let items = &items;
         let chunker = chunker.as_ref();
-        let chunk = s.spawn(move || chunk_stage(items, chunker, &chunk_tx));
+        let (pool_tx, pool_rx) = bounded::<Vec<u8>>(2 * QUEUE_DEPTH + threads + 2);
+        let pool = BufferPool {
+            free: pool_rx,
+            size: BLOCK + chunker.max_size(),
+        };
+        let chunk = s.spawn(move || chunk_stage(items, chunker, &pool, &chunk_tx));
         let hashers: Vec<_> = (0..threads)
             .map(|_| {
                 let (rx, tx) = (chunk_rx.clone(), fp_tx.clone());
@@ -637,12 +693,20 @@ pub fn backup(
         drop((chunk_rx, fp_tx));
         let progress = opts.progress.as_ref();
         let warnings = &warnings;
+        let index_pool = pool_tx.clone();
         let index = s.spawn(move || {
-            let busy = index_stage(&mut indexer, &fp_rx, &write_tx, progress, warnings);
+            let busy = index_stage(
+                &mut indexer,
+                &fp_rx,
+                &write_tx,
+                &index_pool,
+                progress,
+                warnings,
+            );
             (indexer, busy)
         });
         let write = s.spawn(move || {
-            let result = write_stage(&mut writer, &write_rx);
+            let result = write_stage(&mut writer, &write_rx, &pool_tx);
             (writer, result)
         });
 

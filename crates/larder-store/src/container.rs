@@ -81,7 +81,13 @@ pub struct ContainerBuilder {
 
 impl ContainerBuilder {
     pub fn new(id: u64, algo: HashAlgo, capacity: usize) -> Self {
-        let mut buf = Vec::with_capacity(capacity + HEADER_LEN);
+        Self::with_buffer(id, algo, Vec::with_capacity(capacity + HEADER_LEN))
+    }
+
+    /// Like [`ContainerBuilder::new`], reusing the allocation of `buf` (its contents are
+    /// discarded), e.g. a sealed container's bytes after they were written.
+    pub fn with_buffer(id: u64, algo: HashAlgo, mut buf: Vec<u8>) -> Self {
+        buf.clear();
         buf.extend_from_slice(&header(id, algo));
         Self {
             id,
