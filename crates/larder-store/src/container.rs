@@ -288,6 +288,21 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// The in-CI twin of the `container` fuzz target: any bytes, no panic.
+        #[test]
+        fn arbitrary_bytes_never_panic(mut bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..400), tail in proptest::prelude::any::<bool>()) {
+            if tail {
+                bytes.extend_from_slice(END_MAGIC);
+            }
+            if let Ok(c) = ParsedContainer::parse(bytes, 7, HashAlgo::Blake3) {
+                for e in &c.entries {
+                    proptest::prop_assert!(c.chunk(e.offset, e.stored_len).is_some());
+                }
+            }
+        }
+    }
+
     #[test]
     fn wrong_id_or_algorithm_is_refused() {
         let (bytes, _) = sample();

@@ -83,6 +83,15 @@ impl Snapshot {
 mod tests {
     use super::*;
 
+    proptest::proptest! {
+        /// The in-CI twin of the `snapshot` fuzz target.
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300)) {
+            let id = blake3::hash(&bytes).to_hex();
+            let _ = Snapshot::decode(&bytes, id.as_str());
+        }
+    }
+
     #[test]
     fn round_trips_and_detects_tampering() {
         let snap = Snapshot {
