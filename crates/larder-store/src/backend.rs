@@ -1,7 +1,7 @@
 //! The narrow I/O interface below the repository, and its local-directory implementation.
 
 use std::fs::{self, File};
-use std::io::{ErrorKind, Write};
+use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -97,12 +97,7 @@ impl Backend for LocalBackend {
 
     fn write(&self, kind: FileKind, name: &str, data: &[u8]) -> Result<()> {
         let tmp = self.tmp_path();
-        let result = (|| {
-            let mut f = File::create(&tmp)?;
-            f.write_all(data)?;
-            f.sync_all()
-        })();
-        if let Err(e) = result {
+        if let Err(e) = crate::direct::write_durable(&tmp, data) {
             let _ = fs::remove_file(&tmp);
             return Err(StoreError::io(&tmp, e));
         }

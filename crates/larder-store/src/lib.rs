@@ -4,6 +4,7 @@
 
 mod backend;
 mod container;
+mod direct;
 mod error;
 mod repo;
 mod segment;
