@@ -244,7 +244,7 @@ fn run(cli: Cli, out: &Output) -> Result<ExitCode> {
             let repo = open(&path, LockMode::Shared, out)?;
             let (snapshots, bad) = repo.snapshots()?;
             for e in &bad {
-                out.warn(&e.to_string());
+                out.warn(&larder_store::error_chain(e));
             }
             out.snapshots(&snapshots);
             Ok(ExitCode::SUCCESS)

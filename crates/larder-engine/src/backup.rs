@@ -737,11 +737,11 @@ pub fn backup(
             stages.sync += busy;
             first_error = first_error.or(err);
         }
-        let tree = tree_result?;
-        match first_error {
-            Some(e) => Err(e),
-            None => Ok((indexer, written, tree)),
+        // A syncer's error (a full disk) is the cause of the writer's "syncers stopped".
+        if let Some(e) = first_error {
+            return Err(e);
         }
+        Ok((indexer, written, tree_result?))
     });
     let (indexer, written, tree) = match outcome {
         Ok(x) => x,

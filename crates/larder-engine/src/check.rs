@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use larder_hash::Fingerprint;
 use larder_index::FingerprintIndex;
-use larder_store::{EntryKind, Repository};
+use larder_store::{error_chain, EntryKind, Repository};
 use rayon::prelude::*;
 use serde::Serialize;
 
@@ -83,23 +83,26 @@ pub fn check(repo: &Repository, opts: &CheckOptions) -> Result<CheckReport> {
     let results: Vec<(u64, std::result::Result<(u64, Vec<Fingerprint>), String>)> = ids
         .par_iter()
         .map(|&id| {
-            let r = repo.load_container(id).map_err(|e| e.to_string()).map(|c| {
-                let bytes = c
-                    .entries
-                    .iter()
-                    .map(|e| u64::from(e.stored_len))
-                    .sum::<u64>();
-                opts.progress.advance(bytes);
-                let bad = if opts.read_data {
-                    c.verify_chunks(algo)
+            let r = repo
+                .load_container(id)
+                .map_err(|e| error_chain(&e))
+                .map(|c| {
+                    let bytes = c
+                        .entries
                         .iter()
-                        .map(|e| e.fingerprint)
-                        .collect()
-                } else {
-                    Vec::new()
-                };
-                (bytes, bad)
-            });
+                        .map(|e| u64::from(e.stored_len))
+                        .sum::<u64>();
+                    opts.progress.advance(bytes);
+                    let bad = if opts.read_data {
+                        c.verify_chunks(algo)
+                            .iter()
+                            .map(|e| e.fingerprint)
+                            .collect()
+                    } else {
+                        Vec::new()
+                    };
+                    (bytes, bad)
+                });
             (id, r)
         })
         .collect();
@@ -137,7 +140,7 @@ pub fn check(repo: &Repository, opts: &CheckOptions) -> Result<CheckReport> {
     let (snapshots, unreadable) = repo.snapshots()?;
     for e in unreadable {
         report.damage.push(Damage::Snapshot {
-            reason: e.to_string(),
+            reason: error_chain(&e),
         });
     }
     report.snapshots = snapshots.len();
@@ -159,7 +162,7 @@ pub fn check(repo: &Repository, opts: &CheckOptions) -> Result<CheckReport> {
             Err(e) => {
                 report.damage.push(Damage::Tree {
                     snapshot: short,
-                    reason: e.to_string(),
+                    reason: error_chain(&e),
                 });
                 continue;
             }

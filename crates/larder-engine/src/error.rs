@@ -12,7 +12,7 @@ pub type Result<T, E = EngineError> = std::result::Result<T, E>;
 pub enum EngineError {
     #[error(transparent)]
     Store(#[from] StoreError),
-    #[error("{}: {source}", path.display())]
+    #[error("{}", path.display())]
     Io {
         path: PathBuf,
         source: std::io::Error,

@@ -18,7 +18,7 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use larder_store::{EntryKind, Repository, TreeEntry};
+use larder_store::{error_chain, EntryKind, Repository, TreeEntry};
 use serde::Serialize;
 
 use crate::error::{EngineError, Result, Warning};
@@ -193,7 +193,9 @@ impl Restorer {
         let mut written = 0u64;
         for fp in &entry.chunks {
             buf.clear();
-            reader.read_into(fp, &mut buf).map_err(|e| e.to_string())?;
+            reader
+                .read_into(fp, &mut buf)
+                .map_err(|e| error_chain(&e))?;
             f.write_all(&buf)
                 .map_err(|e| format!("cannot write: {e}"))?;
             written += buf.len() as u64;

@@ -158,7 +158,7 @@ pub struct ParsedContainer {
 impl ParsedContainer {
     /// Parses and verifies `bytes` as container `id` of a repository using `algo`.
     pub fn parse(bytes: Vec<u8>, id: u64, algo: HashAlgo) -> Result<Self> {
-        let name = format!("{id:016x}");
+        let name = format!("containers/{id:016x}.ctr");
         let bad = |reason: String| StoreError::corrupt("container", name.clone(), reason);
         if bytes.len() < HEADER_LEN + FOOTER_LEN {
             return Err(bad(format!("only {} bytes long", bytes.len())));

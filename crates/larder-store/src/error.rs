@@ -9,7 +9,7 @@ pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
-    #[error("{}: {source}", path.display())]
+    #[error("{}", path.display())]
     Io { path: PathBuf, source: io::Error },
     #[error("{} is not a larder repository (no config file); create one with `larder init`", .0.display())]
     NotARepository(PathBuf),
@@ -33,6 +33,18 @@ pub enum StoreError {
     MissingChunk(larder_hash::Fingerprint),
     #[error("invalid repository config: {0}")]
     Config(String),
+}
+
+/// `e` and every error behind it, joined by `: ` (Display alone leaves the causes out).
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        out.push_str(": ");
+        out.push_str(&c.to_string());
+        cause = c.source();
+    }
+    out
 }
 
 impl StoreError {

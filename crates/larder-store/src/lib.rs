@@ -16,7 +16,7 @@ pub use container::{
     ChunkEntry, ContainerBuilder, ParsedContainer, CONTAINER_OVERHEAD,
     HEADER_LEN as CONTAINER_HEADER_LEN,
 };
-pub use error::{Result, StoreError};
+pub use error::{error_chain, Result, StoreError};
 pub use repo::{LockMode, OpenReport, RepoConfig, Repository};
 pub use segment::{decode_segment, encode_segment, SegmentContainer};
 pub use snapshot::{Snapshot, SnapshotSummary, TreeRef};

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::backend::{sync_dir, Backend, FileKind, LocalBackend};
 use crate::container::ParsedContainer;
-use crate::error::{Result, StoreError};
+use crate::error::{error_chain, Result, StoreError};
 use crate::segment::{decode_segment, encode_segment, SegmentContainer};
 use crate::snapshot::Snapshot;
 
@@ -219,7 +219,7 @@ impl Repository {
             let bytes = self.backend.read(FileKind::IndexSegment, &name)?;
             match decode_segment(&bytes, &name, algo) {
                 Ok(containers) => containers.iter().for_each(|c| self.add_container(c)),
-                Err(e) => self.report.bad_segments.push((name, e.to_string())),
+                Err(e) => self.report.bad_segments.push((name, error_chain(&e))),
             }
         }
         let mut max_id = 0;
@@ -241,7 +241,7 @@ impl Repository {
                     self.report.adopted_containers.push(id);
                     self.pending.push(c);
                 }
-                Err(e) => self.report.bad_containers.push((id, e.to_string())),
+                Err(e) => self.report.bad_containers.push((id, error_chain(&e))),
             }
         }
         let max_indexed = self.indexed_containers.last().copied().unwrap_or(0);
