@@ -86,6 +86,8 @@ enum Command {
     },
     /// Show repository statistics
     Stats,
+    /// Rebuild the index from the containers alone
+    RebuildIndex,
 }
 
 fn main() -> ExitCode {
@@ -140,7 +142,7 @@ fn open(path: &PathBuf, mode: LockMode, out: &Output) -> Result<Repository> {
     let report = repo.report();
     if !report.adopted_containers.is_empty() {
         out.note(&format!(
-            "reusing {} container(s) left by an interrupted backup",
+            "indexed {} container(s) that no index segment names (left by an interrupted backup); the next backup records them",
             report.adopted_containers.len()
         ));
     }
@@ -264,6 +266,26 @@ fn run(cli: Cli, out: &Output) -> Result<ExitCode> {
                 bail!("check found {} problem(s)", report.damage.len());
             }
             Ok(ExitCode::SUCCESS)
+        }
+        Command::RebuildIndex => {
+            let path = repo_path(cli.repo, out)?;
+            let mut repo = open(&path, LockMode::Exclusive, out)?;
+            let bad = repo.rebuild_index()?;
+            for (id, reason) in &bad {
+                out.warn(&format!(
+                    "container {id:016x} left out of the index: {reason}"
+                ));
+            }
+            out.note(&format!(
+                "index rebuilt from {} containers ({} chunks)",
+                repo.indexed_containers().len(),
+                larder_index::FingerprintIndex::len(repo.index())
+            ));
+            Ok(if bad.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(EXIT_PARTIAL)
+            })
         }
         Command::Stats => {
             let path = repo_path(cli.repo, out)?;

@@ -357,6 +357,54 @@ impl Repository {
         self.backend.sync(FileKind::IndexSegment)
     }
 
+    /// Rebuilds the index from the containers alone: reads and verifies every
+    /// container, writes one segment naming all that verify, then removes the old
+    /// segments. Returns the ids of containers that failed verification (left out).
+    /// Needs the exclusive lock.
+    pub fn rebuild_index(&mut self) -> Result<Vec<(u64, String)>> {
+        let mut good = Vec::new();
+        let mut bad = Vec::new();
+        for name in self.backend.list(FileKind::Container)? {
+            let Ok(id) = u64::from_str_radix(&name, 16) else {
+                continue;
+            };
+            match self.load_container(id) {
+                Ok(c) => good.push(SegmentContainer {
+                    id,
+                    entries: c.entries,
+                }),
+                Err(e) => bad.push((id, error_chain(&e))),
+            }
+        }
+        let old = std::mem::take(&mut self.segments);
+        let name = format!(
+            "{:016x}",
+            old.last()
+                .and_then(|n| u64::from_str_radix(n, 16).ok())
+                .unwrap_or(0)
+                + 1
+        );
+        self.backend.sync(FileKind::Container)?;
+        self.backend.write(
+            FileKind::IndexSegment,
+            &name,
+            &encode_segment(self.config.hash, &good),
+        )?;
+        self.backend.sync(FileKind::IndexSegment)?;
+        for n in &old {
+            self.backend.remove(FileKind::IndexSegment, n)?;
+        }
+        self.backend.sync(FileKind::IndexSegment)?;
+        self.segments = vec![name];
+        self.index = MemIndex::new();
+        self.indexed_containers.clear();
+        self.pending.clear();
+        for c in &good {
+            self.add_container(c);
+        }
+        Ok(bad)
+    }
+
     /// Writes a snapshot durably (rule 3) and returns its id.
     pub fn save_snapshot(&self, snapshot: &Snapshot) -> Result<String> {
         let (bytes, id) = snapshot.encode();
