@@ -15,7 +15,7 @@ pub use config::{ChunkerConfig, ChunkerKind, ConfigError};
 pub use fastcdc2016::FastCdc2016;
 pub use fastcdc2020::FastCdc2020;
 pub use fixed::FixedSize;
-pub use gear::{GEAR, GEAR_LS};
+pub use gear::GEAR;
 pub use masks::{select_masks, MASKS};
 
 /// Finds chunk boundaries in a byte stream.

@@ -7,7 +7,7 @@
 mod output;
 mod size;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -137,7 +137,7 @@ fn repo_path(cli_repo: Option<PathBuf>, out: &Output) -> Result<PathBuf> {
     Ok(path)
 }
 
-fn open(path: &PathBuf, mode: LockMode, out: &Output) -> Result<Repository> {
+fn open(path: &Path, mode: LockMode, out: &Output) -> Result<Repository> {
     let repo = Repository::open(path, mode)?;
     let report = repo.report();
     if !report.adopted_containers.is_empty() {

@@ -743,10 +743,7 @@ pub fn backup(
         }
         Ok((indexer, written, tree_result?))
     });
-    let (indexer, written, tree) = match outcome {
-        Ok(x) => x,
-        Err(e) => return Err(e),
-    };
+    let (indexer, written, tree) = outcome?;
     let Indexer {
         index,
         chunks,

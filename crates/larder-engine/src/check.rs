@@ -59,6 +59,9 @@ impl CheckReport {
     }
 }
 
+/// One container's stored bytes and damaged chunks, or why it could not be read.
+type ContainerScan = std::result::Result<(u64, Vec<Fingerprint>), String>;
+
 /// Checks `repo`; never modifies it.
 pub fn check(repo: &Repository, opts: &CheckOptions) -> Result<CheckReport> {
     let mut report = CheckReport::default();
@@ -80,7 +83,7 @@ pub fn check(repo: &Repository, opts: &CheckOptions) -> Result<CheckReport> {
     let algo = repo.algo();
     let ids: Vec<u64> = repo.indexed_containers().iter().copied().collect();
     report.containers = ids.len();
-    let results: Vec<(u64, std::result::Result<(u64, Vec<Fingerprint>), String>)> = ids
+    let results: Vec<(u64, ContainerScan)> = ids
         .par_iter()
         .map(|&id| {
             let r = repo

@@ -17,7 +17,7 @@ pub use container::{
     HEADER_LEN as CONTAINER_HEADER_LEN,
 };
 pub use error::{error_chain, Result, StoreError};
-pub use repo::{LockMode, OpenReport, RepoConfig, Repository};
+pub use repo::{IdentifiedSnapshot, LockMode, OpenReport, RepoConfig, Repository};
 pub use segment::{decode_segment, encode_segment, SegmentContainer};
 pub use snapshot::{Snapshot, SnapshotSummary, TreeRef};
 pub use tree::{encode_tree_header, is_safe_relative_path, EntryKind, TreeDecoder, TreeEntry};

@@ -57,6 +57,9 @@ pub enum LockMode {
     Exclusive,
 }
 
+/// A snapshot with its id (the BLAKE3 of its encoded bytes, in hex).
+pub type IdentifiedSnapshot = (String, Snapshot);
+
 /// What `open` found and repaired.
 #[derive(Debug, Default, Clone)]
 pub struct OpenReport {
@@ -414,7 +417,7 @@ impl Repository {
     }
 
     /// Every readable snapshot, oldest first, and the errors of unreadable ones.
-    pub fn snapshots(&self) -> Result<(Vec<(String, Snapshot)>, Vec<StoreError>)> {
+    pub fn snapshots(&self) -> Result<(Vec<IdentifiedSnapshot>, Vec<StoreError>)> {
         let mut good = Vec::new();
         let mut bad = Vec::new();
         for id in self.backend.list(FileKind::Snapshot)? {
@@ -432,7 +435,7 @@ impl Repository {
     }
 
     /// The snapshot named by `latest` or by a unique prefix of its id.
-    pub fn find_snapshot(&self, name: &str) -> Result<(String, Snapshot)> {
+    pub fn find_snapshot(&self, name: &str) -> Result<IdentifiedSnapshot> {
         let (mut all, _) = self.snapshots()?;
         if name == "latest" {
             return all
