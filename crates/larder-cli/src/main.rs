@@ -176,11 +176,16 @@ fn run(cli: Cli, out: &Output) -> Result<ExitCode> {
             level,
             hash,
         } => {
-            let kind = ChunkerKind::from_name(&chunker).with_context(|| {
-                format!("unknown chunker {chunker:?}: use fastcdc, fastcdc2016 or fixed")
-            })?;
-            let hash = HashAlgo::from_name(&hash)
-                .with_context(|| format!("unknown hash {hash:?}: use blake3, sha256 or sha1"))?;
+            let Some(kind) = ChunkerKind::from_name(&chunker) else {
+                return Ok(out.usage(&format!(
+                    "unknown chunker {chunker:?}: use fastcdc, fastcdc2016 or fixed"
+                )));
+            };
+            let Some(hash) = HashAlgo::from_name(&hash) else {
+                return Ok(out.usage(&format!(
+                    "unknown hash {hash:?}: use blake3, sha256 or sha1"
+                )));
+            };
             if hash == HashAlgo::Sha1 {
                 out.warn("SHA-1 is broken against chosen collisions: use it only to reproduce the papers");
             }
@@ -191,7 +196,9 @@ fn run(cli: Cli, out: &Output) -> Result<ExitCode> {
                 max_size: max,
                 level,
             };
-            chunker.validate()?;
+            if let Err(e) = chunker.validate() {
+                return Ok(out.usage(&e.to_string()));
+            }
             let path = match cli.repo {
                 Some(p) => p,
                 None => default_repo()?,
@@ -261,11 +268,13 @@ fn run(cli: Cli, out: &Output) -> Result<ExitCode> {
             };
             let report = larder_engine::check(&repo, &opts)?;
             bar.finish();
+            // The report itself names every problem (one JSON object with --json).
             out.check_done(&report, read_data);
-            if !report.is_ok() {
-                bail!("check found {} problem(s)", report.damage.len());
-            }
-            Ok(ExitCode::SUCCESS)
+            Ok(if report.is_ok() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
         }
         Command::RebuildIndex => {
             let path = repo_path(cli.repo, out)?;

@@ -2,6 +2,7 @@
 
 use std::io::IsTerminal;
 use std::path::Path;
+use std::process::ExitCode;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -36,6 +37,16 @@ impl Output {
             println!("{}", json!({ "error": format!("{e:#}") }));
         }
         eprintln!("larder: error: {e:#}");
+    }
+
+    /// Reports a usage error (bad arguments): nothing was done. Returns exit code 2,
+    /// the code clap uses for the errors it catches itself.
+    pub fn usage(&self, msg: &str) -> ExitCode {
+        if self.json {
+            println!("{}", json!({ "error": msg }));
+        }
+        eprintln!("larder: error: {msg}");
+        ExitCode::from(2)
     }
 
     pub fn warn(&self, msg: &str) {
@@ -197,6 +208,9 @@ impl Output {
         }
         for d in &r.damage {
             eprintln!("larder: damage: {}", describe(d));
+        }
+        if !r.is_ok() {
+            eprintln!("larder: error: check found {} problem(s)", r.damage.len());
         }
         if self.text() {
             println!(

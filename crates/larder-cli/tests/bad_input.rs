@@ -362,10 +362,6 @@ fn invalid_init_parameters_are_refused_with_a_message() {
 }
 
 #[test]
-#[ignore = "bug: `larder init` exits 1, not 2 (README: 2 = usage error), for parameter values \
-            that clap accepts but that are invalid: --min 16KiB (min > avg), --avg 128KiB \
-            (avg > max), --level 4, --chunker nope, --hash md5; main.rs returns them as anyhow \
-            errors from run(). Only size-suffix and type errors that clap parses exit 2."]
 fn invalid_init_parameters_exit_with_usage_code_2() {
     for (args, _) in INVALID_INIT {
         let (_, out) = Repo::init_with(args);

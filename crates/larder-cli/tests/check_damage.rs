@@ -682,9 +682,6 @@ fn a_deleted_container_is_reported_with_the_files_it_held() {
 }
 
 #[test]
-#[ignore = "bug: `check --json` on a damaged repository prints two JSON objects on stdout \
-            (the report, then {\"error\": \"check found N problem(s)\"} from main's error \
-            path), though the README promises one JSON object"]
 fn check_json_output_is_one_object_even_with_damage() {
     let fx = Fixture::new();
     fs::remove_file(container_path(&fx.repo.path, fx.data_container())).unwrap();

@@ -7,7 +7,8 @@
 //!   not a symlink, so a restored or pre-existing symlink cannot redirect a write;
 //! - files are created with `O_CREAT | O_EXCL` (`O_NOFOLLOW` semantics), so nothing
 //!   existing is overwritten or followed, unless `overwrite` is set, in which case the
-//!   old entry is removed first (never written through).
+//!   old entry is removed first (never written through), and a removed directory is no
+//!   longer trusted as a parent: what replaces it is checked like anything else.
 
 use std::collections::HashSet;
 use std::ffi::{CString, OsStr};
@@ -92,7 +93,12 @@ pub fn restore(
         }
     }
     // Directory times last, deepest first, so restoring children does not change them.
+    // Only directories still in `safe_dirs`: one that a later entry replaced (by a
+    // symlink, say) must not have its metadata set through that replacement.
     for (dest, entry) in dirs.iter().rev() {
+        if !r.safe_dirs.contains(dest) {
+            continue;
+        }
         let mode = fs::Permissions::from_mode(entry.mode & 0o7777);
         if let Err(e) = fs::set_permissions(dest, mode).and_then(|()| set_times(dest, entry, false))
         {
@@ -146,16 +152,21 @@ impl Restorer {
     }
 
     /// Makes room for a new entry at `dest`; fails if something is there and
-    /// overwriting was not asked for.
-    fn make_room(&self, dest: &Path) -> Result<(), String> {
+    /// overwriting was not asked for. A removed directory and everything below it
+    /// leave `safe_dirs`: whatever replaces it must be checked again.
+    fn make_room(&mut self, dest: &Path) -> Result<(), String> {
         match fs::symlink_metadata(dest) {
-            Err(_) => Ok(()),
+            Err(_) => return Ok(()),
             Ok(_) if !self.overwrite => {
-                Err("already exists; not overwritten (use --overwrite)".into())
+                return Err("already exists; not overwritten (use --overwrite)".into())
             }
-            Ok(m) if m.file_type().is_dir() => fs::remove_dir_all(dest).map_err(|e| e.to_string()),
-            Ok(_) => fs::remove_file(dest).map_err(|e| e.to_string()),
+            Ok(m) if m.file_type().is_dir() => {
+                fs::remove_dir_all(dest).map_err(|e| e.to_string())?;
+            }
+            Ok(_) => fs::remove_file(dest).map_err(|e| e.to_string())?,
         }
+        self.safe_dirs.retain(|d| !d.starts_with(dest));
+        Ok(())
     }
 
     fn dir(&mut self, dest: &Path) -> Result<(), String> {
