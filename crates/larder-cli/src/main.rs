@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use larder_chunk::{ChunkerConfig, ChunkerKind};
 use larder_engine::{BackupOptions, CheckOptions, Progress, RestoreOptions};
