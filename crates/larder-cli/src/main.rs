@@ -91,6 +91,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    restore_default_sigpipe();
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_env("LARDER_LOG"))
@@ -103,6 +104,17 @@ fn main() -> ExitCode {
             out.error(&e);
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Rust ignores SIGPIPE, so `larder snapshots | head` would panic on the closed pipe.
+/// With the default action the process ends quietly, like other Unix tools; a backup
+/// ended that way is safe (nothing is committed out of order, docs/design/format.md).
+fn restore_default_sigpipe() {
+    // SAFETY: called first in `main`, before any other thread exists; SIG_DFL is a
+    // valid disposition for SIGPIPE.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }
 

@@ -433,3 +433,22 @@ fn a_second_writer_fails_at_once_while_the_lock_is_held() {
     backup().expect_ok();
     assert_eq!(repo.snapshots().len(), 1);
 }
+
+/// Regression: `larder snapshots | head` panicked with "failed printing to stdout:
+/// Broken pipe" and a backtrace. A closed stdout now ends larder quietly, by SIGPIPE.
+#[test]
+fn a_closed_stdout_ends_larder_quietly_without_a_panic() {
+    let repo = Repo::init(&[]);
+    let src = repo.dir("src");
+    TreeBuilder::new(&src).file("a", b"some data\n").finish();
+    for _ in 0..3 {
+        repo.backup(&[&src]);
+    }
+    let mut cmd = repo.command(["--json", "snapshots"]);
+    let (reader, writer) = std::io::pipe().expect("create a pipe");
+    drop(reader);
+    cmd.stdout(writer);
+    let out = run_command(cmd, QUICK);
+    assert!(!out.stderr.contains("panicked"), "{out}");
+    assert_eq!(out.code, None, "expected death by SIGPIPE\n{out}");
+}
