@@ -7,13 +7,16 @@
 //! cut candidate. That can only happen in the final chunk of a stream whose remaining
 //! length is odd and below `max_size`.
 //!
-//! Speed: the hash after a pair is computed from the hash before it by one `lea`
-//! (`h * 4 + pair`), with `pair = (GEAR[a] << 1) + GEAR[b]` summed off that chain, so the
-//! loop is bound by instruction throughput rather than by a three-instruction latency
-//! chain (shift, add, add) as in the `fastcdc` crate. `benches/chunk.rs` measures it
-//! against that crate; `tests/differential.rs` and `tests/golden.rs` pin the cut points.
+//! Speed: for a pair `(a, b)` after hash `h`, the doubled hash at `a` is
+//! `t = (h << 2) + GEAR_LS[a]` (one `lea` from `h`), judged against `mask << 1`; the
+//! hash at `b` is `t + GEAR[b]` (one `add` with a memory operand). Eight instructions a
+//! pair, two on the loop-carried chain; `benches/chunk.rs` measures it against the
+//! `fastcdc` crate (whose pair costs three chained instructions), and
+//! `docs/performance.md` records the variants tried (off-chain pair sums, two
+//! interleaved chains, AVX2 and AVX-512 gathers, vector tests), all slower on Zen 4.
+//! `tests/differential.rs` and `tests/golden.rs` pin the cut points.
 
-use crate::gear::GEAR;
+use crate::gear::{GEAR, GEAR_LS};
 use crate::masks::select_masks;
 use crate::Chunker;
 
@@ -50,21 +53,19 @@ impl FastCdc2020 {
 /// Bytes judged per unrolled loop step; 16 measured faster than 8 and 32.
 const STEP: usize = 16;
 
-/// The 2016 hashes at `a` and at `b`, the pair of bytes that follows `hash`.
+/// For the pair `(a, b)` that follows `hash`: the doubled 2016 hash at `a` and the
+/// 2016 hash at `b`. Since `mask` has no bit 63, `(2x) & (mask << 1) == 0` exactly when
+/// `x & mask == 0`.
 #[inline(always)]
 fn pair_hashes(hash: u64, a: u8, b: u8) -> (u64, u64) {
-    let (gear_a, gear_b) = (GEAR[usize::from(a)], GEAR[usize::from(b)]);
-    let pair = opaque((gear_a << 1).wrapping_add(gear_b));
-    (
-        (hash << 1).wrapping_add(gear_a),
-        (hash << 2).wrapping_add(pair),
-    )
+    let doubled_a = (hash << 2).wrapping_add(opaque(GEAR_LS[usize::from(a)]));
+    (doubled_a, doubled_a.wrapping_add(GEAR[usize::from(b)]))
 }
 
-/// Returns `v` unchanged, hiding how it was computed. Without it LLVM reassociates
-/// `(h << 2) + ((ga << 1) + gb)` into `((h << 2) + gb) + (ga << 1)`, which puts three
-/// instructions back on the loop-carried chain and costs 1.4x in `benches/chunk.rs`
-/// (`std::hint::black_box` costs 1.15x: it goes through memory).
+/// Returns `v` unchanged, hiding where it came from. Without it LLVM folds the table
+/// load into `(h << 2) + [mem]`, a `shl` and an `add` on the loop-carried chain instead
+/// of one `lea`: three chained instructions a pair instead of two, 1.3x slower in
+/// `benches/chunk.rs`.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn opaque(mut v: u64) -> u64 {
@@ -86,13 +87,14 @@ fn opaque(v: u64) -> u64 {
 /// the 2016 hash in `hash`: the offset of the first cut, or `None` with `hash` updated.
 #[inline(always)]
 fn scan(bytes: &[u8], hash: &mut u64, mask: u64) -> Option<usize> {
+    let mask_ls = mask << 1;
     let (steps, rest) = bytes.as_chunks::<STEP>();
     let mut h = *hash;
     for (i, step) in steps.iter().enumerate() {
         // A fixed trip count: unrolled, with no bounds checks.
         for (k, &[a, b]) in step.as_chunks::<2>().0.iter().enumerate() {
-            let (at_a, at_b) = pair_hashes(h, a, b);
-            if at_a & mask == 0 {
+            let (doubled_a, at_b) = pair_hashes(h, a, b);
+            if doubled_a & mask_ls == 0 {
                 return Some(i * STEP + k * 2);
             }
             if at_b & mask == 0 {
@@ -103,8 +105,8 @@ fn scan(bytes: &[u8], hash: &mut u64, mask: u64) -> Option<usize> {
     }
     let done = steps.len() * STEP;
     for (k, &[a, b]) in rest.as_chunks::<2>().0.iter().enumerate() {
-        let (at_a, at_b) = pair_hashes(h, a, b);
-        if at_a & mask == 0 {
+        let (doubled_a, at_b) = pair_hashes(h, a, b);
+        if doubled_a & mask_ls == 0 {
             return Some(done + k * 2);
         }
         if at_b & mask == 0 {

@@ -73,6 +73,18 @@ pub const GEAR: [u64; 256] = [
     0x8e3e4221d3614413, 0xef14d0d86bf1a22c, 0xe1d830d3f16c5ddb, 0xaabd2b2a451504e1,
 ];
 
+/// `GEAR[i] << 1`, for kernels that judge the even byte of a pair on the doubled
+/// hash (see `fastcdc2020.rs`).
+pub(crate) static GEAR_LS: [u64; 256] = {
+    let mut table = [0u64; 256];
+    let mut i = 0;
+    while i < 256 {
+        table[i] = GEAR[i] << 1;
+        i += 1;
+    }
+    table
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;
