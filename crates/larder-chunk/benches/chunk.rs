@@ -6,70 +6,18 @@
 //! `cargo bench -p larder-chunk --bench chunk -- --warm-up-time 1 --measurement-time 5`
 
 use std::hint::black_box;
-use std::path::Path;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use fastcdc::{v2016, v2020};
 use larder_chunk::{Chunker, FastCdc2016, FastCdc2020};
 
-const CORPUS_LEN: usize = 64 << 20;
-/// Directories to read files from, and how many bytes to take from each.
-const SOURCES: [(&str, usize); 2] = [("/usr/lib", 48 << 20), ("/usr/share", 16 << 20)];
-/// No single file may fill more than this, so that the corpus mixes many formats.
-const FILE_CAP: usize = 4 << 20;
+#[path = "support/corpus.rs"]
+mod corpus;
+
 const MIN: usize = 2048;
 const AVG: usize = 8192;
 const MAX: usize = 65536;
 const LEVEL: u8 = 2;
-
-/// Appends regular files under `dir`, in sorted order, until `out` holds `limit` bytes.
-fn append_files(dir: &Path, out: &mut Vec<u8>, limit: usize) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    let mut paths: Vec<_> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
-    paths.sort();
-    for path in paths {
-        if out.len() >= limit {
-            return;
-        }
-        let Ok(meta) = std::fs::symlink_metadata(&path) else {
-            continue;
-        };
-        if meta.is_dir() {
-            append_files(&path, out, limit);
-        } else if meta.is_file() {
-            if let Ok(mut data) = std::fs::read(&path) {
-                data.truncate(FILE_CAP.min(limit - out.len()));
-                out.extend_from_slice(&data);
-            }
-        }
-    }
-}
-
-fn corpus() -> Vec<u8> {
-    let mut data = Vec::with_capacity(CORPUS_LEN);
-    for (dir, len) in SOURCES {
-        let limit = (data.len() + len).min(CORPUS_LEN);
-        append_files(Path::new(dir), &mut data, limit);
-    }
-    let real = data.len();
-    // splitmix64: padding only has to look random to a Gear hash.
-    let mut state = 0x9e37_79b9_7f4a_7c15u64;
-    while data.len() < CORPUS_LEN {
-        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        data.extend_from_slice(&(z ^ (z >> 31)).to_le_bytes());
-    }
-    data.truncate(CORPUS_LEN);
-    eprintln!(
-        "corpus: {real} bytes of real files, {} of padding",
-        CORPUS_LEN - real
-    );
-    data
-}
 
 /// Chunk count and a length checksum, so no cut can be optimized away.
 fn chunk_all(chunker: &impl Chunker, mut data: &[u8]) -> (usize, usize) {
@@ -84,7 +32,7 @@ fn chunk_all(chunker: &impl Chunker, mut data: &[u8]) -> (usize, usize) {
 }
 
 fn bench_chunking(c: &mut Criterion) {
-    let data = corpus();
+    let data = corpus::corpus();
     let mut group = c.benchmark_group("chunk-64MiB-2k8k64k-level2");
     group.throughput(Throughput::Bytes(data.len() as u64));
     group.sample_size(20);

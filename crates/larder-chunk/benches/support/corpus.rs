@@ -1,0 +1,60 @@
+//! The benchmark corpus: 64 MiB of real files from `/usr/lib` and `/usr/share` (no
+//! single file above 4 MiB, so many formats mix), padded with pseudo-random bytes
+//! where the system has too few. Shared by the chunking benchmarks.
+
+use std::path::Path;
+
+const CORPUS_LEN: usize = 64 << 20;
+/// Directories to read files from, and how many bytes to take from each.
+const SOURCES: [(&str, usize); 2] = [("/usr/lib", 48 << 20), ("/usr/share", 16 << 20)];
+/// No single file may fill more than this, so that the corpus mixes many formats.
+const FILE_CAP: usize = 4 << 20;
+
+/// Appends regular files under `dir`, in sorted order, until `out` holds `limit` bytes.
+fn append_files(dir: &Path, out: &mut Vec<u8>, limit: usize) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut paths: Vec<_> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    paths.sort();
+    for path in paths {
+        if out.len() >= limit {
+            return;
+        }
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        if meta.is_dir() {
+            append_files(&path, out, limit);
+        } else if meta.is_file() {
+            if let Ok(mut data) = std::fs::read(&path) {
+                data.truncate(FILE_CAP.min(limit - out.len()));
+                out.extend_from_slice(&data);
+            }
+        }
+    }
+}
+
+pub fn corpus() -> Vec<u8> {
+    let mut data = Vec::with_capacity(CORPUS_LEN);
+    for (dir, len) in SOURCES {
+        let limit = (data.len() + len).min(CORPUS_LEN);
+        append_files(Path::new(dir), &mut data, limit);
+    }
+    let real = data.len();
+    // splitmix64: padding only has to look random to a Gear hash.
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    while data.len() < CORPUS_LEN {
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        data.extend_from_slice(&(z ^ (z >> 31)).to_le_bytes());
+    }
+    data.truncate(CORPUS_LEN);
+    eprintln!(
+        "corpus: {real} bytes of real files, {} of padding",
+        CORPUS_LEN - real
+    );
+    data
+}
