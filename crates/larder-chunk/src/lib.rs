@@ -9,6 +9,7 @@ mod fastcdc2016;
 mod fastcdc2020;
 mod fixed;
 mod gear;
+pub mod kernels;
 mod masks;
 
 pub use config::{ChunkerConfig, ChunkerKind, ConfigError};

@@ -1,0 +1,174 @@
+//! Byte-scanning kernels: a portable implementation that is the spec, and AVX2 and
+//! AVX-512 twins chosen once at run time, in the manner of BLAKE3's `platform.rs`.
+//!
+//! Every kernel has the same signature on every platform, and `tests` at the bottom
+//! compare each platform the machine has against the portable one over boundary
+//! lengths. `LARDER_SIMD=portable|avx2|avx512` caps the platform (read once, at the
+//! first call), so the test suite can run with each instruction set switched off in
+//! turn (`scripts/test` does).
+
+mod portable;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+use std::sync::OnceLock;
+
+/// An instruction-set level the kernels are compiled for, best last.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Platform {
+    Portable,
+    Avx2,
+    Avx512,
+}
+
+impl Platform {
+    /// Every platform, for help texts and tests.
+    pub const ALL: [Platform; 3] = [Self::Portable, Self::Avx2, Self::Avx512];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Portable => "portable",
+            Self::Avx2 => "avx2",
+            Self::Avx512 => "avx512",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|p| p.name() == name)
+    }
+
+    /// Whether this machine can run the platform's kernels.
+    pub fn is_supported(self) -> bool {
+        match self {
+            Self::Portable => true,
+            #[cfg(target_arch = "x86_64")]
+            Self::Avx2 => std::arch::is_x86_feature_detected!("avx2"),
+            #[cfg(target_arch = "x86_64")]
+            Self::Avx512 => {
+                std::arch::is_x86_feature_detected!("avx512f")
+                    && std::arch::is_x86_feature_detected!("avx512bw")
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            Self::Avx2 | Self::Avx512 => false,
+        }
+    }
+
+    /// The best supported platform, capped by `LARDER_SIMD` when it names one.
+    pub fn detect() -> Self {
+        let cap = std::env::var("LARDER_SIMD")
+            .ok()
+            .and_then(|v| Self::from_name(v.trim()))
+            .unwrap_or(Self::Avx512);
+        Self::ALL
+            .into_iter()
+            .filter(|p| *p <= cap && p.is_supported())
+            .max()
+            .unwrap_or(Self::Portable)
+    }
+
+    /// [`Platform::detect`], computed once per process.
+    pub fn active() -> Self {
+        static ACTIVE: OnceLock<Platform> = OnceLock::new();
+        *ACTIVE.get_or_init(Self::detect)
+    }
+
+    /// How many leading bytes of `data` equal `byte`.
+    pub fn run_len(self, data: &[u8], byte: u8) -> usize {
+        match self {
+            Self::Portable => portable::run_len(data, byte),
+            #[cfg(target_arch = "x86_64")]
+            Self::Avx2 if self.is_supported() => {
+                // SAFETY: AVX2 support was just checked.
+                unsafe { x86::run_len_avx2(data, byte) }
+            }
+            #[cfg(target_arch = "x86_64")]
+            Self::Avx512 if self.is_supported() => {
+                // SAFETY: AVX-512F and AVX-512BW support was just checked.
+                unsafe { x86::run_len_avx512(data, byte) }
+            }
+            _ => portable::run_len(data, byte),
+        }
+    }
+}
+
+/// How many leading bytes of `data` equal `byte`, on the active platform.
+pub fn run_len(data: &[u8], byte: u8) -> usize {
+    Platform::active().run_len(data, byte)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The obvious model every platform must equal.
+    fn model(data: &[u8], byte: u8) -> usize {
+        data.iter().take_while(|&&b| b == byte).count()
+    }
+
+    /// Lengths around every vector width and word size.
+    fn boundary_lengths() -> Vec<usize> {
+        let mut lengths: Vec<usize> = (0..=160).collect();
+        for w in [256, 512, 1024, 4096] {
+            lengths.extend([w - 1, w, w + 1]);
+        }
+        lengths
+    }
+
+    #[test]
+    fn every_platform_equals_the_model_over_boundary_lengths() {
+        let platforms: Vec<Platform> = Platform::ALL
+            .into_iter()
+            .filter(|p| p.is_supported())
+            .collect();
+        for len in boundary_lengths() {
+            for byte in [0u8, 0xab] {
+                let mut data = vec![byte; len + 1];
+                // The whole run, then a differing byte at every position.
+                for platform in &platforms {
+                    assert_eq!(
+                        platform.run_len(&data[..len], byte),
+                        len,
+                        "{platform:?} len {len}"
+                    );
+                }
+                for stop in (0..len).step_by(1 + len / 40) {
+                    data[stop] = byte ^ 0x01;
+                    let want = model(&data[..len], byte);
+                    assert_eq!(want, stop);
+                    for platform in &platforms {
+                        assert_eq!(
+                            platform.run_len(&data[..len], byte),
+                            want,
+                            "{platform:?} len {len} stop {stop}"
+                        );
+                    }
+                    data[stop] = byte;
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn unaligned_starts_agree() {
+        let mut data = vec![0u8; 300];
+        data[250] = 1;
+        for platform in Platform::ALL.into_iter().filter(|p| p.is_supported()) {
+            for start in 0..70 {
+                assert_eq!(
+                    platform.run_len(&data[start..], 0),
+                    250 - start,
+                    "{platform:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn names_round_trip_and_portable_is_always_supported() {
+        for p in Platform::ALL {
+            assert_eq!(Platform::from_name(p.name()), Some(p));
+        }
+        assert!(Platform::Portable.is_supported());
+        assert!(Platform::active().is_supported());
+    }
+}
