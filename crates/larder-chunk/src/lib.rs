@@ -49,6 +49,12 @@ pub trait Chunker: Send + Sync {
         let mut lengths = Vec::with_capacity(data.len() / 4096 + 1);
         while !data.is_empty() {
             let len = self.next_chunk_len(data);
+            // A broken chunker would otherwise loop forever on an empty chunk.
+            assert!(
+                (1..=data.len()).contains(&len),
+                "chunker returned {len} for {} bytes, outside the contract",
+                data.len()
+            );
             lengths.push(len);
             data = &data[len..];
         }
