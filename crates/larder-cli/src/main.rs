@@ -42,7 +42,7 @@ struct Cli {
 enum Command {
     /// Create a repository
     Init {
-        /// fastcdc (= fastcdc2020), fastcdc2016 or fixed
+        /// fastcdc (= fastcdc2020), fastcdc2016, fixed; the papers' baselines rabin, adler, gear, ae
         #[arg(long, default_value = "fastcdc")]
         chunker: String,
         /// Minimum chunk size (bytes; KiB/MiB suffixes accepted)
