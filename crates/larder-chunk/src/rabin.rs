@@ -126,8 +126,8 @@ impl Chunker for RabinCdc {
             fp = append(fp, data[len]);
             len += 1;
         }
-        // Full window: `data[len - 48]` leaves as `data[len]` enters. The loop judges
-        // every `len` in `len..end`; `end` itself needs no judgement.
+        // Full window: `data[len - 48]` leaves as `data[len]` enters. Candidates from
+        // `len` up to `end` (excluded) are judged; `end` itself needs no judgement.
         let leaving = &data[len.saturating_sub(RABIN_WINDOW)..end.saturating_sub(RABIN_WINDOW)];
         for (i, (&old, &new)) in leaving.iter().zip(&data[len..end]).enumerate() {
             if fp & self.mask == RABIN_RESIDUE {
