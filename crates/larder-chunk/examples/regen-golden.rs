@@ -44,7 +44,7 @@ fn config(kind: ChunkerKind, (min, avg, max): (usize, usize, usize), level: u8) 
 /// FastCDC 2020 (see its module docs) is frozen as well; on "odd-tail" the two forms
 /// differ there.
 fn cases() -> Vec<(&'static str, ChunkerConfig)> {
-    use ChunkerKind::{Fastcdc2016, Fastcdc2020, Fixed};
+    use ChunkerKind::{Adler, Ae, Fastcdc2016, Fastcdc2020, Fixed, Gear, Rabin};
     const DEFAULT: (usize, usize, usize) = (2048, 8192, 65536);
     let mut cases = Vec::new();
     for kind in [Fastcdc2016, Fastcdc2020] {
@@ -66,6 +66,26 @@ fn cases() -> Vec<(&'static str, ChunkerConfig)> {
         cases.push(("random", config(Fixed, (size, size, size), 0)));
     }
     cases.push(("text", config(Fixed, (4096, 4096, 4096), 0)));
+    // Added with minimum sizes below 64 and the papers' baselines; appended, so that
+    // the cases above keep their place in the file.
+    for kind in [Fastcdc2016, Fastcdc2020] {
+        cases.push(("random", config(kind, (0, 8192, 65536), 0)));
+        cases.push(("random", config(kind, (0, 8192, 65536), 2)));
+        cases.push(("random", config(kind, (8192, 8192, 65536), 0)));
+        cases.push(("text", config(kind, (0, 256, 1024), 1)));
+        cases.push(("odd-tail", config(kind, (2, 256, 1024), 1)));
+    }
+    for kind in [Rabin, Adler, Gear, Ae] {
+        cases.push(("random", config(kind, DEFAULT, 0)));
+        cases.push(("random", config(kind, (0, 1024, 8192), 0)));
+        cases.push(("random", config(kind, (16384, 65536, 262144), 0)));
+        cases.push(("text", config(kind, DEFAULT, 0)));
+        cases.push(("text", config(kind, (64, 256, 1024), 0)));
+        cases.push(("odd-tail", config(kind, (0, 256, 1024), 0)));
+    }
+    // Averages that are not powers of two, which only these two accept.
+    cases.push(("random", config(Adler, (2000, 6000, 24000), 0)));
+    cases.push(("random", config(Ae, (2000, 6000, 24000), 0)));
     cases
 }
 

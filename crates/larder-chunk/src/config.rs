@@ -2,9 +2,11 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Chunker, FastCdc2016, FastCdc2020, FixedSize};
+use crate::{
+    AdlerCdc, AsymmetricExtremum, Chunker, FastCdc2016, FastCdc2020, FixedSize, GearCdc, RabinCdc,
+};
 
-/// The chunking algorithms larder offers.
+/// The chunking algorithms larder offers. `docs/design/chunking.md` specifies each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ChunkerKind {
@@ -14,11 +16,27 @@ pub enum ChunkerKind {
     Fastcdc2020,
     /// Fixed-size chunks of `avg_size` bytes.
     Fixed,
+    /// Rabin fingerprints over a 48-byte window, as in LBFS.
+    Rabin,
+    /// An Adler-style rolling checksum over a 48-byte window, as in P-Dedupe's Table 4.
+    Adler,
+    /// The plain Gear hash with a low-bit mask (Ddelta), FastCDC's baseline.
+    Gear,
+    /// Asymmetric Extremum: a cut a fixed distance after a local maximum.
+    Ae,
 }
 
 impl ChunkerKind {
     /// Every kind, for help texts and tests.
-    pub const ALL: [ChunkerKind; 3] = [Self::Fastcdc2016, Self::Fastcdc2020, Self::Fixed];
+    pub const ALL: [ChunkerKind; 7] = [
+        Self::Fastcdc2016,
+        Self::Fastcdc2020,
+        Self::Fixed,
+        Self::Rabin,
+        Self::Adler,
+        Self::Gear,
+        Self::Ae,
+    ];
 
     /// The name used on the command line and in the repository config.
     pub fn name(self) -> &'static str {
@@ -26,17 +44,31 @@ impl ChunkerKind {
             Self::Fastcdc2016 => "fastcdc2016",
             Self::Fastcdc2020 => "fastcdc2020",
             Self::Fixed => "fixed",
+            Self::Rabin => "rabin",
+            Self::Adler => "adler",
+            Self::Gear => "gear",
+            Self::Ae => "ae",
         }
     }
 
-    /// Parses a command-line name; `fastcdc` means the 2020 form.
+    /// Parses a command-line name, ignoring case; `fastcdc` means the 2020 form, and
+    /// the papers' other names are aliases.
     pub fn from_name(name: &str) -> Option<Self> {
-        match name {
+        match name.to_ascii_lowercase().as_str() {
             "fastcdc" | "fastcdc2020" => Some(Self::Fastcdc2020),
             "fastcdc2016" => Some(Self::Fastcdc2016),
             "fixed" | "fsc" => Some(Self::Fixed),
+            "rabin" | "lbfs" => Some(Self::Rabin),
+            "adler" | "adler32" => Some(Self::Adler),
+            "gear" | "ddelta" => Some(Self::Gear),
+            "ae" | "asymmetric-extremum" => Some(Self::Ae),
             _ => None,
         }
+    }
+
+    /// FastCDC in either form: the kinds that read the normalization level.
+    fn is_fastcdc(self) -> bool {
+        matches!(self, Self::Fastcdc2016 | Self::Fastcdc2020)
     }
 }
 
@@ -47,7 +79,7 @@ pub struct ChunkerConfig {
     pub min_size: usize,
     pub avg_size: usize,
     pub max_size: usize,
-    /// Normalization level, 0 to 3 (FastCDC only).
+    /// Normalization level, 0 to 3: FastCDC only; the other kinds ignore it.
     pub level: u8,
 }
 
@@ -86,11 +118,18 @@ pub enum ConfigError {
     },
     #[error("normalization level {0} is not in 0..=3")]
     Level(u8),
+    #[error(
+        "{kind} needs a power-of-two average size (got {avg}): it judges the lowest \
+         log2(avg) bits of its hash"
+    )]
+    AvgNotPowerOfTwo { kind: &'static str, avg: usize },
 }
 
-/// Bounds shared with the `fastcdc` crate, so that every accepted configuration can be
-/// differentially tested against it.
-const MIN_RANGE: (usize, usize) = (64, 1 << 20);
+/// The average and maximum bounds are the `fastcdc` crate's (FastCDC's mask table
+/// covers averages of 256 B to 4 MiB), so that FastCDC can be differentially tested
+/// against it. The minimum goes down to 0, below that crate's 64, for the FastCDC
+/// paper's study of minimum sizes from 0 to 8 KiB (Fig. 11).
+const MIN_RANGE: (usize, usize) = (0, 1 << 20);
 const AVG_RANGE: (usize, usize) = (256, 4 << 20);
 const MAX_RANGE: (usize, usize) = (1024, 16 << 20);
 
@@ -124,7 +163,7 @@ impl ChunkerConfig {
         if !(min <= avg && avg <= max) {
             return Err(ConfigError::Unordered { min, avg, max });
         }
-        if self.level > 3 {
+        if self.kind.is_fastcdc() && self.level > 3 {
             return Err(ConfigError::Level(self.level));
         }
         if self.kind == ChunkerKind::Fastcdc2020 && (min % 2 != 0 || avg % 2 != 0 || max % 2 != 0) {
@@ -135,26 +174,27 @@ impl ChunkerConfig {
                 max,
             });
         }
+        if matches!(self.kind, ChunkerKind::Rabin | ChunkerKind::Gear) && !avg.is_power_of_two() {
+            return Err(ConfigError::AvgNotPowerOfTwo {
+                kind: self.kind.name(),
+                avg,
+            });
+        }
         Ok(())
     }
 
     /// The configured chunker. Panics on an invalid config: validate first.
     pub fn build(&self) -> Box<dyn Chunker> {
         assert!(self.validate().is_ok(), "invalid chunker config {self:?}");
+        let (min, avg, max) = (self.min_size, self.avg_size, self.max_size);
         match self.kind {
-            ChunkerKind::Fastcdc2016 => Box::new(FastCdc2016::new(
-                self.min_size,
-                self.avg_size,
-                self.max_size,
-                self.level,
-            )),
-            ChunkerKind::Fastcdc2020 => Box::new(FastCdc2020::new(
-                self.min_size,
-                self.avg_size,
-                self.max_size,
-                self.level,
-            )),
-            ChunkerKind::Fixed => Box::new(FixedSize::new(self.avg_size)),
+            ChunkerKind::Fastcdc2016 => Box::new(FastCdc2016::new(min, avg, max, self.level)),
+            ChunkerKind::Fastcdc2020 => Box::new(FastCdc2020::new(min, avg, max, self.level)),
+            ChunkerKind::Fixed => Box::new(FixedSize::new(avg)),
+            ChunkerKind::Rabin => Box::new(RabinCdc::new(min, avg, max)),
+            ChunkerKind::Adler => Box::new(AdlerCdc::new(min, avg, max)),
+            ChunkerKind::Gear => Box::new(GearCdc::new(min, avg, max)),
+            ChunkerKind::Ae => Box::new(AsymmetricExtremum::new(min, avg, max)),
         }
     }
 
@@ -171,6 +211,21 @@ impl ChunkerConfig {
 mod tests {
     use super::*;
 
+    fn sized(
+        kind: ChunkerKind,
+        min_size: usize,
+        avg_size: usize,
+        max_size: usize,
+    ) -> ChunkerConfig {
+        ChunkerConfig {
+            kind,
+            min_size,
+            avg_size,
+            max_size,
+            level: 2,
+        }
+    }
+
     #[test]
     fn default_is_the_papers_setting_and_valid() {
         let c = ChunkerConfig::default();
@@ -186,7 +241,7 @@ mod tests {
         let base = ChunkerConfig::default();
         let bad = [
             ChunkerConfig {
-                min_size: 16,
+                min_size: 2 << 20,
                 ..base
             },
             ChunkerConfig {
@@ -216,9 +271,138 @@ mod tests {
     }
 
     #[test]
+    fn every_content_defined_kind_accepts_min_zero_and_small_mins() {
+        for kind in ChunkerKind::ALL {
+            for min in [0, 1, 2, 47, 48, 62, 64] {
+                let config = sized(kind, min, 8192, 65536);
+                if kind == ChunkerKind::Fastcdc2020 && min % 2 == 1 {
+                    assert!(config.validate().is_err(), "{config:?}");
+                } else {
+                    config.validate().unwrap();
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn sizes_are_checked_for_every_content_defined_kind() {
+        use ConfigError::{OutOfRange, Unordered};
+        for kind in ChunkerKind::ALL
+            .into_iter()
+            .filter(|&k| k != ChunkerKind::Fixed)
+        {
+            let cases = [
+                (sized(kind, 4096, 2048, 65536), "unordered"),
+                (sized(kind, 0, 8192, 4096), "unordered"),
+                (sized(kind, 2 << 20, 4 << 20, 8 << 20), "min range"),
+                (sized(kind, 0, 128, 1024), "avg range"),
+                (sized(kind, 0, 8 << 20, 16 << 20), "avg range"),
+                (sized(kind, 0, 256, 512), "max range"),
+                (sized(kind, 0, 8192, 32 << 20), "max range"),
+            ];
+            for (config, what) in cases {
+                let err = config.validate().unwrap_err();
+                assert!(
+                    matches!(err, OutOfRange { .. } | Unordered { .. }),
+                    "{kind:?} {what}: {err}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn rabin_and_gear_need_a_power_of_two_average() {
+        for kind in [ChunkerKind::Rabin, ChunkerKind::Gear] {
+            let err = sized(kind, 2048, 10_000, 65536).validate().unwrap_err();
+            assert_eq!(
+                err,
+                ConfigError::AvgNotPowerOfTwo {
+                    kind: kind.name(),
+                    avg: 10_000
+                }
+            );
+            assert!(err.to_string().contains("power-of-two"), "{err}");
+            sized(kind, 2048, 16384, 65536).validate().unwrap();
+        }
+        for kind in [
+            ChunkerKind::Adler,
+            ChunkerKind::Ae,
+            ChunkerKind::Fastcdc2016,
+        ] {
+            sized(kind, 2048, 10_000, 65536).validate().unwrap();
+        }
+    }
+
+    #[test]
+    fn only_fastcdc_reads_the_level() {
+        for kind in ChunkerKind::ALL {
+            let config = ChunkerConfig {
+                level: 9,
+                ..sized(kind, 2048, 8192, 65536)
+            };
+            let result = config.validate();
+            if kind.is_fastcdc() {
+                assert_eq!(result, Err(ConfigError::Level(9)));
+            } else {
+                assert_eq!(result, Ok(()), "{kind:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn fastcdc2020_needs_even_sizes_even_at_min_one() {
+        let err = sized(ChunkerKind::Fastcdc2020, 1, 8192, 65536)
+            .validate()
+            .unwrap_err();
+        assert!(matches!(err, ConfigError::OddSize { .. }), "{err}");
+        sized(ChunkerKind::Fastcdc2016, 1, 8192, 65536)
+            .validate()
+            .unwrap();
+    }
+
+    #[test]
     fn names_round_trip() {
         for kind in ChunkerKind::ALL {
             assert_eq!(ChunkerKind::from_name(kind.name()), Some(kind));
+            let serialized = serde_json::to_string(&kind).unwrap();
+            assert_eq!(serialized, format!("\"{}\"", kind.name()));
+            assert_eq!(
+                serde_json::from_str::<ChunkerKind>(&serialized).unwrap(),
+                kind
+            );
+        }
+    }
+
+    #[test]
+    fn aliases_and_case() {
+        let expected = [
+            ("fastcdc", ChunkerKind::Fastcdc2020),
+            ("FastCDC", ChunkerKind::Fastcdc2020),
+            ("fsc", ChunkerKind::Fixed),
+            ("lbfs", ChunkerKind::Rabin),
+            ("Rabin", ChunkerKind::Rabin),
+            ("adler32", ChunkerKind::Adler),
+            ("ddelta", ChunkerKind::Gear),
+            ("GEAR", ChunkerKind::Gear),
+            ("asymmetric-extremum", ChunkerKind::Ae),
+        ];
+        for (name, kind) in expected {
+            assert_eq!(ChunkerKind::from_name(name), Some(kind), "{name}");
+        }
+        for name in ["", "fastcdc2017", "rabin64", "ae ", "gear-cdc"] {
+            assert_eq!(ChunkerKind::from_name(name), None, "{name:?}");
+        }
+    }
+
+    #[test]
+    fn max_chunk_size_is_what_the_chunker_reports() {
+        for kind in ChunkerKind::ALL {
+            let config = sized(kind, 0, 8192, 65536);
+            assert_eq!(
+                config.build().max_size(),
+                config.max_chunk_size(),
+                "{kind:?}"
+            );
         }
     }
 }

@@ -2,9 +2,13 @@
 //!
 //! Gear rolling hash, zero-padded masks, sub-minimum cut-point skipping and normalized
 //! chunking. One byte per step. This is the executable spec that [`crate::FastCdc2020`]
-//! is checked against; cut points equal those of the `fastcdc` crate's `v2016` module.
+//! is checked against; cut points equal those of the `fastcdc` crate's `v2016` module
+//! wherever that crate accepts the sizes (`min_size >= 64`). Smaller minimums, down to
+//! 0 for the paper's Fig. 11 study, follow the same algorithm: hashing starts at byte
+//! `min_size`, and judging byte `i` ends the chunk before it, so with `min_size` 0 byte
+//! 0 is hashed but never judged (a chunk is never empty).
 
-use crate::gear::GEAR;
+use crate::gear_table::GEAR;
 use crate::masks::select_masks;
 use crate::Chunker;
 
@@ -45,8 +49,14 @@ impl Chunker for FastCdc2016 {
             center = end;
         }
         // The hash starts at zero at `min_size`: bytes before it are skipped, not hashed.
+        // Judging byte `i` yields a chunk of `i` bytes, so with `min_size` 0 byte 0 is
+        // hashed but not judged: a chunk is never empty.
         let mut hash = 0u64;
         let mut i = self.min_size;
+        if i == 0 {
+            hash = GEAR[usize::from(data[0])];
+            i = 1;
+        }
         while i < center {
             hash = (hash << 1).wrapping_add(GEAR[usize::from(data[i])]);
             if hash & self.mask_s == 0 {

@@ -16,7 +16,7 @@
 //! interleaved chains, AVX2 and AVX-512 gathers, vector tests), all slower on Zen 4.
 //! `tests/differential.rs` and `tests/golden.rs` pin the cut points.
 
-use crate::gear::{GEAR, GEAR_LS};
+use crate::gear_table::{GEAR, GEAR_LS};
 use crate::masks::select_masks;
 use crate::Chunker;
 
@@ -136,8 +136,20 @@ impl Chunker for FastCdc2020 {
         let (strict, relaxed) = judged.split_at(center & !1);
         // The hash starts at zero at `min_size`: bytes before it are skipped, not hashed.
         let mut hash = 0u64;
-        if let Some(cut) = scan(&strict[self.min_size..], &mut hash, self.mask_s) {
-            return self.min_size + cut;
+        let mut first = self.min_size;
+        if first == 0 && !strict.is_empty() {
+            // Judging byte `i` yields a chunk of `i` bytes, so byte 0 is hashed but not
+            // judged, as in FastCdc2016. `strict` is empty or at least a pair long:
+            // `center & !1` is 0 or at least 2.
+            hash = GEAR[usize::from(strict[0])];
+            hash = (hash << 1).wrapping_add(GEAR[usize::from(strict[1])]);
+            if hash & self.mask_s == 0 {
+                return 1;
+            }
+            first = 2;
+        }
+        if let Some(cut) = scan(&strict[first..], &mut hash, self.mask_s) {
+            return first + cut;
         }
         if let Some(cut) = scan(relaxed, &mut hash, self.mask_l) {
             return strict.len() + cut;

@@ -3,21 +3,33 @@
 //! Every algorithm implements [`Chunker`], a one-method interface: given the bytes
 //! that start at the current chunk boundary, say how long the chunk is. The crate is
 //! pure logic; callers own buffering and I/O (see `larder-engine`).
+//!
+//! One module per algorithm, each a sequential executable spec: FastCDC 2016 and 2020,
+//! fixed-size, and the baselines of the FastCDC and P-Dedupe papers (Rabin, Adler,
+//! plain Gear, Asymmetric Extremum). `docs/design/chunking.md` specifies them all.
 
+mod adler;
+mod ae;
 mod config;
 mod fastcdc2016;
 mod fastcdc2020;
 mod fixed;
-mod gear;
+mod gear_cdc;
+mod gear_table;
 pub mod kernels;
 mod masks;
+mod rabin;
 
+pub use adler::{AdlerCdc, ADLER_MODULUS, ADLER_RESIDUE, ADLER_TABLE, ADLER_WINDOW};
+pub use ae::{ae_window, AsymmetricExtremum, AE_VALUE_BYTES};
 pub use config::{ChunkerConfig, ChunkerKind, ConfigError};
 pub use fastcdc2016::FastCdc2016;
 pub use fastcdc2020::FastCdc2020;
 pub use fixed::FixedSize;
-pub use gear::GEAR;
+pub use gear_cdc::GearCdc;
+pub use gear_table::GEAR;
 pub use masks::{select_masks, MASKS};
+pub use rabin::{RabinCdc, RABIN_POLYNOMIAL, RABIN_RESIDUE, RABIN_WINDOW};
 
 /// Finds chunk boundaries in a byte stream.
 ///
@@ -38,6 +50,12 @@ pub trait Chunker: Send + Sync {
         let mut lengths = Vec::with_capacity(data.len() / 4096 + 1);
         while !data.is_empty() {
             let len = self.next_chunk_len(data);
+            // A broken chunker would otherwise loop forever on an empty chunk.
+            assert!(
+                (1..=data.len()).contains(&len),
+                "chunker returned {len} for {} bytes, outside the contract",
+                data.len()
+            );
             lengths.push(len);
             data = &data[len..];
         }

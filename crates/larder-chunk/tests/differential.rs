@@ -1,7 +1,8 @@
 //! Differential tests: larder's FastCDC against the `fastcdc` crate 5.0.0, whose
 //! `v2016` and `v2020` cut points larder's [`FastCdc2016`] and [`FastCdc2020`] are
-//! defined to equal; `FastCdc2020` against `FastCdc2016`; and the [`Chunker`]
-//! contract for every [`ChunkerKind`].
+//! defined to equal (for the sizes that crate accepts: `min >= 64`); `FastCdc2020`
+//! against `FastCdc2016`; and the [`Chunker`] contract for every [`ChunkerKind`].
+//! `tests/reference_models.rs` checks each algorithm against an independent model.
 
 #[path = "support/inputs.rs"]
 mod inputs;
@@ -335,6 +336,8 @@ fn chunker_contract_holds_at_boundary_lengths() {
     for kind in ChunkerKind::ALL {
         for s in [
             sizes(64, 256, 1024),
+            sizes(0, 256, 1024),
+            sizes(2, 512, 2048),
             sizes(2048, 8192, 65536),
             sizes(1024, 1024, 1024),
         ] {
@@ -379,6 +382,54 @@ fn cut_ignores_bytes_past_max_size() {
                         "{config:?} with {len} bytes"
                     );
                 }
+            }
+        }
+    }
+}
+
+/// What a streaming caller (`larder-engine`) does: refill a buffer from pieces of the
+/// stream until it holds at least `max_size` bytes or the stream has ended, cut one
+/// chunk, drop it, repeat.
+fn streamed_lengths(chunker: &dyn Chunker, data: &[u8], piece_seed: u64) -> Vec<usize> {
+    let mut rng = XorShift64Star::new(piece_seed);
+    let max = chunker.max_size();
+    let (mut buffer, mut fed, mut lengths) = (Vec::new(), 0, Vec::new());
+    loop {
+        while buffer.len() < max && fed < data.len() {
+            let piece = (1 + rng.below(3 * max)).min(data.len() - fed);
+            buffer.extend_from_slice(&data[fed..fed + piece]);
+            fed += piece;
+        }
+        if buffer.is_empty() {
+            return lengths;
+        }
+        let len = chunker.next_chunk_len(&buffer);
+        lengths.push(len);
+        buffer.drain(..len);
+    }
+}
+
+/// Streaming in pieces, with at least `max_size` bytes buffered before each cut (or
+/// the end of the stream), gives the cuts of the whole stream in memory.
+#[test]
+fn streaming_gives_the_same_cuts_as_the_whole_stream() {
+    let random = random_bytes(5, 300_001);
+    let low_entropy = low_entropy_inputs(100_001);
+    for kind in ChunkerKind::ALL {
+        for s in [
+            sizes(0, 256, 1024),
+            sizes(64, 512, 4096),
+            sizes(2048, 8192, 65536),
+        ] {
+            let config = config(kind, s, 2);
+            let chunker = config.build();
+            let inputs = [("random", &random)]
+                .into_iter()
+                .chain(low_entropy.iter().map(|(name, data)| (*name, data)));
+            for (seed, (name, data)) in inputs.enumerate() {
+                let whole = chunker.chunk_lengths(data);
+                let streamed = streamed_lengths(chunker.as_ref(), data, seed as u64);
+                assert_eq!(streamed, whole, "{config:?} on {name}");
             }
         }
     }

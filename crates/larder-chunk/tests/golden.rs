@@ -84,9 +84,10 @@ fn golden_cut_points_are_unchanged() {
 fn golden_vectors_cover_every_kind_and_level() {
     let golden = load();
     for kind in ChunkerKind::ALL {
+        // Only FastCDC reads the level; the other kinds are recorded at level 0.
         let levels: Vec<u8> = match kind {
-            ChunkerKind::Fixed => vec![0],
             ChunkerKind::Fastcdc2016 | ChunkerKind::Fastcdc2020 => (0..=3).collect(),
+            _ => vec![0],
         };
         for level in levels {
             assert!(
@@ -98,5 +99,25 @@ fn golden_vectors_cover_every_kind_and_level() {
                  examples/regen-golden.rs and regenerate"
             );
         }
+    }
+}
+
+/// Minimum size 0 (the FastCDC paper's Fig. 11 baseline) hashes from byte 0; its cut
+/// points are frozen like any other, for every content-defined kind.
+#[test]
+fn golden_vectors_cover_min_zero() {
+    let golden = load();
+    for kind in ChunkerKind::ALL {
+        if kind == ChunkerKind::Fixed {
+            continue;
+        }
+        assert!(
+            golden
+                .cases
+                .iter()
+                .any(|case| case.config.kind == kind && case.config.min_size == 0),
+            "no golden case for {kind:?} with min_size 0; add one to \
+             examples/regen-golden.rs and regenerate"
+        );
     }
 }

@@ -42,7 +42,7 @@ struct Cli {
 enum Command {
     /// Create a repository
     Init {
-        /// fastcdc (= fastcdc2020), fastcdc2016 or fixed
+        /// fastcdc (= fastcdc2020), fastcdc2016, fixed; the papers' baselines rabin, adler, gear, ae
         #[arg(long, default_value = "fastcdc")]
         chunker: String,
         /// Minimum chunk size (bytes; KiB/MiB suffixes accepted)
@@ -189,8 +189,10 @@ fn run(cli: Cli, out: &Output) -> Result<ExitCode> {
             hash,
         } => {
             let Some(kind) = ChunkerKind::from_name(&chunker) else {
+                let names: Vec<&str> = ChunkerKind::ALL.iter().map(|k| k.name()).collect();
                 return Ok(out.usage(&format!(
-                    "unknown chunker {chunker:?}: use fastcdc, fastcdc2016 or fixed"
+                    "unknown chunker {chunker:?}: use fastcdc or one of {}",
+                    names.join(", ")
                 )));
             };
             let Some(hash) = HashAlgo::from_name(&hash) else {
