@@ -1,0 +1,643 @@
+//! SVG plots of a [`ChunkBenchReport`], drawn with plotters' SVG backend. Text is laid
+//! out by plotters itself (no font files), so plots render on a machine without fonts;
+//! the viewer picks a sans-serif font. Every plot has a title, axis labels with units,
+//! and a legend in a panel to the right of the plotting area, where it hides no data.
+
+use std::fmt::Display;
+use std::fs;
+use std::path::Path;
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use serde::Serialize;
+
+use crate::chunk::{ChunkBenchReport, Measurement, Series};
+use crate::BenchError;
+
+const WIDTH: u32 = 1000;
+const HEIGHT: u32 = 600;
+/// Width of the legend panel on the right.
+const LEGEND_WIDTH: u32 = 230;
+const FONT: &str = "sans-serif";
+
+/// Tableau 10: distinct colours, readable on white and by most colour-blind readers.
+const PALETTE: [RGBColor; 10] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(23, 190, 207),
+];
+
+fn colour(i: usize) -> RGBColor {
+    PALETTE[i % PALETTE.len()]
+}
+
+/// A plot written to the output directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PlotFile {
+    /// File name inside the output directory.
+    pub file: String,
+    pub title: String,
+    /// What the plot shows, one sentence, for report.md.
+    pub caption: String,
+}
+
+fn failed<E: Display>(plot: &str) -> impl Fn(E) -> BenchError + '_ {
+    move |e| BenchError::Plot {
+        plot: plot.to_string(),
+        reason: e.to_string(),
+    }
+}
+
+/// One line: `(x, y)` points and, optionally, a vertical bar `(x, low, high)` at each.
+struct Line {
+    label: String,
+    points: Vec<(f64, f64)>,
+    bars: Vec<(f64, f64, f64)>,
+}
+
+/// How x values are shown.
+#[derive(Clone, Copy)]
+enum XScale {
+    /// x is log2 of a size in bytes; ticks at whole powers of two.
+    Log2Bytes,
+    /// x is a size in KiB, linear.
+    KiB,
+}
+
+struct LineChart<'a> {
+    name: &'a str,
+    title: String,
+    x_desc: &'a str,
+    y_desc: &'a str,
+    x_scale: XScale,
+    y_from_zero: bool,
+    lines: Vec<Line>,
+}
+
+/// A size in bytes as people write it: `512 B`, `8 KiB`, `1.5 MiB`.
+pub fn format_size(bytes: f64) -> String {
+    const UNITS: [(&str, f64); 3] = [
+        ("GiB", 1024.0 * 1024.0 * 1024.0),
+        ("MiB", 1024.0 * 1024.0),
+        ("KiB", 1024.0),
+    ];
+    for (unit, scale) in UNITS {
+        if bytes >= scale {
+            let v = bytes / scale;
+            return if (v - v.round()).abs() < 0.05 {
+                format!("{v:.0} {unit}")
+            } else {
+                format!("{v:.1} {unit}")
+            };
+        }
+    }
+    format!("{bytes:.0} B")
+}
+
+/// Formats axis ticks over a range `span` wide with about three significant digits.
+fn tick_format(span: f64) -> impl Fn(&f64) -> String {
+    let decimals = if span > 0.0 {
+        (2.0 - span.log10().floor()).clamp(0.0, 4.0) as usize
+    } else {
+        0
+    };
+    move |v: &f64| format!("{v:.decimals$}")
+}
+
+/// `low..high` padded by 8% of the span on each side (and by 1 where the span is 0);
+/// from zero when `from_zero` and every value is positive.
+fn padded(low: f64, high: f64, from_zero: bool) -> (f64, f64) {
+    let low = if from_zero { low.min(0.0) } else { low };
+    let span = if high > low { high - low } else { 1.0 };
+    let pad = span * 0.08;
+    let bottom = if from_zero && low >= 0.0 {
+        0.0
+    } else {
+        low - pad
+    };
+    (bottom, high + pad)
+}
+
+fn draw_legend(
+    area: &DrawingArea<SVGBackend<'_>, Shift>,
+    entries: &[(String, RGBColor, bool)],
+    name: &str,
+) -> Result<(), BenchError> {
+    let fail = failed(name);
+    area.draw(&Text::new(
+        "legend",
+        (12, 60),
+        (FONT, 16).into_font().style(FontStyle::Bold),
+    ))
+    .map_err(&fail)?;
+    for (i, (label, colour, filled_box)) in entries.iter().enumerate() {
+        let y = 90 + 26 * i as i32;
+        if *filled_box {
+            area.draw(&Rectangle::new([(12, y - 7), (36, y + 7)], colour.filled()))
+                .map_err(&fail)?;
+        } else {
+            area.draw(&PathElement::new(
+                vec![(12, y), (36, y)],
+                colour.stroke_width(3),
+            ))
+            .map_err(&fail)?;
+            area.draw(&Circle::new((24, y), 4, colour.filled()))
+                .map_err(&fail)?;
+        }
+        area.draw(&Text::new(label.as_str(), (44, y - 8), (FONT, 15)))
+            .map_err(&fail)?;
+    }
+    Ok(())
+}
+
+fn line_chart(spec: &LineChart<'_>) -> Result<String, BenchError> {
+    let fail = failed(spec.name);
+    let all_x = spec.lines.iter().flat_map(|l| l.points.iter().map(|p| p.0));
+    let all_y = spec.lines.iter().flat_map(|l| {
+        l.points
+            .iter()
+            .map(|p| p.1)
+            .chain(l.bars.iter().flat_map(|b| [b.1, b.2]))
+    });
+    let (x_low, x_high) = all_x.fold((f64::MAX, f64::MIN), |(lo, hi), x| (lo.min(x), hi.max(x)));
+    let (y_low, y_high) = all_y.fold((f64::MAX, f64::MIN), |(lo, hi), y| (lo.min(y), hi.max(y)));
+    let (x_low, x_high) = if x_low > x_high {
+        (0.0, 1.0)
+    } else {
+        let pad = ((x_high - x_low) * 0.05).max(0.25);
+        (x_low - pad, x_high + pad)
+    };
+    let (y_low, y_high) = if y_low > y_high {
+        (0.0, 1.0)
+    } else {
+        padded(y_low, y_high, spec.y_from_zero)
+    };
+
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
+        root.fill(&WHITE).map_err(&fail)?;
+        let (plot_area, legend_area) = root.split_horizontally(WIDTH - LEGEND_WIDTH);
+        let mut chart = ChartBuilder::on(&plot_area)
+            .caption(&spec.title, (FONT, 20))
+            .margin(14)
+            .x_label_area_size(52)
+            .y_label_area_size(78)
+            .build_cartesian_2d(x_low..x_high, y_low..y_high)
+            .map_err(&fail)?;
+        let x_scale = spec.x_scale;
+        let kib_format = tick_format(x_high - x_low);
+        let x_format = move |x: &f64| match x_scale {
+            XScale::Log2Bytes if (x - x.round()).abs() < 1e-6 => format_size(x.round().exp2()),
+            XScale::Log2Bytes => String::new(),
+            XScale::KiB => kib_format(x),
+        };
+        let y_format = tick_format(y_high - y_low);
+        chart
+            .configure_mesh()
+            .x_desc(spec.x_desc)
+            .y_desc(spec.y_desc)
+            .axis_desc_style((FONT, 16))
+            .label_style((FONT, 14))
+            .x_label_formatter(&x_format)
+            .y_label_formatter(&y_format)
+            .light_line_style(RGBColor(235, 235, 235))
+            .draw()
+            .map_err(&fail)?;
+        for (i, line) in spec.lines.iter().enumerate() {
+            let c = colour(i);
+            chart
+                .draw_series(LineSeries::new(line.points.clone(), c.stroke_width(2)))
+                .map_err(&fail)?;
+            chart
+                .draw_series(line.points.iter().map(|&p| Circle::new(p, 4, c.filled())))
+                .map_err(&fail)?;
+            chart
+                .draw_series(line.bars.iter().map(|&(x, lo, hi)| {
+                    PathElement::new(vec![(x, lo), (x, hi)], c.stroke_width(1))
+                }))
+                .map_err(&fail)?;
+        }
+        let entries: Vec<_> = spec
+            .lines
+            .iter()
+            .enumerate()
+            .map(|(i, l)| (l.label.clone(), colour(i), false))
+            .collect();
+        draw_legend(&legend_area, &entries, spec.name)?;
+        root.present().map_err(&fail)?;
+    }
+    Ok(svg)
+}
+
+/// What a sweep plot puts on the y axis.
+#[derive(Clone, Copy)]
+enum Metric {
+    Speed,
+    DedupRatio,
+    MeanSize,
+}
+
+fn metric_lines(series: &[Series], x: impl Fn(&Measurement) -> f64, metric: Metric) -> Vec<Line> {
+    series
+        .iter()
+        .filter(|s| !s.points.is_empty())
+        .map(|s| Line {
+            label: s.label.clone(),
+            points: s
+                .points
+                .iter()
+                .map(|m| {
+                    let y = match metric {
+                        Metric::Speed => m.speed.median_mb_per_sec,
+                        Metric::DedupRatio => m.dedup.ratio,
+                        Metric::MeanSize => m.sizes.mean / 1024.0,
+                    };
+                    (x(m), y)
+                })
+                .collect(),
+            bars: match metric {
+                Metric::Speed => s
+                    .points
+                    .iter()
+                    .map(|m| (x(m), m.speed.min_mb_per_sec, m.speed.max_mb_per_sec))
+                    .collect(),
+                _ => Vec::new(),
+            },
+        })
+        .collect()
+}
+
+const SPEED_DESC: &str = "chunking speed (MB/s; median, bars min to max)";
+const DEDUP_DESC: &str = "dedup ratio (input bytes / distinct bytes)";
+const MEAN_DESC: &str = "average chunk size (KiB)";
+
+fn sweep_plots(report: &ChunkBenchReport) -> Vec<(PlotFile, LineChart<'static>)> {
+    let avg_x = |m: &Measurement| (m.config.avg_size as f64).log2();
+    let min_x = |m: &Measurement| m.config.min_size as f64 / 1024.0;
+    let min_avg = format_size(report.plan.min_sweep_avg as f64);
+    let size_x_desc = "expected chunk size (KiB, log scale; min = 1/4, max = 8x)";
+    let min_x_desc = "minimum chunk size (KiB)";
+    let size = |file: &'static str, title: &str, caption: &str, metric, y_desc| {
+        (
+            PlotFile {
+                file: file.into(),
+                title: title.into(),
+                caption: caption.into(),
+            },
+            LineChart {
+                name: file,
+                title: title.into(),
+                x_desc: size_x_desc,
+                y_desc,
+                x_scale: XScale::Log2Bytes,
+                y_from_zero: !matches!(metric, Metric::DedupRatio),
+                lines: metric_lines(&report.size_sweep, avg_x, metric),
+            },
+        )
+    };
+    let min = |file: &'static str, title: String, caption: &str, metric, y_desc| {
+        (
+            PlotFile {
+                file: file.into(),
+                title: title.clone(),
+                caption: caption.into(),
+            },
+            LineChart {
+                name: file,
+                title,
+                x_desc: min_x_desc,
+                y_desc,
+                x_scale: XScale::KiB,
+                y_from_zero: !matches!(metric, Metric::DedupRatio),
+                lines: metric_lines(&report.min_sweep, min_x, metric),
+            },
+        )
+    };
+    vec![
+        size(
+            "speed-vs-expected-size.svg",
+            "Chunking speed vs expected chunk size (FastCDC paper Fig. 10)",
+            "Chunking speed of each algorithm (median of the runs, bars from the slowest to the fastest run) as the expected chunk size grows.",
+            Metric::Speed,
+            SPEED_DESC,
+        ),
+        size(
+            "dedup-vs-expected-size.svg",
+            "Dedup ratio vs expected chunk size (FastCDC paper Table 3)",
+            "Input bytes over bytes of distinct chunks across all inputs, per algorithm and expected chunk size.",
+            Metric::DedupRatio,
+            DEDUP_DESC,
+        ),
+        size(
+            "mean-size-vs-expected-size.svg",
+            "Average chunk size vs expected chunk size (FastCDC paper Table 3)",
+            "The average size of the chunks each algorithm actually cut, against the expected size it was configured with.",
+            Metric::MeanSize,
+            MEAN_DESC,
+        ),
+        min(
+            "speed-vs-min-size.svg",
+            format!("Chunking speed vs minimum chunk size at {min_avg} expected (Fig. 11a/b)"),
+            "Cut-point skipping: chunking speed as the minimum chunk size grows (the bytes below it are never hashed).",
+            Metric::Speed,
+            SPEED_DESC,
+        ),
+        min(
+            "dedup-vs-min-size.svg",
+            format!("Dedup ratio vs minimum chunk size at {min_avg} expected (Fig. 11c)"),
+            "What cut-point skipping costs in duplicates found, with and without normalized chunking.",
+            Metric::DedupRatio,
+            DEDUP_DESC,
+        ),
+        min(
+            "mean-size-vs-min-size.svg",
+            format!("Average chunk size vs minimum chunk size at {min_avg} expected (Fig. 11d)"),
+            "Without normalization the average chunk size is about the expected size plus the minimum; normalization keeps it near the expected size.",
+            Metric::MeanSize,
+            MEAN_DESC,
+        ),
+    ]
+}
+
+fn percent(count: u64, total: u64) -> f64 {
+    if total == 0 {
+        0.0
+    } else {
+        100.0 * count as f64 / total as f64
+    }
+}
+
+/// The size distributions of every kind at the distribution size, one line each.
+fn distribution_overlay(report: &ChunkBenchReport) -> (PlotFile, LineChart<'static>) {
+    let avg = format_size(report.plan.distribution_avg as f64);
+    let title = format!("Chunk-size distribution at {avg} expected (FastCDC paper Fig. 9)");
+    let lines = report
+        .distributions()
+        .into_iter()
+        .map(|m| {
+            let h = &m.distribution;
+            let total = h.total();
+            Line {
+                label: m.algo.to_string(),
+                points: h
+                    .counts
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &c)| {
+                        let centre = (i as f64 + 0.5) * h.bin_bytes as f64 / 1024.0;
+                        (centre, percent(c, total))
+                    })
+                    .collect(),
+                bars: Vec::new(),
+            }
+        })
+        .collect();
+    (
+        PlotFile {
+            file: "size-distribution.svg".into(),
+            title: title.clone(),
+            caption: format!(
+                "Share of chunks in each size bin (1/8 of {avg} wide) for every algorithm; the last bin holds the chunks cut at the maximum size."
+            ),
+        },
+        LineChart {
+            name: "size-distribution.svg",
+            title,
+            x_desc: "chunk size (KiB, bin centre)",
+            y_desc: "chunks in the bin (% of all chunks)",
+            x_scale: XScale::KiB,
+            y_from_zero: true,
+            lines,
+        },
+    )
+}
+
+/// A histogram of one measurement's chunk sizes, with its minimum, expected and mean
+/// sizes marked.
+pub fn histogram_svg(m: &Measurement, title: &str, name: &str) -> Result<String, BenchError> {
+    let fail = failed(name);
+    let h = &m.distribution;
+    let total = h.total();
+    let bin_kib = h.bin_bytes as f64 / 1024.0;
+    let bars: Vec<(f64, f64)> = h
+        .counts
+        .iter()
+        .enumerate()
+        .map(|(i, &c)| (i as f64 * bin_kib, percent(c, total)))
+        .collect();
+    let x_high = h.counts.len() as f64 * bin_kib;
+    let y_high = bars.iter().map(|b| b.1).fold(0.0, f64::max);
+    let (_, y_high) = padded(0.0, y_high, true);
+    let min_kib = m.config.min_size as f64 / 1024.0;
+    let avg_kib = m.config.avg_size as f64 / 1024.0;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
+        root.fill(&WHITE).map_err(&fail)?;
+        let (plot_area, legend_area) = root.split_horizontally(WIDTH - LEGEND_WIDTH);
+        let mut chart = ChartBuilder::on(&plot_area)
+            .caption(title, (FONT, 20))
+            .margin(14)
+            .x_label_area_size(52)
+            .y_label_area_size(78)
+            .build_cartesian_2d(0.0..x_high, 0.0..y_high)
+            .map_err(&fail)?;
+        let x_format = tick_format(x_high);
+        let y_format = tick_format(y_high);
+        chart
+            .configure_mesh()
+            .x_desc("chunk size (KiB)")
+            .y_desc("chunks in the bin (% of all chunks)")
+            .axis_desc_style((FONT, 16))
+            .label_style((FONT, 14))
+            .x_label_formatter(&x_format)
+            .y_label_formatter(&y_format)
+            .light_line_style(RGBColor(235, 235, 235))
+            .draw()
+            .map_err(&fail)?;
+        let bar_colour = colour(0);
+        chart
+            .draw_series(bars.iter().map(|&(x, y)| {
+                Rectangle::new([(x, 0.0), (x + bin_kib, y)], bar_colour.mix(0.8).filled())
+            }))
+            .map_err(&fail)?;
+        let mean_kib = m.sizes.mean / 1024.0;
+        let marks = [
+            (min_kib, colour(3)),
+            (avg_kib, colour(2)),
+            (mean_kib, colour(1)),
+        ];
+        for (x, c) in marks {
+            chart
+                .draw_series(std::iter::once(PathElement::new(
+                    vec![(x, 0.0), (x, y_high)],
+                    c.stroke_width(2),
+                )))
+                .map_err(&fail)?;
+        }
+        let entries = [
+            (
+                format!("{}: {} chunks", m.algo, m.sizes.chunks),
+                bar_colour,
+                true,
+            ),
+            (
+                format!("minimum {}", format_size(m.config.min_size as f64)),
+                colour(3),
+                false,
+            ),
+            (
+                format!("expected {}", format_size(m.config.avg_size as f64)),
+                colour(2),
+                false,
+            ),
+            (
+                format!("mean {}", format_size(m.sizes.mean)),
+                colour(1),
+                false,
+            ),
+        ];
+        draw_legend(&legend_area, &entries, name)?;
+        root.present().map_err(&fail)?;
+    }
+    Ok(svg)
+}
+
+/// Every plot of `report`, as `(file, svg)`, in the order report.md shows them.
+pub fn render_all(report: &ChunkBenchReport) -> Result<Vec<(PlotFile, String)>, BenchError> {
+    let mut plots = Vec::new();
+    let mut charts = sweep_plots(report);
+    charts.push(distribution_overlay(report));
+    for (file, chart) in charts {
+        let svg = line_chart(&chart)?;
+        plots.push((file, svg));
+    }
+    let avg = format_size(report.plan.distribution_avg as f64);
+    for m in report.distributions() {
+        let file = format!("size-distribution-{}.svg", m.algo);
+        let title = format!("{} chunk sizes at {avg} expected (Fig. 9)", m.algo);
+        let svg = histogram_svg(m, &title, &file)?;
+        plots.push((
+            PlotFile {
+                file,
+                title,
+                caption: format!(
+                    "{}: share of chunks per size bin, with its minimum, expected and mean sizes marked.",
+                    m.algo
+                ),
+            },
+            svg,
+        ));
+    }
+    Ok(plots)
+}
+
+/// Writes every plot into `dir` (created if missing).
+pub fn write_all(report: &ChunkBenchReport, dir: &Path) -> Result<Vec<PlotFile>, BenchError> {
+    fs::create_dir_all(dir).map_err(|e| BenchError::io(dir, e))?;
+    let mut files = Vec::new();
+    for (file, svg) in render_all(report)? {
+        let path = dir.join(&file.file);
+        fs::write(&path, svg).map_err(|e| BenchError::io(&path, e))?;
+        files.push(file);
+    }
+    Ok(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chunk::{run_chunk_bench, Plan};
+    use crate::corpus::{Corpus, Stream};
+
+    fn report() -> ChunkBenchReport {
+        let mut state = 7u64;
+        let data: Vec<u8> = (0..400_000)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                (state >> 56) as u8
+            })
+            .collect();
+        let corpus = Corpus {
+            streams: vec![Stream {
+                name: "random".into(),
+                data,
+            }],
+        };
+        run_chunk_bench(&corpus, &Plan::quick(), &mut |_, _, _| {}).unwrap()
+    }
+
+    /// Every `<text>` element's content, in document order.
+    fn texts(svg: &str) -> Vec<String> {
+        let doc = roxmltree::Document::parse(svg).unwrap_or_else(|e| panic!("not XML: {e}"));
+        assert_eq!(doc.root_element().tag_name().name(), "svg");
+        doc.descendants()
+            .filter(|n| n.has_tag_name("text"))
+            .filter_map(|n| n.text().map(|t| t.trim().to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn every_plot_is_valid_svg_with_title_axis_labels_and_legend() {
+        let report = report();
+        let plots = render_all(&report).unwrap();
+        let kinds = report.size_sweep.len();
+        assert_eq!(plots.len(), 7 + kinds);
+        for (file, svg) in &plots {
+            let texts = texts(svg);
+            let has = |s: &str| texts.iter().any(|t| t.contains(s));
+            assert!(has(&file.title), "{}: no title in {texts:?}", file.file);
+            assert!(has("legend"), "{}: no legend", file.file);
+            assert!(
+                texts.iter().any(|t| t.contains("(KiB")),
+                "{}: no x-axis label with a unit",
+                file.file
+            );
+            assert!(
+                has("MB/s") || has("dedup ratio") || has("(KiB)") || has("% of all chunks"),
+                "{}: no y-axis label in {texts:?}",
+                file.file
+            );
+        }
+        let (_, speed) = &plots[0];
+        let texts = texts(speed);
+        for series in &report.size_sweep {
+            assert!(
+                texts.contains(&series.label),
+                "legend lacks {} in {texts:?}",
+                series.label
+            );
+        }
+        assert!(texts.contains(&SPEED_DESC.to_string()));
+        assert!(texts.iter().any(|t| t == "8 KiB"), "x ticks: {texts:?}");
+    }
+
+    #[test]
+    fn write_all_writes_every_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("plots");
+        let files = write_all(&report(), &out).unwrap();
+        for f in &files {
+            let svg = std::fs::read_to_string(out.join(&f.file)).unwrap();
+            assert!(svg.starts_with("<svg"), "{}", f.file);
+        }
+    }
+
+    #[test]
+    fn sizes_read_as_people_write_them() {
+        assert_eq!(format_size(512.0), "512 B");
+        assert_eq!(format_size(8192.0), "8 KiB");
+        assert_eq!(format_size(1536.0), "1.5 KiB");
+        assert_eq!(format_size(4.0 * 1024.0 * 1024.0), "4 MiB");
+    }
+}
