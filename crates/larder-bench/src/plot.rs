@@ -7,8 +7,11 @@ use std::fmt::Display;
 use std::fs;
 use std::path::Path;
 
+use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::coord::Shift;
+use plotters::element::{Drawable, PointCollection};
 use plotters::prelude::*;
+use plotters_backend::{BackendCoord, DrawingErrorKind};
 use serde::Serialize;
 
 use crate::chunk::{ChunkBenchReport, Measurement, Series};
@@ -77,7 +80,9 @@ struct LineChart<'a> {
     x_desc: &'a str,
     y_desc: &'a str,
     x_scale: XScale,
-    y_from_zero: bool,
+    y_scale: YScale,
+    /// Draw a marker on every this many points (1: all of them).
+    marker_every: usize,
     lines: Vec<Line>,
 }
 
@@ -101,14 +106,22 @@ pub fn format_size(bytes: f64) -> String {
     format!("{bytes:.0} B")
 }
 
-/// Formats axis ticks over a range `span` wide with about three significant digits.
+/// Formats axis ticks over a range `span` wide: enough decimals to tell ticks apart
+/// (plotters puts about ten on an axis), trailing zeros dropped.
 fn tick_format(span: f64) -> impl Fn(&f64) -> String {
     let decimals = if span > 0.0 {
-        (2.0 - span.log10().floor()).clamp(0.0, 4.0) as usize
+        (1.0 - (span / 10.0).log10().floor()).clamp(0.0, 6.0) as usize
     } else {
         0
     };
-    move |v: &f64| format!("{v:.decimals$}")
+    move |v: &f64| {
+        let text = format!("{v:.decimals$}");
+        if text.contains('.') {
+            text.trim_end_matches('0').trim_end_matches('.').to_string()
+        } else {
+            text
+        }
+    }
 }
 
 /// `low..high` padded by 8% of the span on each side (and by 1 where the span is 0);
@@ -125,9 +138,68 @@ fn padded(low: f64, high: f64, from_zero: bool) -> (f64, f64) {
     (bottom, high + pad)
 }
 
+/// The marker of line `line` of a chart, at one point. Shapes differ as well as
+/// colours and shrink from the first line to the seventh, each drawn over the ones
+/// before, so points that coincide (FastCDC 2016 and 2020 cut alike) show as nested
+/// shapes rather than one hiding the other.
+struct Marker<C> {
+    at: C,
+    line: usize,
+}
+
+impl<'a, C> PointCollection<'a, C> for &'a Marker<C> {
+    type Point = &'a C;
+    type IntoIter = std::iter::Once<&'a C>;
+
+    fn point_iter(self) -> Self::IntoIter {
+        std::iter::once(&self.at)
+    }
+}
+
+impl<DB: DrawingBackend, C> Drawable<DB> for Marker<C> {
+    fn draw<I: Iterator<Item = BackendCoord>>(
+        &self,
+        mut points: I,
+        backend: &mut DB,
+        _: (u32, u32),
+    ) -> Result<(), DrawingErrorKind<DB::ErrorType>> {
+        let Some((x, y)) = points.next() else {
+            return Ok(());
+        };
+        let c = colour(self.line);
+        let (filled, hollow) = (c.filled(), c.stroke_width(2));
+        let triangle = |r: i32| [(x, y - r), (x - r, y + r * 3 / 4), (x + r, y + r * 3 / 4)];
+        match self.line % 7 {
+            0 => backend.draw_rect((x - 8, y - 8), (x + 8, y + 8), &hollow, false),
+            1 => backend.draw_circle((x, y), 6, &hollow, false),
+            2 => {
+                backend.draw_line((x - 5, y - 5), (x + 5, y + 5), &hollow)?;
+                backend.draw_line((x - 5, y + 5), (x + 5, y - 5), &hollow)
+            }
+            3 => backend.fill_polygon(triangle(5), &filled),
+            4 => backend.draw_circle((x, y), 3, &filled, true),
+            5 => backend.draw_rect((x - 2, y - 2), (x + 2, y + 2), &filled, true),
+            _ => {
+                let [a, b, d] = triangle(11);
+                backend.draw_path([a, b, d, a], &hollow)
+            }
+        }
+    }
+}
+
+/// How a legend entry is drawn.
+enum LegendMark {
+    /// A filled box, for bars.
+    Bar(RGBColor),
+    /// A plain line, for a marked value.
+    Line(RGBColor),
+    /// Line `i` of a line chart, with its marker.
+    Series(usize),
+}
+
 fn draw_legend(
     area: &DrawingArea<SVGBackend<'_>, Shift>,
-    entries: &[(String, RGBColor, bool)],
+    entries: &[(String, LegendMark)],
     name: &str,
 ) -> Result<(), BenchError> {
     let fail = failed(name);
@@ -137,21 +209,93 @@ fn draw_legend(
         (FONT, 16).into_font().style(FontStyle::Bold),
     ))
     .map_err(&fail)?;
-    for (i, (label, colour, filled_box)) in entries.iter().enumerate() {
-        let y = 90 + 26 * i as i32;
-        if *filled_box {
-            area.draw(&Rectangle::new([(12, y - 7), (36, y + 7)], colour.filled()))
-                .map_err(&fail)?;
-        } else {
-            area.draw(&PathElement::new(
-                vec![(12, y), (36, y)],
-                colour.stroke_width(3),
-            ))
-            .map_err(&fail)?;
-            area.draw(&Circle::new((24, y), 4, colour.filled()))
-                .map_err(&fail)?;
+    for (i, (label, mark)) in entries.iter().enumerate() {
+        let y = 90 + 28 * i as i32;
+        let segment = |c: RGBColor| PathElement::new(vec![(8, y), (44, y)], c.stroke_width(2));
+        match *mark {
+            LegendMark::Bar(c) => area
+                .draw(&Rectangle::new([(14, y - 7), (38, y + 7)], c.filled()))
+                .map_err(&fail)?,
+            LegendMark::Line(c) => area.draw(&segment(c)).map_err(&fail)?,
+            LegendMark::Series(line) => {
+                area.draw(&segment(colour(line))).map_err(&fail)?;
+                area.draw(&Marker { at: (26, y), line }).map_err(&fail)?;
+            }
         }
-        area.draw(&Text::new(label.as_str(), (44, y - 8), (FONT, 15)))
+        area.draw(&Text::new(label.as_str(), (54, y - 8), (FONT, 15)))
+            .map_err(&fail)?;
+    }
+    Ok(())
+}
+
+/// How y values are laid out.
+#[derive(Clone, Copy)]
+enum YScale {
+    /// Linear, from zero (sizes, speeds of one kind).
+    FromZero,
+    /// Linear, fitted to the values (dedup ratios, which differ by little).
+    Fitted,
+    /// Logarithmic: speeds of kinds that differ by orders of magnitude.
+    Log,
+}
+
+/// The lines, markers and bars of `spec` on `area`, with axes `x` and `y`.
+fn draw_lines<Y>(
+    area: &DrawingArea<SVGBackend<'_>, Shift>,
+    spec: &LineChart<'_>,
+    (x_low, x_high): (f64, f64),
+    y: Y,
+    y_format: &dyn Fn(&f64) -> String,
+) -> Result<(), BenchError>
+where
+    Y: AsRangedCoord<Value = f64>,
+    Y::CoordDescType: ValueFormatter<f64>,
+{
+    let fail = failed(spec.name);
+    let mut chart = ChartBuilder::on(area)
+        .caption(&spec.title, (FONT, 20))
+        .margin(14)
+        .x_label_area_size(52)
+        .y_label_area_size(78)
+        .build_cartesian_2d(x_low..x_high, y)
+        .map_err(&fail)?;
+    let x_scale = spec.x_scale;
+    let kib_format = tick_format(x_high - x_low);
+    let x_format = move |x: &f64| match x_scale {
+        XScale::Log2Bytes if (x - x.round()).abs() < 1e-6 => format_size(x.round().exp2()),
+        XScale::Log2Bytes => String::new(),
+        XScale::KiB => kib_format(x),
+    };
+    chart
+        .configure_mesh()
+        .x_desc(spec.x_desc)
+        .y_desc(spec.y_desc)
+        .axis_desc_style((FONT, 16))
+        .label_style((FONT, 14))
+        .x_label_formatter(&x_format)
+        .y_label_formatter(y_format)
+        .light_line_style(RGBColor(235, 235, 235))
+        .draw()
+        .map_err(&fail)?;
+    for (i, line) in spec.lines.iter().enumerate() {
+        let c = colour(i);
+        chart
+            .draw_series(LineSeries::new(line.points.clone(), c.stroke_width(2)))
+            .map_err(&fail)?;
+        chart
+            .draw_series(
+                line.bars.iter().map(|&(x, lo, hi)| {
+                    PathElement::new(vec![(x, lo), (x, hi)], c.stroke_width(1))
+                }),
+            )
+            .map_err(&fail)?;
+        chart
+            .draw_series(
+                line.points
+                    .iter()
+                    .step_by(spec.marker_every.max(1))
+                    .map(|&at| Marker { at, line: i }),
+            )
             .map_err(&fail)?;
     }
     Ok(())
@@ -168,7 +312,7 @@ fn line_chart(spec: &LineChart<'_>) -> Result<String, BenchError> {
     });
     let (x_low, x_high) = all_x.fold((f64::MAX, f64::MIN), |(lo, hi), x| (lo.min(x), hi.max(x)));
     let (y_low, y_high) = all_y.fold((f64::MAX, f64::MIN), |(lo, hi), y| (lo.min(y), hi.max(y)));
-    let (x_low, x_high) = if x_low > x_high {
+    let x_range = if x_low > x_high {
         (0.0, 1.0)
     } else {
         let pad = ((x_high - x_low) * 0.05).max(0.25);
@@ -177,7 +321,7 @@ fn line_chart(spec: &LineChart<'_>) -> Result<String, BenchError> {
     let (y_low, y_high) = if y_low > y_high {
         (0.0, 1.0)
     } else {
-        padded(y_low, y_high, spec.y_from_zero)
+        (y_low, y_high)
     };
 
     let mut svg = String::new();
@@ -185,51 +329,29 @@ fn line_chart(spec: &LineChart<'_>) -> Result<String, BenchError> {
         let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
         root.fill(&WHITE).map_err(&fail)?;
         let (plot_area, legend_area) = root.split_horizontally(WIDTH - LEGEND_WIDTH);
-        let mut chart = ChartBuilder::on(&plot_area)
-            .caption(&spec.title, (FONT, 20))
-            .margin(14)
-            .x_label_area_size(52)
-            .y_label_area_size(78)
-            .build_cartesian_2d(x_low..x_high, y_low..y_high)
-            .map_err(&fail)?;
-        let x_scale = spec.x_scale;
-        let kib_format = tick_format(x_high - x_low);
-        let x_format = move |x: &f64| match x_scale {
-            XScale::Log2Bytes if (x - x.round()).abs() < 1e-6 => format_size(x.round().exp2()),
-            XScale::Log2Bytes => String::new(),
-            XScale::KiB => kib_format(x),
-        };
-        let y_format = tick_format(y_high - y_low);
-        chart
-            .configure_mesh()
-            .x_desc(spec.x_desc)
-            .y_desc(spec.y_desc)
-            .axis_desc_style((FONT, 16))
-            .label_style((FONT, 14))
-            .x_label_formatter(&x_format)
-            .y_label_formatter(&y_format)
-            .light_line_style(RGBColor(235, 235, 235))
-            .draw()
-            .map_err(&fail)?;
-        for (i, line) in spec.lines.iter().enumerate() {
-            let c = colour(i);
-            chart
-                .draw_series(LineSeries::new(line.points.clone(), c.stroke_width(2)))
-                .map_err(&fail)?;
-            chart
-                .draw_series(line.points.iter().map(|&p| Circle::new(p, 4, c.filled())))
-                .map_err(&fail)?;
-            chart
-                .draw_series(line.bars.iter().map(|&(x, lo, hi)| {
-                    PathElement::new(vec![(x, lo), (x, hi)], c.stroke_width(1))
-                }))
-                .map_err(&fail)?;
+        match spec.y_scale {
+            YScale::Log if y_low > 0.0 => {
+                let (low, high) = (y_low / 1.5, y_high * 1.5);
+                let y_format = tick_format(low);
+                draw_lines(
+                    &plot_area,
+                    spec,
+                    x_range,
+                    (low..high).log_scale(),
+                    &y_format,
+                )?;
+            }
+            scale => {
+                let (low, high) = padded(y_low, y_high, !matches!(scale, YScale::Fitted));
+                let y_format = tick_format(high - low);
+                draw_lines(&plot_area, spec, x_range, low..high, &y_format)?;
+            }
         }
         let entries: Vec<_> = spec
             .lines
             .iter()
             .enumerate()
-            .map(|(i, l)| (l.label.clone(), colour(i), false))
+            .map(|(i, l)| (l.label.clone(), LegendMark::Series(i)))
             .collect();
         draw_legend(&legend_area, &entries, spec.name)?;
         root.present().map_err(&fail)?;
@@ -243,6 +365,16 @@ enum Metric {
     Speed,
     DedupRatio,
     MeanSize,
+}
+
+impl Metric {
+    fn y_scale(self) -> YScale {
+        match self {
+            Metric::Speed => YScale::Log,
+            Metric::DedupRatio => YScale::Fitted,
+            Metric::MeanSize => YScale::FromZero,
+        }
+    }
 }
 
 fn metric_lines(series: &[Series], x: impl Fn(&Measurement) -> f64, metric: Metric) -> Vec<Line> {
@@ -275,7 +407,7 @@ fn metric_lines(series: &[Series], x: impl Fn(&Measurement) -> f64, metric: Metr
         .collect()
 }
 
-const SPEED_DESC: &str = "chunking speed (MB/s; median, bars min to max)";
+const SPEED_DESC: &str = "chunking speed (MB/s, log scale; median, bars min to max)";
 const DEDUP_DESC: &str = "dedup ratio (input bytes / distinct bytes)";
 const MEAN_DESC: &str = "average chunk size (KiB)";
 
@@ -285,7 +417,7 @@ fn sweep_plots(report: &ChunkBenchReport) -> Vec<(PlotFile, LineChart<'static>)>
     let min_avg = format_size(report.plan.min_sweep_avg as f64);
     let size_x_desc = "expected chunk size (KiB, log scale; min = 1/4, max = 8x)";
     let min_x_desc = "minimum chunk size (KiB)";
-    let size = |file: &'static str, title: &str, caption: &str, metric, y_desc| {
+    let size = |file: &'static str, title: &str, caption: &str, metric: Metric, y_desc| {
         (
             PlotFile {
                 file: file.into(),
@@ -298,12 +430,13 @@ fn sweep_plots(report: &ChunkBenchReport) -> Vec<(PlotFile, LineChart<'static>)>
                 x_desc: size_x_desc,
                 y_desc,
                 x_scale: XScale::Log2Bytes,
-                y_from_zero: !matches!(metric, Metric::DedupRatio),
+                y_scale: metric.y_scale(),
+                marker_every: 1,
                 lines: metric_lines(&report.size_sweep, avg_x, metric),
             },
         )
     };
-    let min = |file: &'static str, title: String, caption: &str, metric, y_desc| {
+    let min = |file: &'static str, title: String, caption: &str, metric: Metric, y_desc| {
         (
             PlotFile {
                 file: file.into(),
@@ -316,7 +449,8 @@ fn sweep_plots(report: &ChunkBenchReport) -> Vec<(PlotFile, LineChart<'static>)>
                 x_desc: min_x_desc,
                 y_desc,
                 x_scale: XScale::KiB,
-                y_from_zero: !matches!(metric, Metric::DedupRatio),
+                y_scale: metric.y_scale(),
+                marker_every: 1,
                 lines: metric_lines(&report.min_sweep, min_x, metric),
             },
         )
@@ -375,27 +509,28 @@ fn percent(count: u64, total: u64) -> f64 {
     }
 }
 
-/// The size distributions of every kind at the distribution size, one line each.
+/// The cumulative size distributions of every kind at the distribution size, one line
+/// each (the paper's Fig. 7 form): histograms of kinds as different as fixed-size and
+/// content-defined chunking do not share a readable y axis, shares up to a size do.
 fn distribution_overlay(report: &ChunkBenchReport) -> (PlotFile, LineChart<'static>) {
     let avg = format_size(report.plan.distribution_avg as f64);
-    let title = format!("Chunk-size distribution at {avg} expected (FastCDC paper Fig. 9)");
+    let title = format!("Cumulative chunk-size distribution at {avg} expected (Fig. 9)");
     let lines = report
         .distributions()
         .into_iter()
         .map(|m| {
             let h = &m.distribution;
             let total = h.total();
+            let bin_kib = h.bin_bytes as f64 / 1024.0;
+            let mut below = 0;
+            let mut points = vec![(0.0, 0.0)];
+            for (i, &count) in h.counts.iter().enumerate() {
+                below += count;
+                points.push(((i + 1) as f64 * bin_kib, percent(below, total)));
+            }
             Line {
                 label: m.algo.to_string(),
-                points: h
-                    .counts
-                    .iter()
-                    .enumerate()
-                    .map(|(i, &c)| {
-                        let centre = (i as f64 + 0.5) * h.bin_bytes as f64 / 1024.0;
-                        (centre, percent(c, total))
-                    })
-                    .collect(),
+                points,
                 bars: Vec::new(),
             }
         })
@@ -405,16 +540,17 @@ fn distribution_overlay(report: &ChunkBenchReport) -> (PlotFile, LineChart<'stat
             file: "size-distribution.svg".into(),
             title: title.clone(),
             caption: format!(
-                "Share of chunks in each size bin (1/8 of {avg} wide) for every algorithm; the last bin holds the chunks cut at the maximum size."
+                "Share of chunks smaller than each size, per algorithm, in steps of 1/8 of {avg}; the last step holds the chunks cut at the maximum size."
             ),
         },
         LineChart {
             name: "size-distribution.svg",
             title,
-            x_desc: "chunk size (KiB, bin centre)",
-            y_desc: "chunks in the bin (% of all chunks)",
+            x_desc: "chunk size (KiB)",
+            y_desc: "chunks smaller than the size (% of all chunks)",
             x_scale: XScale::KiB,
-            y_from_zero: true,
+            y_scale: YScale::FromZero,
+            marker_every: 8,
             lines,
         },
     )
@@ -486,23 +622,19 @@ pub fn histogram_svg(m: &Measurement, title: &str, name: &str) -> Result<String,
         let entries = [
             (
                 format!("{}: {} chunks", m.algo, m.sizes.chunks),
-                bar_colour,
-                true,
+                LegendMark::Bar(bar_colour),
             ),
             (
                 format!("minimum {}", format_size(m.config.min_size as f64)),
-                colour(3),
-                false,
+                LegendMark::Line(colour(3)),
             ),
             (
                 format!("expected {}", format_size(m.config.avg_size as f64)),
-                colour(2),
-                false,
+                LegendMark::Line(colour(2)),
             ),
             (
                 format!("mean {}", format_size(m.sizes.mean)),
-                colour(1),
-                false,
+                LegendMark::Line(colour(1)),
             ),
         ];
         draw_legend(&legend_area, &entries, name)?;
