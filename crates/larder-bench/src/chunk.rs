@@ -199,37 +199,92 @@ pub fn sizes(cuts: &Cuts, bin_bytes: u64, largest: u64) -> (SizeSummary, LinearH
     (stats.summary(), distribution)
 }
 
-/// Chunks the corpus `runs` times (at least once), timing only the chunker, then
+/// `kind min/avg/max level`, as progress and notes name a configuration.
+pub fn describe(config: &ChunkerConfig) -> String {
+    format!(
+        "{} {}/{}/{} level {}",
+        config.kind.name(),
+        config.min_size,
+        config.avg_size,
+        config.max_size,
+        config.level
+    )
+}
+
+/// A configuration being measured: its chunker, the seconds of its runs so far, and
+/// what its chunks say, found after its first run.
+struct InProgress {
+    config: ChunkerConfig,
+    chunker: Box<dyn Chunker>,
+    run_seconds: Vec<f64>,
+    analysis: Option<(Dedup, SizeSummary, LinearHistogram)>,
+}
+
+impl InProgress {
+    fn new(config: &ChunkerConfig) -> Result<Self, BenchError> {
+        config.validate()?;
+        Ok(Self {
+            config: *config,
+            chunker: config.build(),
+            run_seconds: Vec::new(),
+            analysis: None,
+        })
+    }
+
+    /// One timed run over the whole corpus, cutting into `lengths` (one vector per
+    /// stream, reused across runs); after the first, the chunks are analysed, untimed.
+    fn run(&mut self, corpus: &Corpus, lengths: &mut [Vec<u32>]) {
+        lengths.iter_mut().for_each(Vec::clear);
+        let started = Instant::now();
+        for (stream, lens) in corpus.streams.iter().zip(lengths.iter_mut()) {
+            cut_stream(self.chunker.as_ref(), &stream.data, lens);
+        }
+        self.run_seconds.push(started.elapsed().as_secs_f64());
+        if self.analysis.is_none() {
+            // A chunker is a pure function of its input, so every run cuts these chunks.
+            let cuts = Cuts {
+                lengths: lengths.to_vec(),
+            };
+            let bin = (self.config.avg_size / 8).max(1) as u64;
+            let (summary, distribution) = sizes(&cuts, bin, self.config.max_chunk_size() as u64);
+            self.analysis = Some((dedup(corpus, &cuts), summary, distribution));
+        }
+    }
+
+    /// The measurement; with no run made, that of an empty corpus.
+    fn finish(self, bytes: u64) -> Measurement {
+        let bin = (self.config.avg_size / 8).max(1) as u64;
+        let (dedup, sizes, distribution) = self.analysis.unwrap_or_else(|| {
+            (
+                Dedup::new(0, 0, 0),
+                SizeStats::default().summary(),
+                LinearHistogram::new(bin, self.config.max_chunk_size() as u64),
+            )
+        });
+        Measurement {
+            algo: self.config.kind.name(),
+            config: self.config,
+            speed: Speed::from_runs(bytes, self.run_seconds),
+            dedup,
+            sizes,
+            distribution,
+        }
+    }
+}
+
+/// Chunks the corpus `runs` times (at least once), timing only the chunker, and
 /// fingerprints the chunks (untimed) for the dedup ratio.
 pub fn measure(
     corpus: &Corpus,
     config: &ChunkerConfig,
     runs: usize,
 ) -> Result<Measurement, BenchError> {
-    config.validate()?;
-    let chunker = config.build();
-    let mut lengths: Vec<Vec<u32>> = vec![Vec::new(); corpus.streams.len()];
-    let mut run_seconds = Vec::with_capacity(runs.max(1));
+    let mut m = InProgress::new(config)?;
+    let mut lengths = vec![Vec::new(); corpus.streams.len()];
     for _ in 0..runs.max(1) {
-        lengths.iter_mut().for_each(Vec::clear);
-        let started = Instant::now();
-        for (stream, lens) in corpus.streams.iter().zip(&mut lengths) {
-            cut_stream(chunker.as_ref(), &stream.data, lens);
-        }
-        run_seconds.push(started.elapsed().as_secs_f64());
+        m.run(corpus, &mut lengths);
     }
-    // A chunker is a pure function of its input, so every run cut the same chunks.
-    let cuts = Cuts { lengths };
-    let bin = (config.avg_size / 8).max(1) as u64;
-    let (sizes, distribution) = sizes(&cuts, bin, config.max_chunk_size() as u64);
-    Ok(Measurement {
-        algo: config.kind.name(),
-        config: *config,
-        speed: Speed::from_runs(corpus.bytes(), run_seconds),
-        dedup: dedup(corpus, &cuts),
-        sizes,
-        distribution,
-    })
+    Ok(m.finish(corpus.bytes()))
 }
 
 /// One line of a plot: a kind (and level, where it reads one) across a sweep.
@@ -382,35 +437,64 @@ fn plan_jobs(plan: &Plan) -> (Vec<Series>, Vec<Series>, Vec<Note>, Vec<Job>) {
     (size_sweep, min_sweep, notes, jobs)
 }
 
-/// Runs every experiment of `plan` on `corpus`. `progress(done, total, config)` is
-/// called before each measurement. A configuration measured once (the size sweep's
-/// point at the minimum sweep's expected size) is not measured again.
+/// Runs every experiment of `plan` on `corpus`, reporting progress in words. The runs
+/// are interleaved: each round times every configuration once, so that a burst of
+/// load on a shared machine spreads over all configurations instead of slowing one.
+/// A configuration in both sweeps (the size sweep's point at the minimum sweep's
+/// expected size) is measured once.
 pub fn run_chunk_bench(
     corpus: &Corpus,
     plan: &Plan,
-    progress: &mut dyn FnMut(usize, usize, &ChunkerConfig),
+    progress: &mut dyn FnMut(&str),
 ) -> Result<ChunkBenchReport, BenchError> {
     if corpus.bytes() == 0 {
         return Err(BenchError::NoData);
     }
     let (mut size_sweep, mut min_sweep, notes, jobs) = plan_jobs(plan);
-    let mut measured: Vec<Measurement> = Vec::new();
-    for (done, job) in jobs.iter().enumerate() {
-        progress(done, jobs.len(), &job.config);
-        let m = match measured.iter().find(|m| m.config == job.config) {
-            Some(m) => m.clone(),
-            None => {
-                let m = measure(corpus, &job.config, plan.runs)?;
-                measured.push(m.clone());
-                m
+    let mut configs: Vec<ChunkerConfig> = Vec::new();
+    for job in &jobs {
+        if !configs.contains(&job.config) {
+            configs.push(job.config);
+        }
+    }
+    let mut pending = configs
+        .iter()
+        .map(InProgress::new)
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut lengths = vec![Vec::new(); corpus.streams.len()];
+    let runs = plan.runs.max(1);
+    for round in 1..=runs {
+        if round > 1 {
+            progress(&format!(
+                "run {round}/{runs} of all {} configurations",
+                pending.len()
+            ));
+        }
+        for (i, m) in pending.iter_mut().enumerate() {
+            if round == 1 {
+                progress(&format!(
+                    "run 1/{runs}: [{}/{}] {}",
+                    i + 1,
+                    configs.len(),
+                    describe(&m.config)
+                ));
             }
-        };
+            m.run(corpus, &mut lengths);
+        }
+    }
+    let measured: Vec<Measurement> = pending
+        .into_iter()
+        .map(|m| m.finish(corpus.bytes()))
+        .collect();
+    for job in jobs {
         let sweep = if job.min_sweep {
             &mut min_sweep
         } else {
             &mut size_sweep
         };
-        sweep[job.series].points.push(m);
+        if let Some(m) = measured.iter().find(|m| m.config == job.config) {
+            sweep[job.series].points.push(m.clone());
+        }
     }
     Ok(ChunkBenchReport {
         corpus: corpus.summary(),
@@ -539,7 +623,7 @@ mod tests {
             avg_sizes: vec![8192, 3],
             ..Plan::quick()
         };
-        let report = run_chunk_bench(&c, &plan, &mut |_, _, _| {}).unwrap();
+        let report = run_chunk_bench(&c, &plan, &mut |_| {}).unwrap();
         assert!(report
             .notes
             .iter()
@@ -558,13 +642,11 @@ mod tests {
     fn quick_bench_covers_every_kind_and_skips_what_a_kind_rejects() {
         let c = corpus(vec![random(9, 300_000), random(9, 300_000)]);
         let plan = Plan::quick();
-        let mut calls = 0;
-        let report = run_chunk_bench(&c, &plan, &mut |done, total, _| {
-            assert!(done < total);
-            calls += 1;
-        })
-        .unwrap();
-        assert!(calls > 0);
+        let mut messages = Vec::new();
+        let report = run_chunk_bench(&c, &plan, &mut |m| messages.push(m.to_string())).unwrap();
+        assert!(messages
+            .iter()
+            .any(|m| m.contains(ChunkerKind::Fixed.name())));
         let algos: Vec<&str> = report.size_sweep.iter().map(|s| s.algo).collect();
         let names: Vec<&str> = ChunkerKind::ALL.iter().map(|k| k.name()).collect();
         assert_eq!(algos, names);

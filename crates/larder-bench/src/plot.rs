@@ -706,7 +706,7 @@ mod tests {
                 data,
             }],
         };
-        run_chunk_bench(&corpus, &Plan::quick(), &mut |_, _, _| {}).unwrap()
+        run_chunk_bench(&corpus, &Plan::quick(), &mut |_| {}).unwrap()
     }
 
     /// Every `<text>` element's content, in document order.

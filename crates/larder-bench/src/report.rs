@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use crate::chunk::{ChunkBenchReport, Measurement, Series};
+use crate::chunk::{describe, ChunkBenchReport, Measurement, Series};
 use crate::plot::{format_size, PlotFile};
 use crate::stats::SizeBucket;
 
@@ -239,13 +239,8 @@ pub fn markdown_tables(report: &ChunkBenchReport) -> String {
     if !report.notes.is_empty() {
         out.push_str("### Skipped\n\n");
         for n in &report.notes {
-            let config = n.config.map_or(String::new(), |c| {
-                format!(
-                    " {}/{}/{} level {}",
-                    c.min_size, c.avg_size, c.max_size, c.level
-                )
-            });
-            let _ = writeln!(out, "- {}: {}{config}: {}", n.experiment, n.algo, n.reason);
+            let what = n.config.map_or(n.algo.to_string(), |c| describe(&c));
+            let _ = writeln!(out, "- {}: {what}: {}", n.experiment, n.reason);
         }
         out.push('\n');
     }

@@ -67,17 +67,7 @@ pub fn bench_chunk(
         corpus.bytes() as f64 / 1e6,
         plan.runs
     ));
-    let report = run_chunk_bench(&corpus, plan, &mut |done, total, c| {
-        out.note(&format!(
-            "[{}/{total}] {} {}/{}/{} level {}",
-            done + 1,
-            c.kind.name(),
-            c.min_size,
-            c.avg_size,
-            c.max_size,
-            c.level
-        ));
-    })?;
+    let report = run_chunk_bench(&corpus, plan, &mut |step| out.note(step))?;
     let plots = plot::write_all(&report, dir)?;
     let command: Vec<String> = std::iter::once("larder".to_string())
         .chain(std::env::args().skip(1))
