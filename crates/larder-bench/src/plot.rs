@@ -7,7 +7,6 @@ use std::fmt::Display;
 use std::fs;
 use std::path::Path;
 
-use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::coord::Shift;
 use plotters::element::{Drawable, PointCollection};
 use plotters::prelude::*;
@@ -17,10 +16,10 @@ use serde::Serialize;
 use crate::chunk::{ChunkBenchReport, Measurement, Series};
 use crate::BenchError;
 
-const WIDTH: u32 = 1000;
+const WIDTH: u32 = 1040;
 const HEIGHT: u32 = 600;
 /// Width of the legend panel on the right.
-const LEGEND_WIDTH: u32 = 230;
+const LEGEND_WIDTH: u32 = 270;
 const FONT: &str = "sans-serif";
 
 /// Tableau 10: distinct colours, readable on white and by most colour-blind readers.
@@ -231,33 +230,55 @@ fn draw_legend(
 /// How y values are laid out.
 #[derive(Clone, Copy)]
 enum YScale {
-    /// Linear, from zero (sizes, speeds of one kind).
+    /// Linear, from zero (sizes).
     FromZero,
     /// Linear, fitted to the values (dedup ratios, which differ by little).
     Fitted,
-    /// Logarithmic: speeds of kinds that differ by orders of magnitude.
-    Log,
+    /// Linear from zero, leaving out lines that peak at more than [`OFF_SCALE`] times
+    /// the median line's peak (speeds: fixed-size chunking does no per-byte work and
+    /// would flatten every content-defined line); the legend names them off scale.
+    FromZeroWithoutOutliers,
 }
 
-/// The lines, markers and bars of `spec` on `area`, with axes `x` and `y`.
-fn draw_lines<Y>(
+const OFF_SCALE: f64 = 20.0;
+
+fn peak(line: &Line) -> f64 {
+    line.points
+        .iter()
+        .map(|p| p.1)
+        .chain(line.bars.iter().map(|b| b.2))
+        .fold(f64::MIN, f64::max)
+}
+
+/// Which lines to leave out of a chart's axis range.
+fn off_scale(spec: &LineChart<'_>) -> Vec<bool> {
+    let mut peaks: Vec<f64> = spec.lines.iter().map(peak).collect();
+    if !matches!(spec.y_scale, YScale::FromZeroWithoutOutliers) || peaks.is_empty() {
+        return vec![false; spec.lines.len()];
+    }
+    peaks.sort_by(f64::total_cmp);
+    let median = peaks[peaks.len() / 2];
+    spec.lines
+        .iter()
+        .map(|l| median > 0.0 && peak(l) > OFF_SCALE * median)
+        .collect()
+}
+
+/// The lines of `spec` (all but the `hidden` ones), their markers and bars, on `area`.
+fn draw_lines(
     area: &DrawingArea<SVGBackend<'_>, Shift>,
     spec: &LineChart<'_>,
     (x_low, x_high): (f64, f64),
-    y: Y,
-    y_format: &dyn Fn(&f64) -> String,
-) -> Result<(), BenchError>
-where
-    Y: AsRangedCoord<Value = f64>,
-    Y::CoordDescType: ValueFormatter<f64>,
-{
+    (y_low, y_high): (f64, f64),
+    hidden: &[bool],
+) -> Result<(), BenchError> {
     let fail = failed(spec.name);
     let mut chart = ChartBuilder::on(area)
         .caption(&spec.title, (FONT, 20))
         .margin(14)
         .x_label_area_size(52)
         .y_label_area_size(78)
-        .build_cartesian_2d(x_low..x_high, y)
+        .build_cartesian_2d(x_low..x_high, y_low..y_high)
         .map_err(&fail)?;
     let x_scale = spec.x_scale;
     let kib_format = tick_format(x_high - x_low);
@@ -266,6 +287,7 @@ where
         XScale::Log2Bytes => String::new(),
         XScale::KiB => kib_format(x),
     };
+    let y_format = tick_format(y_high - y_low);
     chart
         .configure_mesh()
         .x_desc(spec.x_desc)
@@ -273,11 +295,14 @@ where
         .axis_desc_style((FONT, 16))
         .label_style((FONT, 14))
         .x_label_formatter(&x_format)
-        .y_label_formatter(y_format)
+        .y_label_formatter(&y_format)
         .light_line_style(RGBColor(235, 235, 235))
         .draw()
         .map_err(&fail)?;
     for (i, line) in spec.lines.iter().enumerate() {
+        if hidden[i] {
+            continue;
+        }
         let c = colour(i);
         chart
             .draw_series(LineSeries::new(line.points.clone(), c.stroke_width(2)))
@@ -303,8 +328,16 @@ where
 
 fn line_chart(spec: &LineChart<'_>) -> Result<String, BenchError> {
     let fail = failed(spec.name);
+    let hidden = off_scale(spec);
+    let shown = || {
+        spec.lines
+            .iter()
+            .zip(&hidden)
+            .filter(|(_, &h)| !h)
+            .map(|(l, _)| l)
+    };
     let all_x = spec.lines.iter().flat_map(|l| l.points.iter().map(|p| p.0));
-    let all_y = spec.lines.iter().flat_map(|l| {
+    let all_y = shown().flat_map(|l| {
         l.points
             .iter()
             .map(|p| p.1)
@@ -318,10 +351,10 @@ fn line_chart(spec: &LineChart<'_>) -> Result<String, BenchError> {
         let pad = ((x_high - x_low) * 0.05).max(0.25);
         (x_low - pad, x_high + pad)
     };
-    let (y_low, y_high) = if y_low > y_high {
+    let y_range = if y_low > y_high {
         (0.0, 1.0)
     } else {
-        (y_low, y_high)
+        padded(y_low, y_high, !matches!(spec.y_scale, YScale::Fitted))
     };
 
     let mut svg = String::new();
@@ -329,29 +362,19 @@ fn line_chart(spec: &LineChart<'_>) -> Result<String, BenchError> {
         let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
         root.fill(&WHITE).map_err(&fail)?;
         let (plot_area, legend_area) = root.split_horizontally(WIDTH - LEGEND_WIDTH);
-        match spec.y_scale {
-            YScale::Log if y_low > 0.0 => {
-                let (low, high) = (y_low / 1.5, y_high * 1.5);
-                let y_format = tick_format(low);
-                draw_lines(
-                    &plot_area,
-                    spec,
-                    x_range,
-                    (low..high).log_scale(),
-                    &y_format,
-                )?;
-            }
-            scale => {
-                let (low, high) = padded(y_low, y_high, !matches!(scale, YScale::Fitted));
-                let y_format = tick_format(high - low);
-                draw_lines(&plot_area, spec, x_range, low..high, &y_format)?;
-            }
-        }
+        draw_lines(&plot_area, spec, x_range, y_range, &hidden)?;
         let entries: Vec<_> = spec
             .lines
             .iter()
             .enumerate()
-            .map(|(i, l)| (l.label.clone(), LegendMark::Series(i)))
+            .map(|(i, l)| {
+                let label = if hidden[i] {
+                    format!("{}: off scale", l.label)
+                } else {
+                    l.label.clone()
+                };
+                (label, LegendMark::Series(i))
+            })
             .collect();
         draw_legend(&legend_area, &entries, spec.name)?;
         root.present().map_err(&fail)?;
@@ -370,7 +393,7 @@ enum Metric {
 impl Metric {
     fn y_scale(self) -> YScale {
         match self {
-            Metric::Speed => YScale::Log,
+            Metric::Speed => YScale::FromZeroWithoutOutliers,
             Metric::DedupRatio => YScale::Fitted,
             Metric::MeanSize => YScale::FromZero,
         }
@@ -407,7 +430,7 @@ fn metric_lines(series: &[Series], x: impl Fn(&Measurement) -> f64, metric: Metr
         .collect()
 }
 
-const SPEED_DESC: &str = "chunking speed (MB/s, log scale; median, bars min to max)";
+const SPEED_DESC: &str = "chunking speed (MB/s; median, bars min to max)";
 const DEDUP_DESC: &str = "dedup ratio (input bytes / distinct bytes)";
 const MEAN_DESC: &str = "average chunk size (KiB)";
 
@@ -459,7 +482,7 @@ fn sweep_plots(report: &ChunkBenchReport) -> Vec<(PlotFile, LineChart<'static>)>
         size(
             "speed-vs-expected-size.svg",
             "Chunking speed vs expected chunk size (FastCDC paper Fig. 10)",
-            "Chunking speed of each algorithm (median of the runs, bars from the slowest to the fastest run) as the expected chunk size grows.",
+            "Chunking speed of each algorithm (median of the runs, bars from the slowest to the fastest run) as the expected chunk size grows; a kind more than 20 times faster than the median one (fixed-size chunking) is named off scale in the legend, its figures are in the table.",
             Metric::Speed,
             SPEED_DESC,
         ),
@@ -745,13 +768,45 @@ mod tests {
         let texts = texts(speed);
         for series in &report.size_sweep {
             assert!(
-                texts.contains(&series.label),
+                texts.iter().any(|t| t.starts_with(&series.label)),
                 "legend lacks {} in {texts:?}",
                 series.label
             );
         }
         assert!(texts.contains(&SPEED_DESC.to_string()));
         assert!(texts.iter().any(|t| t == "8 KiB"), "x ticks: {texts:?}");
+    }
+
+    #[test]
+    fn a_line_twenty_times_above_the_median_is_named_off_scale_not_drawn() {
+        let line = |label: &str, y: f64| Line {
+            label: label.into(),
+            points: vec![(1.0, y), (2.0, y)],
+            bars: Vec::new(),
+        };
+        let chart = |y_scale| LineChart {
+            name: "t.svg",
+            title: "t".into(),
+            x_desc: "x (KiB)",
+            y_desc: "y (MB/s)",
+            x_scale: XScale::KiB,
+            y_scale,
+            marker_every: 1,
+            lines: vec![
+                line("slow", 100.0),
+                line("fast", 300.0),
+                line("trivial", 1e7),
+            ],
+        };
+        let spec = chart(YScale::FromZeroWithoutOutliers);
+        assert_eq!(off_scale(&spec), [false, false, true]);
+        let texts = texts(&line_chart(&spec).unwrap());
+        assert!(
+            texts.contains(&"trivial: off scale".to_string()),
+            "{texts:?}"
+        );
+        assert!(!texts.iter().any(|t| t.starts_with("1000000")), "{texts:?}");
+        assert_eq!(off_scale(&chart(YScale::FromZero)), [false; 3]);
     }
 
     #[test]
