@@ -517,7 +517,7 @@ fn sweep_plots(report: &ChunkBenchReport) -> Vec<(PlotFile, LineChart<'static>)>
         min(
             "mean-size-vs-min-size.svg",
             format!("Average chunk size vs minimum chunk size at {min_avg} expected (Fig. 11d)"),
-            "Without normalization the average chunk size is about the expected size plus the minimum; normalization keeps it near the expected size.",
+            "The average size of the chunks cut as the minimum grows, with and without normalized chunking (the paper expects about expected + minimum without it).",
             Metric::MeanSize,
             MEAN_DESC,
         ),

@@ -101,7 +101,7 @@ pub fn markdown_tables(report: &ChunkBenchReport) -> String {
     let corpus = &report.corpus;
     let _ = writeln!(
         out,
-        "Input: {} stream(s), {} bytes ({:.1} MB), each file one stream, dedup counted across all.",
+        "Input: {} stream(s), {} bytes ({:.1} MB), each file one stream, dedup counted across all.\n",
         corpus.streams,
         corpus.bytes,
         corpus.bytes as f64 / 1e6
