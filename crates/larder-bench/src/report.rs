@@ -166,7 +166,7 @@ pub fn markdown_tables(report: &ChunkBenchReport) -> String {
         out,
         "### Minimum chunk size at {min_avg} expected (FastCDC paper Fig. 11)\n\n\
          Columns: minimum chunk size; maximum {}. \"NC n\": normalization level n (0: \
-         cut-point skipping alone, as in the paper's Fig. 11).\n\nSpeed, MB/s ({runs}):\n",
+         cut-point skipping alone, as in the paper's Fig. 11).\n\nSpeed, MB/s, {runs}:\n",
         format_size((plan.min_sweep_avg * 8) as f64)
     );
     sweep_table(
