@@ -280,6 +280,7 @@ impl Output {
 
     pub fn chunk_done(&self, r: &ChunkFilesReport) {
         if self.json {
+            // The report holds only strings, integers and floats, which always serialize.
             let mut value = serde_json::to_value(r).unwrap_or_default();
             value["timed"] = json!("the chunker alone: file reads and fingerprinting are excluded");
             println!("{value}");
