@@ -4,6 +4,7 @@
 //! 2 usage error; 3 partial success (a snapshot was saved or a restore finished, but
 //! some files could not be read or restored).
 
+mod chunk_commands;
 mod output;
 mod size;
 
@@ -13,6 +14,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
+use larder_bench::Plan;
 use larder_chunk::{ChunkerConfig, ChunkerKind};
 use larder_engine::{BackupOptions, CheckOptions, Progress, RestoreOptions};
 use larder_hash::HashAlgo;
@@ -88,6 +90,59 @@ enum Command {
     Stats,
     /// Rebuild the index from the containers alone
     RebuildIndex,
+    /// Chunk files (no repository): chunk sizes, dedup ratio, chunking speed
+    Chunk {
+        /// Files to chunk; each is its own stream
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        #[arg(long, default_value = "fastcdc", help = chunk_commands::algo_help())]
+        algo: String,
+        /// Minimum chunk size (bytes; KiB/MiB suffixes accepted)
+        #[arg(long, default_value = "2KiB", value_parser = size::parse)]
+        min: usize,
+        /// Average (expected) chunk size; the chunk size for `fixed`
+        #[arg(long, default_value = "8KiB", value_parser = size::parse)]
+        avg: usize,
+        /// Maximum chunk size
+        #[arg(long, default_value = "64KiB", value_parser = size::parse)]
+        max: usize,
+        /// FastCDC normalization level, 0 to 3
+        #[arg(long, default_value_t = 2)]
+        level: u8,
+        /// Also list every chunk: its file, offset and length
+        #[arg(long)]
+        cuts: bool,
+    },
+    /// Benchmarks (no repository)
+    Bench {
+        #[command(subcommand)]
+        bench: BenchCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// The FastCDC paper's chunking comparisons on PATHs: speed, dedup ratio and average
+    /// chunk size per algorithm and expected size, the minimum size's effect, chunk-size
+    /// distributions. Tables on stdout; SVG plots and report.md in --out
+    Chunk {
+        /// Files, or directories whose regular files are taken in sorted order; each
+        /// file is one stream, and dedup is counted across all of them
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// Fewer runs and sizes, for a first look
+        #[arg(long)]
+        quick: bool,
+        /// Directory for the plots and report.md (created)
+        #[arg(long, default_value = "larder-bench-chunk")]
+        out: PathBuf,
+        /// Timed runs of each configuration [default: 5, or 1 with --quick]
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        runs: Option<u32>,
+        /// Most input loaded into memory (KiB/MiB/GiB suffixes accepted)
+        #[arg(long, default_value = "2GiB", value_parser = size::parse)]
+        max_input: usize,
+    },
 }
 
 fn main() -> ExitCode {
@@ -314,6 +369,50 @@ fn run(cli: Cli, out: &Output) -> Result<ExitCode> {
             let path = repo_path(cli.repo, out)?;
             let repo = open(&path, LockMode::Shared, out)?;
             out.stats(&repo)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Chunk {
+            files,
+            algo,
+            min,
+            avg,
+            max,
+            level,
+            cuts,
+        } => {
+            let Some(kind) = ChunkerKind::from_name(&algo) else {
+                return Ok(out.usage(&format!(
+                    "unknown algorithm {algo:?}: use {}",
+                    chunk_commands::kind_names()
+                )));
+            };
+            let config = ChunkerConfig {
+                kind,
+                min_size: min,
+                avg_size: avg,
+                max_size: max,
+                level,
+            };
+            if let Err(e) = config.validate() {
+                return Ok(out.usage(&e.to_string()));
+            }
+            chunk_commands::chunk(&files, &config, cuts, out)
+        }
+        Command::Bench {
+            bench:
+                BenchCommand::Chunk {
+                    paths,
+                    quick,
+                    out: dir,
+                    runs,
+                    max_input,
+                },
+        } => {
+            let mut plan = if quick { Plan::quick() } else { Plan::full() };
+            if let Some(runs) = runs {
+                plan.runs = runs as usize;
+            }
+            chunk_commands::bench_chunk(&paths, &plan, &dir, max_input as u64, out)?;
             Ok(ExitCode::SUCCESS)
         }
     }

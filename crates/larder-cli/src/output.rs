@@ -6,6 +6,10 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use larder_bench::plot::{format_size, PlotFile};
+use larder_bench::report;
+use larder_bench::stream::ChunkFilesReport;
+use larder_bench::ChunkBenchReport;
 use larder_engine::{BackupSummary, CheckReport, Progress, RestoreSummary, Warning};
 use larder_store::{RepoConfig, Repository, Snapshot};
 use serde_json::json;
@@ -47,6 +51,11 @@ impl Output {
         }
         eprintln!("larder: error: {msg}");
         ExitCode::from(2)
+    }
+
+    /// Names a problem that did not stop the command (its exit code says so).
+    pub fn error_line(&self, msg: &str) {
+        eprintln!("larder: error: {msg}");
     }
 
     pub fn warn(&self, msg: &str) {
@@ -267,6 +276,81 @@ impl Output {
             println!("dedup ratio {ratio:.2}x");
         }
         Ok(())
+    }
+
+    pub fn chunk_done(&self, r: &ChunkFilesReport) {
+        if self.json {
+            // The report holds only strings, integers and floats, which always serialize.
+            let mut value = serde_json::to_value(r).unwrap_or_default();
+            value["timed"] = json!("the chunker alone: file reads and fingerprinting are excluded");
+            println!("{value}");
+            return;
+        }
+        if self.quiet {
+            return;
+        }
+        let with_cuts: Vec<_> = r
+            .files
+            .iter()
+            .filter_map(|f| Some((f, f.cuts.as_ref()?)))
+            .collect();
+        if !with_cuts.is_empty() {
+            println!("cuts (offset, length, file):");
+            for (file, cuts) in with_cuts {
+                for (offset, len) in cuts.offsets.iter().zip(&cuts.lengths) {
+                    println!("{offset:>14} {len:>10}  {}", file.path);
+                }
+            }
+        }
+        let c = &r.config;
+        let s = &r.sizes;
+        let d = &r.dedup;
+        println!(
+            "chunker     {}, min {}, avg {}, max {}, level {}",
+            r.algo,
+            format_size(c.min_size as f64),
+            format_size(c.avg_size as f64),
+            format_size(c.max_size as f64),
+            c.level
+        );
+        println!(
+            "input       {} file(s), {} ({} bytes)",
+            r.files.len(),
+            mb(s.bytes),
+            s.bytes
+        );
+        println!(
+            "chunks      {}: mean {:.0} B, std dev {:.0} B, smallest {} B, largest {} B",
+            s.chunks, s.mean, s.std_dev, s.min, s.max
+        );
+        println!(
+            "dedup       {:.3}x: {} bytes in {} distinct chunks ({:.2}% duplicate, by BLAKE3 fingerprint)",
+            d.ratio, d.distinct_bytes, d.distinct_chunks, d.duplicate_percent
+        );
+        println!(
+            "speed       {:.0} MB/s in the chunker alone ({:.3} s; file reads and fingerprinting not timed)",
+            r.chunk_mb_per_sec, r.chunk_seconds
+        );
+        println!("sizes       chunks per power-of-two size range:");
+        for line in report::histogram_lines(&s.histogram, 40) {
+            println!("  {line}");
+        }
+    }
+
+    pub fn bench_chunk_done(&self, r: &ChunkBenchReport, plots: &[PlotFile], report_md: &Path) {
+        if self.json {
+            println!(
+                "{}",
+                json!({ "report": r, "report_md": report_md, "plots": plots })
+            );
+        } else if self.text() {
+            print!("{}", report::markdown_tables(r));
+            println!(
+                "{} plots and the report: {}",
+                plots.len(),
+                report_md.display()
+            );
+        }
     }
 }
 

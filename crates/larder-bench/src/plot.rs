@@ -1,0 +1,830 @@
+//! SVG plots of a [`ChunkBenchReport`], drawn with plotters' SVG backend. Text is laid
+//! out by plotters itself (no font files), so plots render on a machine without fonts;
+//! the viewer picks a sans-serif font. Every plot has a title, axis labels with units,
+//! and a legend in a panel to the right of the plotting area, where it hides no data.
+
+use std::fmt::Display;
+use std::fs;
+use std::path::Path;
+
+use plotters::coord::Shift;
+use plotters::element::{Drawable, PointCollection};
+use plotters::prelude::*;
+use plotters_backend::{BackendCoord, DrawingErrorKind};
+use serde::Serialize;
+
+use crate::chunk::{ChunkBenchReport, Measurement, Series};
+use crate::BenchError;
+
+const WIDTH: u32 = 1040;
+const HEIGHT: u32 = 600;
+/// Width of the legend panel on the right.
+const LEGEND_WIDTH: u32 = 270;
+const FONT: &str = "sans-serif";
+
+/// Tableau 10: distinct colours, readable on white and by most colour-blind readers.
+const PALETTE: [RGBColor; 10] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(23, 190, 207),
+];
+
+fn colour(i: usize) -> RGBColor {
+    PALETTE[i % PALETTE.len()]
+}
+
+/// A plot written to the output directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PlotFile {
+    /// File name inside the output directory.
+    pub file: String,
+    pub title: String,
+    /// What the plot shows, one sentence, for report.md.
+    pub caption: String,
+}
+
+fn failed<E: Display>(plot: &str) -> impl Fn(E) -> BenchError + '_ {
+    move |e| BenchError::Plot {
+        plot: plot.to_string(),
+        reason: e.to_string(),
+    }
+}
+
+/// One line: `(x, y)` points and, optionally, a vertical bar `(x, low, high)` at each.
+struct Line {
+    label: String,
+    points: Vec<(f64, f64)>,
+    bars: Vec<(f64, f64, f64)>,
+}
+
+/// How x values are shown.
+#[derive(Clone, Copy)]
+enum XScale {
+    /// x is log2 of a size in bytes; ticks at whole powers of two.
+    Log2Bytes,
+    /// x is a size in KiB, linear.
+    KiB,
+}
+
+struct LineChart<'a> {
+    name: &'a str,
+    title: String,
+    x_desc: &'a str,
+    y_desc: &'a str,
+    x_scale: XScale,
+    y_scale: YScale,
+    /// Draw a marker on every this many points (1: all of them).
+    marker_every: usize,
+    lines: Vec<Line>,
+}
+
+/// A size in bytes as people write it: `512 B`, `8 KiB`, `1.5 MiB`.
+pub fn format_size(bytes: f64) -> String {
+    const UNITS: [(&str, f64); 3] = [
+        ("GiB", 1024.0 * 1024.0 * 1024.0),
+        ("MiB", 1024.0 * 1024.0),
+        ("KiB", 1024.0),
+    ];
+    for (unit, scale) in UNITS {
+        if bytes >= scale {
+            let v = bytes / scale;
+            return if (v - v.round()).abs() < 0.05 {
+                format!("{v:.0} {unit}")
+            } else {
+                format!("{v:.1} {unit}")
+            };
+        }
+    }
+    format!("{bytes:.0} B")
+}
+
+/// Formats axis ticks over a range `span` wide: enough decimals to tell ticks apart
+/// (plotters puts about ten on an axis), trailing zeros dropped.
+fn tick_format(span: f64) -> impl Fn(&f64) -> String {
+    let decimals = if span > 0.0 {
+        (1.0 - (span / 10.0).log10().floor()).clamp(0.0, 6.0) as usize
+    } else {
+        0
+    };
+    move |v: &f64| {
+        let text = format!("{v:.decimals$}");
+        if text.contains('.') {
+            text.trim_end_matches('0').trim_end_matches('.').to_string()
+        } else {
+            text
+        }
+    }
+}
+
+/// `low..high` padded by 8% of the span on each side (and by 1 where the span is 0);
+/// from zero when `from_zero` and every value is positive.
+fn padded(low: f64, high: f64, from_zero: bool) -> (f64, f64) {
+    let low = if from_zero { low.min(0.0) } else { low };
+    let span = if high > low { high - low } else { 1.0 };
+    let pad = span * 0.08;
+    let bottom = if from_zero && low >= 0.0 {
+        0.0
+    } else {
+        low - pad
+    };
+    (bottom, high + pad)
+}
+
+/// The marker of line `line` of a chart, at one point. Shapes differ as well as
+/// colours and shrink from the first line to the seventh, each drawn over the ones
+/// before, so points that coincide (FastCDC 2016 and 2020 cut alike) show as nested
+/// shapes rather than one hiding the other.
+struct Marker<C> {
+    at: C,
+    line: usize,
+}
+
+impl<'a, C> PointCollection<'a, C> for &'a Marker<C> {
+    type Point = &'a C;
+    type IntoIter = std::iter::Once<&'a C>;
+
+    fn point_iter(self) -> Self::IntoIter {
+        std::iter::once(&self.at)
+    }
+}
+
+impl<DB: DrawingBackend, C> Drawable<DB> for Marker<C> {
+    fn draw<I: Iterator<Item = BackendCoord>>(
+        &self,
+        mut points: I,
+        backend: &mut DB,
+        _: (u32, u32),
+    ) -> Result<(), DrawingErrorKind<DB::ErrorType>> {
+        let Some((x, y)) = points.next() else {
+            return Ok(());
+        };
+        let c = colour(self.line);
+        let (filled, hollow) = (c.filled(), c.stroke_width(2));
+        let triangle = |r: i32| [(x, y - r), (x - r, y + r * 3 / 4), (x + r, y + r * 3 / 4)];
+        match self.line % 7 {
+            0 => backend.draw_rect((x - 8, y - 8), (x + 8, y + 8), &hollow, false),
+            1 => backend.draw_circle((x, y), 6, &hollow, false),
+            2 => {
+                backend.draw_line((x - 5, y - 5), (x + 5, y + 5), &hollow)?;
+                backend.draw_line((x - 5, y + 5), (x + 5, y - 5), &hollow)
+            }
+            3 => backend.fill_polygon(triangle(5), &filled),
+            4 => backend.draw_circle((x, y), 3, &filled, true),
+            5 => backend.draw_rect((x - 2, y - 2), (x + 2, y + 2), &filled, true),
+            _ => {
+                let [a, b, d] = triangle(11);
+                backend.draw_path([a, b, d, a], &hollow)
+            }
+        }
+    }
+}
+
+/// How a legend entry is drawn.
+enum LegendMark {
+    /// A filled box, for bars.
+    Bar(RGBColor),
+    /// A plain line, for a marked value.
+    Line(RGBColor),
+    /// Line `i` of a line chart, with its marker.
+    Series(usize),
+}
+
+fn draw_legend(
+    area: &DrawingArea<SVGBackend<'_>, Shift>,
+    entries: &[(String, LegendMark)],
+    name: &str,
+) -> Result<(), BenchError> {
+    let fail = failed(name);
+    area.draw(&Text::new(
+        "legend",
+        (12, 60),
+        (FONT, 16).into_font().style(FontStyle::Bold),
+    ))
+    .map_err(&fail)?;
+    for (i, (label, mark)) in entries.iter().enumerate() {
+        let y = 90 + 28 * i as i32;
+        let segment = |c: RGBColor| PathElement::new(vec![(8, y), (44, y)], c.stroke_width(2));
+        match *mark {
+            LegendMark::Bar(c) => area
+                .draw(&Rectangle::new([(14, y - 7), (38, y + 7)], c.filled()))
+                .map_err(&fail)?,
+            LegendMark::Line(c) => area.draw(&segment(c)).map_err(&fail)?,
+            LegendMark::Series(line) => {
+                area.draw(&segment(colour(line))).map_err(&fail)?;
+                area.draw(&Marker { at: (26, y), line }).map_err(&fail)?;
+            }
+        }
+        area.draw(&Text::new(label.as_str(), (54, y - 8), (FONT, 15)))
+            .map_err(&fail)?;
+    }
+    Ok(())
+}
+
+/// How y values are laid out.
+#[derive(Clone, Copy)]
+enum YScale {
+    /// Linear, from zero (sizes).
+    FromZero,
+    /// Linear, fitted to the values (dedup ratios, which differ by little).
+    Fitted,
+    /// Linear from zero, leaving out lines that peak at more than [`OFF_SCALE`] times
+    /// the median line's peak (speeds: fixed-size chunking does no per-byte work and
+    /// would flatten every content-defined line); the legend names them off scale.
+    FromZeroWithoutOutliers,
+}
+
+const OFF_SCALE: f64 = 20.0;
+
+fn peak(line: &Line) -> f64 {
+    line.points
+        .iter()
+        .map(|p| p.1)
+        .chain(line.bars.iter().map(|b| b.2))
+        .fold(f64::MIN, f64::max)
+}
+
+/// Which lines to leave out of a chart's axis range.
+fn off_scale(spec: &LineChart<'_>) -> Vec<bool> {
+    let mut peaks: Vec<f64> = spec.lines.iter().map(peak).collect();
+    if !matches!(spec.y_scale, YScale::FromZeroWithoutOutliers) || peaks.is_empty() {
+        return vec![false; spec.lines.len()];
+    }
+    peaks.sort_by(f64::total_cmp);
+    let median = peaks[peaks.len() / 2];
+    spec.lines
+        .iter()
+        .map(|l| median > 0.0 && peak(l) > OFF_SCALE * median)
+        .collect()
+}
+
+/// The lines of `spec` (all but the `hidden` ones), their markers and bars, on `area`.
+fn draw_lines(
+    area: &DrawingArea<SVGBackend<'_>, Shift>,
+    spec: &LineChart<'_>,
+    (x_low, x_high): (f64, f64),
+    (y_low, y_high): (f64, f64),
+    hidden: &[bool],
+) -> Result<(), BenchError> {
+    let fail = failed(spec.name);
+    let mut chart = ChartBuilder::on(area)
+        .caption(&spec.title, (FONT, 20))
+        .margin(14)
+        .x_label_area_size(52)
+        .y_label_area_size(78)
+        .build_cartesian_2d(x_low..x_high, y_low..y_high)
+        .map_err(&fail)?;
+    let x_scale = spec.x_scale;
+    let kib_format = tick_format(x_high - x_low);
+    let x_format = move |x: &f64| match x_scale {
+        XScale::Log2Bytes if (x - x.round()).abs() < 1e-6 => format_size(x.round().exp2()),
+        XScale::Log2Bytes => String::new(),
+        XScale::KiB => kib_format(x),
+    };
+    let y_format = tick_format(y_high - y_low);
+    chart
+        .configure_mesh()
+        .x_desc(spec.x_desc)
+        .y_desc(spec.y_desc)
+        .axis_desc_style((FONT, 16))
+        .label_style((FONT, 14))
+        .x_label_formatter(&x_format)
+        .y_label_formatter(&y_format)
+        .light_line_style(RGBColor(235, 235, 235))
+        .draw()
+        .map_err(&fail)?;
+    for (i, line) in spec.lines.iter().enumerate() {
+        if hidden[i] {
+            continue;
+        }
+        let c = colour(i);
+        chart
+            .draw_series(LineSeries::new(line.points.clone(), c.stroke_width(2)))
+            .map_err(&fail)?;
+        chart
+            .draw_series(
+                line.bars.iter().map(|&(x, lo, hi)| {
+                    PathElement::new(vec![(x, lo), (x, hi)], c.stroke_width(1))
+                }),
+            )
+            .map_err(&fail)?;
+        chart
+            .draw_series(
+                line.points
+                    .iter()
+                    .step_by(spec.marker_every.max(1))
+                    .map(|&at| Marker { at, line: i }),
+            )
+            .map_err(&fail)?;
+    }
+    Ok(())
+}
+
+fn line_chart(spec: &LineChart<'_>) -> Result<String, BenchError> {
+    let fail = failed(spec.name);
+    let hidden = off_scale(spec);
+    let shown = || {
+        spec.lines
+            .iter()
+            .zip(&hidden)
+            .filter(|(_, &h)| !h)
+            .map(|(l, _)| l)
+    };
+    let all_x = spec.lines.iter().flat_map(|l| l.points.iter().map(|p| p.0));
+    let all_y = shown().flat_map(|l| {
+        l.points
+            .iter()
+            .map(|p| p.1)
+            .chain(l.bars.iter().flat_map(|b| [b.1, b.2]))
+    });
+    let (x_low, x_high) = all_x.fold((f64::MAX, f64::MIN), |(lo, hi), x| (lo.min(x), hi.max(x)));
+    let (y_low, y_high) = all_y.fold((f64::MAX, f64::MIN), |(lo, hi), y| (lo.min(y), hi.max(y)));
+    let x_range = if x_low > x_high {
+        (0.0, 1.0)
+    } else {
+        let pad = ((x_high - x_low) * 0.05).max(0.25);
+        (x_low - pad, x_high + pad)
+    };
+    let y_range = if y_low > y_high {
+        (0.0, 1.0)
+    } else {
+        padded(y_low, y_high, !matches!(spec.y_scale, YScale::Fitted))
+    };
+
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
+        root.fill(&WHITE).map_err(&fail)?;
+        let (plot_area, legend_area) = root.split_horizontally(WIDTH - LEGEND_WIDTH);
+        draw_lines(&plot_area, spec, x_range, y_range, &hidden)?;
+        let entries: Vec<_> = spec
+            .lines
+            .iter()
+            .enumerate()
+            .map(|(i, l)| {
+                let label = if hidden[i] {
+                    format!("{}: off scale", l.label)
+                } else {
+                    l.label.clone()
+                };
+                (label, LegendMark::Series(i))
+            })
+            .collect();
+        draw_legend(&legend_area, &entries, spec.name)?;
+        root.present().map_err(&fail)?;
+    }
+    Ok(svg)
+}
+
+/// What a sweep plot puts on the y axis.
+#[derive(Clone, Copy)]
+enum Metric {
+    Speed,
+    DedupRatio,
+    MeanSize,
+}
+
+impl Metric {
+    fn y_scale(self) -> YScale {
+        match self {
+            Metric::Speed => YScale::FromZeroWithoutOutliers,
+            Metric::DedupRatio => YScale::Fitted,
+            Metric::MeanSize => YScale::FromZero,
+        }
+    }
+}
+
+fn metric_lines(series: &[Series], x: impl Fn(&Measurement) -> f64, metric: Metric) -> Vec<Line> {
+    series
+        .iter()
+        .filter(|s| !s.points.is_empty())
+        .map(|s| Line {
+            label: s.label.clone(),
+            points: s
+                .points
+                .iter()
+                .map(|m| {
+                    let y = match metric {
+                        Metric::Speed => m.speed.median_mb_per_sec,
+                        Metric::DedupRatio => m.dedup.ratio,
+                        Metric::MeanSize => m.sizes.mean / 1024.0,
+                    };
+                    (x(m), y)
+                })
+                .collect(),
+            bars: match metric {
+                Metric::Speed => s
+                    .points
+                    .iter()
+                    .map(|m| (x(m), m.speed.min_mb_per_sec, m.speed.max_mb_per_sec))
+                    .collect(),
+                _ => Vec::new(),
+            },
+        })
+        .collect()
+}
+
+const SPEED_DESC: &str = "chunking speed (MB/s; median, bars min to max)";
+const DEDUP_DESC: &str = "dedup ratio (input bytes / distinct bytes)";
+const MEAN_DESC: &str = "average chunk size (KiB)";
+
+fn sweep_plots(report: &ChunkBenchReport) -> Vec<(PlotFile, LineChart<'static>)> {
+    let avg_x = |m: &Measurement| (m.config.avg_size as f64).log2();
+    let min_x = |m: &Measurement| m.config.min_size as f64 / 1024.0;
+    let min_avg = format_size(report.plan.min_sweep_avg as f64);
+    let size_x_desc = "expected chunk size (KiB, log scale; min = 1/4, max = 8x)";
+    let min_x_desc = "minimum chunk size (KiB)";
+    let size = |file: &'static str, title: &str, caption: &str, metric: Metric, y_desc| {
+        (
+            PlotFile {
+                file: file.into(),
+                title: title.into(),
+                caption: caption.into(),
+            },
+            LineChart {
+                name: file,
+                title: title.into(),
+                x_desc: size_x_desc,
+                y_desc,
+                x_scale: XScale::Log2Bytes,
+                y_scale: metric.y_scale(),
+                marker_every: 1,
+                lines: metric_lines(&report.size_sweep, avg_x, metric),
+            },
+        )
+    };
+    let min = |file: &'static str, title: String, caption: &str, metric: Metric, y_desc| {
+        (
+            PlotFile {
+                file: file.into(),
+                title: title.clone(),
+                caption: caption.into(),
+            },
+            LineChart {
+                name: file,
+                title,
+                x_desc: min_x_desc,
+                y_desc,
+                x_scale: XScale::KiB,
+                y_scale: metric.y_scale(),
+                marker_every: 1,
+                lines: metric_lines(&report.min_sweep, min_x, metric),
+            },
+        )
+    };
+    vec![
+        size(
+            "speed-vs-expected-size.svg",
+            "Chunking speed vs expected chunk size (FastCDC paper Fig. 10)",
+            "Chunking speed of each algorithm (median of the runs, bars from the slowest to the fastest run) as the expected chunk size grows; a kind more than 20 times faster than the median one (fixed-size chunking) is named off scale in the legend, its figures are in the table.",
+            Metric::Speed,
+            SPEED_DESC,
+        ),
+        size(
+            "dedup-vs-expected-size.svg",
+            "Dedup ratio vs expected chunk size (FastCDC paper Table 3)",
+            "Input bytes over bytes of distinct chunks across all inputs, per algorithm and expected chunk size.",
+            Metric::DedupRatio,
+            DEDUP_DESC,
+        ),
+        size(
+            "mean-size-vs-expected-size.svg",
+            "Average chunk size vs expected chunk size (FastCDC paper Table 3)",
+            "The average size of the chunks each algorithm actually cut, against the expected size it was configured with.",
+            Metric::MeanSize,
+            MEAN_DESC,
+        ),
+        min(
+            "speed-vs-min-size.svg",
+            format!("Chunking speed vs minimum chunk size at {min_avg} expected (Fig. 11a/b)"),
+            "Cut-point skipping: chunking speed as the minimum chunk size grows (the bytes below it are never hashed).",
+            Metric::Speed,
+            SPEED_DESC,
+        ),
+        min(
+            "dedup-vs-min-size.svg",
+            format!("Dedup ratio vs minimum chunk size at {min_avg} expected (Fig. 11c)"),
+            "What cut-point skipping costs in duplicates found, with and without normalized chunking.",
+            Metric::DedupRatio,
+            DEDUP_DESC,
+        ),
+        min(
+            "mean-size-vs-min-size.svg",
+            format!("Average chunk size vs minimum chunk size at {min_avg} expected (Fig. 11d)"),
+            "The average size of the chunks cut as the minimum grows, with and without normalized chunking (the paper expects about expected + minimum without it).",
+            Metric::MeanSize,
+            MEAN_DESC,
+        ),
+    ]
+}
+
+fn percent(count: u64, total: u64) -> f64 {
+    if total == 0 {
+        0.0
+    } else {
+        100.0 * count as f64 / total as f64
+    }
+}
+
+/// The cumulative size distributions of every kind at the distribution size, one line
+/// each (the paper's Fig. 7 form): histograms of kinds as different as fixed-size and
+/// content-defined chunking do not share a readable y axis, shares up to a size do.
+fn distribution_overlay(report: &ChunkBenchReport) -> (PlotFile, LineChart<'static>) {
+    let avg = format_size(report.plan.distribution_avg as f64);
+    let title = format!("Cumulative chunk-size distribution at {avg} expected (Fig. 9)");
+    let lines = report
+        .distributions()
+        .into_iter()
+        .map(|m| {
+            let h = &m.distribution;
+            let total = h.total();
+            let bin_kib = h.bin_bytes as f64 / 1024.0;
+            let mut below = 0;
+            let mut points = vec![(0.0, 0.0)];
+            for (i, &count) in h.counts.iter().enumerate() {
+                below += count;
+                points.push(((i + 1) as f64 * bin_kib, percent(below, total)));
+            }
+            Line {
+                label: m.algo.to_string(),
+                points,
+                bars: Vec::new(),
+            }
+        })
+        .collect();
+    (
+        PlotFile {
+            file: "size-distribution.svg".into(),
+            title: title.clone(),
+            caption: format!(
+                "Share of chunks smaller than each size, per algorithm, in steps of 1/8 of {avg}; the last step holds the chunks cut at the maximum size."
+            ),
+        },
+        LineChart {
+            name: "size-distribution.svg",
+            title,
+            x_desc: "chunk size (KiB)",
+            y_desc: "chunks smaller than the size (% of all chunks)",
+            x_scale: XScale::KiB,
+            y_scale: YScale::FromZero,
+            marker_every: 8,
+            lines,
+        },
+    )
+}
+
+/// A histogram of one measurement's chunk sizes, with its minimum, expected and mean
+/// sizes marked.
+pub fn histogram_svg(m: &Measurement, title: &str, name: &str) -> Result<String, BenchError> {
+    let fail = failed(name);
+    let h = &m.distribution;
+    let total = h.total();
+    let bin_kib = h.bin_bytes as f64 / 1024.0;
+    let bars: Vec<(f64, f64)> = h
+        .counts
+        .iter()
+        .enumerate()
+        .map(|(i, &c)| (i as f64 * bin_kib, percent(c, total)))
+        .collect();
+    let x_high = h.counts.len() as f64 * bin_kib;
+    let y_high = bars.iter().map(|b| b.1).fold(0.0, f64::max);
+    let (_, y_high) = padded(0.0, y_high, true);
+    let min_kib = m.config.min_size as f64 / 1024.0;
+    let avg_kib = m.config.avg_size as f64 / 1024.0;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
+        root.fill(&WHITE).map_err(&fail)?;
+        let (plot_area, legend_area) = root.split_horizontally(WIDTH - LEGEND_WIDTH);
+        let mut chart = ChartBuilder::on(&plot_area)
+            .caption(title, (FONT, 20))
+            .margin(14)
+            .x_label_area_size(52)
+            .y_label_area_size(78)
+            .build_cartesian_2d(0.0..x_high, 0.0..y_high)
+            .map_err(&fail)?;
+        let x_format = tick_format(x_high);
+        let y_format = tick_format(y_high);
+        chart
+            .configure_mesh()
+            .x_desc("chunk size (KiB)")
+            .y_desc("chunks in the bin (% of all chunks)")
+            .axis_desc_style((FONT, 16))
+            .label_style((FONT, 14))
+            .x_label_formatter(&x_format)
+            .y_label_formatter(&y_format)
+            .light_line_style(RGBColor(235, 235, 235))
+            .draw()
+            .map_err(&fail)?;
+        let bar_colour = colour(0);
+        chart
+            .draw_series(bars.iter().map(|&(x, y)| {
+                Rectangle::new([(x, 0.0), (x + bin_kib, y)], bar_colour.mix(0.8).filled())
+            }))
+            .map_err(&fail)?;
+        let mean_kib = m.sizes.mean / 1024.0;
+        let marks = [
+            (min_kib, colour(3)),
+            (avg_kib, colour(2)),
+            (mean_kib, colour(1)),
+        ];
+        for (x, c) in marks {
+            chart
+                .draw_series(std::iter::once(PathElement::new(
+                    vec![(x, 0.0), (x, y_high)],
+                    c.stroke_width(2),
+                )))
+                .map_err(&fail)?;
+        }
+        let entries = [
+            (
+                format!("{}: {} chunks", m.algo, m.sizes.chunks),
+                LegendMark::Bar(bar_colour),
+            ),
+            (
+                format!("minimum {}", format_size(m.config.min_size as f64)),
+                LegendMark::Line(colour(3)),
+            ),
+            (
+                format!("expected {}", format_size(m.config.avg_size as f64)),
+                LegendMark::Line(colour(2)),
+            ),
+            (
+                format!("mean {}", format_size(m.sizes.mean)),
+                LegendMark::Line(colour(1)),
+            ),
+        ];
+        draw_legend(&legend_area, &entries, name)?;
+        root.present().map_err(&fail)?;
+    }
+    Ok(svg)
+}
+
+/// Every plot of `report`, as `(file, svg)`, in the order report.md shows them.
+pub fn render_all(report: &ChunkBenchReport) -> Result<Vec<(PlotFile, String)>, BenchError> {
+    let mut plots = Vec::new();
+    let mut charts = sweep_plots(report);
+    charts.push(distribution_overlay(report));
+    for (file, chart) in charts {
+        let svg = line_chart(&chart)?;
+        plots.push((file, svg));
+    }
+    let avg = format_size(report.plan.distribution_avg as f64);
+    for m in report.distributions() {
+        let file = format!("size-distribution-{}.svg", m.algo);
+        let title = format!("{} chunk sizes at {avg} expected (Fig. 9)", m.algo);
+        let svg = histogram_svg(m, &title, &file)?;
+        plots.push((
+            PlotFile {
+                file,
+                title,
+                caption: format!(
+                    "{}: share of chunks per size bin, with its minimum, expected and mean sizes marked.",
+                    m.algo
+                ),
+            },
+            svg,
+        ));
+    }
+    Ok(plots)
+}
+
+/// Writes every plot into `dir` (created if missing).
+pub fn write_all(report: &ChunkBenchReport, dir: &Path) -> Result<Vec<PlotFile>, BenchError> {
+    fs::create_dir_all(dir).map_err(|e| BenchError::io(dir, e))?;
+    let mut files = Vec::new();
+    for (file, svg) in render_all(report)? {
+        let path = dir.join(&file.file);
+        fs::write(&path, svg).map_err(|e| BenchError::io(&path, e))?;
+        files.push(file);
+    }
+    Ok(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chunk::{run_chunk_bench, Plan};
+    use crate::corpus::{Corpus, Stream};
+
+    fn report() -> ChunkBenchReport {
+        let mut state = 7u64;
+        let data: Vec<u8> = (0..400_000)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                (state >> 56) as u8
+            })
+            .collect();
+        let corpus = Corpus {
+            streams: vec![Stream {
+                name: "random".into(),
+                data,
+            }],
+        };
+        run_chunk_bench(&corpus, &Plan::quick(), &mut |_| {}).unwrap()
+    }
+
+    /// Every `<text>` element's content, in document order.
+    fn texts(svg: &str) -> Vec<String> {
+        let doc = roxmltree::Document::parse(svg).unwrap_or_else(|e| panic!("not XML: {e}"));
+        assert_eq!(doc.root_element().tag_name().name(), "svg");
+        doc.descendants()
+            .filter(|n| n.has_tag_name("text"))
+            .filter_map(|n| n.text().map(|t| t.trim().to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn every_plot_is_valid_svg_with_title_axis_labels_and_legend() {
+        let report = report();
+        let plots = render_all(&report).unwrap();
+        let kinds = report.size_sweep.len();
+        assert_eq!(plots.len(), 7 + kinds);
+        for (file, svg) in &plots {
+            let texts = texts(svg);
+            let has = |s: &str| texts.iter().any(|t| t.contains(s));
+            assert!(has(&file.title), "{}: no title in {texts:?}", file.file);
+            assert!(has("legend"), "{}: no legend", file.file);
+            assert!(
+                texts.iter().any(|t| t.contains("(KiB")),
+                "{}: no x-axis label with a unit",
+                file.file
+            );
+            assert!(
+                has("MB/s") || has("dedup ratio") || has("(KiB)") || has("% of all chunks"),
+                "{}: no y-axis label in {texts:?}",
+                file.file
+            );
+        }
+        let (_, speed) = &plots[0];
+        let texts = texts(speed);
+        for series in &report.size_sweep {
+            assert!(
+                texts.iter().any(|t| t.starts_with(&series.label)),
+                "legend lacks {} in {texts:?}",
+                series.label
+            );
+        }
+        assert!(texts.contains(&SPEED_DESC.to_string()));
+        assert!(texts.iter().any(|t| t == "8 KiB"), "x ticks: {texts:?}");
+    }
+
+    #[test]
+    fn a_line_twenty_times_above_the_median_is_named_off_scale_not_drawn() {
+        let line = |label: &str, y: f64| Line {
+            label: label.into(),
+            points: vec![(1.0, y), (2.0, y)],
+            bars: Vec::new(),
+        };
+        let chart = |y_scale| LineChart {
+            name: "t.svg",
+            title: "t".into(),
+            x_desc: "x (KiB)",
+            y_desc: "y (MB/s)",
+            x_scale: XScale::KiB,
+            y_scale,
+            marker_every: 1,
+            lines: vec![
+                line("slow", 100.0),
+                line("fast", 300.0),
+                line("trivial", 1e7),
+            ],
+        };
+        let spec = chart(YScale::FromZeroWithoutOutliers);
+        assert_eq!(off_scale(&spec), [false, false, true]);
+        let texts = texts(&line_chart(&spec).unwrap());
+        assert!(
+            texts.contains(&"trivial: off scale".to_string()),
+            "{texts:?}"
+        );
+        assert!(!texts.iter().any(|t| t.starts_with("1000000")), "{texts:?}");
+        assert_eq!(off_scale(&chart(YScale::FromZero)), [false; 3]);
+    }
+
+    #[test]
+    fn write_all_writes_every_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("plots");
+        let files = write_all(&report(), &out).unwrap();
+        for f in &files {
+            let svg = std::fs::read_to_string(out.join(&f.file)).unwrap();
+            assert!(svg.starts_with("<svg"), "{}", f.file);
+        }
+    }
+
+    #[test]
+    fn sizes_read_as_people_write_them() {
+        assert_eq!(format_size(512.0), "512 B");
+        assert_eq!(format_size(8192.0), "8 KiB");
+        assert_eq!(format_size(1536.0), "1.5 KiB");
+        assert_eq!(format_size(4.0 * 1024.0 * 1024.0), "4 MiB");
+    }
+}
