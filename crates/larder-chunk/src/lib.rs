@@ -10,6 +10,7 @@ mod fastcdc2020;
 mod fixed;
 mod gear;
 mod masks;
+mod parallel;
 
 pub use config::{ChunkerConfig, ChunkerKind, ConfigError};
 pub use fastcdc2016::FastCdc2016;
@@ -17,6 +18,10 @@ pub use fastcdc2020::FastCdc2020;
 pub use fixed::FixedSize;
 pub use gear::GEAR;
 pub use masks::{select_masks, MASKS};
+pub use parallel::{
+    chunk_block_sequential, default_segment_size, dirty_chunks, BlockChunks, ParallelChunker,
+    ParallelStats,
+};
 
 /// Finds chunk boundaries in a byte stream.
 ///
