@@ -3,11 +3,13 @@
 //!
 //! The block is split into segments. Each worker chunks one segment speculatively, as if
 //! a chunk started at its first byte, until its last chunk crosses into the next
-//! segment. A sequential merge then walks the true chain of cuts: it adopts a segment's
-//! speculative chain from the first true cut that chain contains, and where the true
-//! cut is not on it, cuts the next chunk itself. A chunk's length depends only on the
-//! bytes from its start, so two chains that share one cut share every later one: the
-//! result equals sequential chunking whatever the data, segment size or thread count.
+//! segment. Then, also in parallel, each segment gets a bridge: chunks cut from where
+//! the previous segment's chain ends until they land on this segment's chain. A
+//! sequential merge walks the true chain of cuts, adopting from each chain or bridge
+//! everything after the first true cut it contains, and cutting chunks itself only
+//! where neither contains one. A chunk's length depends only on the bytes from its
+//! start, so two chains that share one cut share every later one: the result equals
+//! sequential chunking whatever the data, segment size or thread count.
 //! `docs/design/chunking-parallel.md` gives the argument, the costs and the worst case;
 //! `tests/parallel.rs` compares every [`crate::ChunkerKind`] with its sequential twin,
 //! [`chunk_block_sequential`].
@@ -53,28 +55,35 @@ pub struct BlockChunks {
 /// What parallel chunking cost, for progress output and for choosing the segment size.
 /// Summed over blocks with `+=`.
 ///
-/// Work done = bytes of the block + `discarded_bytes` + `rechunked_bytes`; the workers
-/// do all but `rechunked_bytes` in parallel.
+/// Work done = bytes of the block + `discarded_bytes` + `merge_chunked_bytes`; the
+/// workers do all but `merge_chunked_bytes` in parallel.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ParallelStats {
     /// Segments the block was split into; 1 when it was chunked sequentially (one thread,
     /// or no more than one segment of chunk starts), 0 when it held no chunk to cut.
     pub segments: u64,
-    /// Bytes the workers chunked speculatively from a position that the true chain never
-    /// reached: work thrown away.
-    pub discarded_bytes: u64,
-    /// Bytes the sequential merge chunked itself, to resynchronise at segment boundaries.
+    /// Bytes of true chunks that were not on their segment's speculative chain: the cost
+    /// of resynchronising at segment boundaries, whether paid by the parallel bridges or
+    /// by the sequential merge.
     pub rechunked_bytes: u64,
-    /// Chunks the sequential merge cut itself (their bytes are `rechunked_bytes`).
+    /// The chunks of `rechunked_bytes`.
     pub rechunked_chunks: u64,
+    /// Of `rechunked_bytes`, those the sequential merge chunked itself: where a bridge
+    /// left its segment without meeting the segment's chain, or the true chain entered a
+    /// segment elsewhere than where its bridge starts.
+    pub merge_chunked_bytes: u64,
+    /// Bytes chunked in parallel from positions the true chain never reached: work
+    /// thrown away.
+    pub discarded_bytes: u64,
 }
 
 impl AddAssign for ParallelStats {
     fn add_assign(&mut self, other: Self) {
         self.segments += other.segments;
-        self.discarded_bytes += other.discarded_bytes;
         self.rechunked_bytes += other.rechunked_bytes;
         self.rechunked_chunks += other.rechunked_chunks;
+        self.merge_chunked_bytes += other.merge_chunked_bytes;
+        self.discarded_bytes += other.discarded_bytes;
     }
 }
 
@@ -131,20 +140,21 @@ pub fn chunk_block_sequential<C: Chunker + ?Sized>(
     (lengths, pos)
 }
 
-/// The chunks a worker cut from the first byte of its segment, as if a chunk started
-/// there.
-struct SpeculativeChain {
-    /// Start of every chunk that starts inside the segment, ascending; `starts[0]` is the
-    /// segment's first byte, so it is never empty.
+/// Consecutive chunks cut sequentially from `starts[0]`, which may or may not be a true
+/// cut.
+struct Chain {
+    /// Start of every chunk, ascending; never empty.
     starts: Vec<usize>,
-    /// End of the last chunk: the first cut of the chain at or past the segment's end.
+    /// End of the last chunk.
     end: usize,
 }
 
-impl SpeculativeChain {
-    /// Chunks `data[start..segment_end]`; `segment_end <= limit` (see [`cut_limit`]), so
-    /// every chunk started obeys the chunker's contract.
-    fn cut<C: Chunker + ?Sized>(
+impl Chain {
+    /// A segment's speculative chain: chunks from `start`, the segment's first byte, as
+    /// if a chunk started there, until one ends at or past `segment_end`.
+    /// `start < segment_end <= limit` (see [`cut_limit`]), so every chunk started obeys
+    /// the chunker's contract.
+    fn speculate<C: Chunker + ?Sized>(
         chunker: &C,
         data: &[u8],
         start: usize,
@@ -157,6 +167,47 @@ impl SpeculativeChain {
             pos += chunker.next_chunk_len(&data[pos..]);
         }
         Self { starts, end: pos }
+    }
+
+    /// The bridge into a segment: chunks from `from`, where the previous segment's chain
+    /// ends, until one ends on a chunk start of `target` (the segment's chain) or at or
+    /// past `segment_end`. `None` when there is nothing to bridge: `from` already is on
+    /// `target`, or past the segment. `from < segment_end <= limit`, as above.
+    fn bridge<C: Chunker + ?Sized>(
+        chunker: &C,
+        data: &[u8],
+        from: usize,
+        target: &Chain,
+        segment_end: usize,
+    ) -> Option<Self> {
+        if from >= segment_end || target.starts.binary_search(&from).is_ok() {
+            return None;
+        }
+        // `target.starts[next]` is the first start of `target` at or past `pos`.
+        let mut next = target.starts.partition_point(|&start| start < from);
+        let mut starts = Vec::new();
+        let mut pos = from;
+        loop {
+            starts.push(pos);
+            pos += chunker.next_chunk_len(&data[pos..]);
+            while target.starts.get(next).is_some_and(|&start| start < pos) {
+                next += 1;
+            }
+            if pos >= segment_end || target.starts.get(next) == Some(&pos) {
+                return Some(Self { starts, end: pos });
+            }
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        self.end - self.starts[0]
+    }
+
+    /// Appends the lengths of the chunks from `starts[first]` on.
+    fn push_lengths_from(&self, first: usize, lengths: &mut Vec<usize>) {
+        let starts = &self.starts[first..];
+        lengths.extend(starts.windows(2).map(|pair| pair[1] - pair[0]));
+        lengths.extend(starts.last().map(|&last| self.end - last));
     }
 }
 
@@ -208,29 +259,50 @@ impl<'a, C: Chunker + ?Sized> ParallelChunker<'a, C> {
             };
         }
         let segments = limit.div_ceil(segment);
-        let chains: Vec<SpeculativeChain> = self.pool.install(|| {
-            (0..segments)
+        // Segment `index` is `start(index)..end(index)`; `index < segments`, so
+        // `start(index) < limit <= data.len()`.
+        let start = |index: usize| index * segment;
+        let end = |index: usize| start(index).saturating_add(segment).min(limit);
+        let (chains, bridges) = self.pool.install(|| {
+            let chains: Vec<Chain> = (0..segments)
+                .into_par_iter()
+                .map(|index| Chain::speculate(self.chunker, data, start(index), end(index)))
+                .collect();
+            let bridges: Vec<Option<Chain>> = (0..segments)
                 .into_par_iter()
                 .map(|index| {
-                    // `index < segments`, so `start < limit <= data.len()`.
-                    let start = index * segment;
-                    let end = start.saturating_add(segment).min(limit);
-                    SpeculativeChain::cut(self.chunker, data, start, end)
+                    let previous = index.checked_sub(1)?;
+                    let from = chains[previous].end;
+                    Chain::bridge(self.chunker, data, from, &chains[index], end(index))
                 })
-                .collect()
+                .collect();
+            (chains, bridges)
         });
-        self.merge(data, limit, &chains)
+        self.merge(data, limit, &chains, &bridges)
     }
 
-    /// Walks the true chain of cuts through the speculative chains of `data`'s segments.
+    /// Walks the true chain of cuts through the segments' chains and bridges.
     ///
     /// Invariant: `pos` is a true cut (one of [`chunk_block_sequential`]) and `lengths`
-    /// holds the true chunks before it. A chain that contains `pos` continues from it
-    /// exactly as sequential chunking does (same calls on the same bytes), so all of it
-    /// from `pos` on is adopted; otherwise the next chunk is cut here.
-    fn merge(&self, data: &[u8], limit: usize, chains: &[SpeculativeChain]) -> BlockChunks {
+    /// holds the true chunks before it. A chain or bridge that contains `pos` continues
+    /// from it exactly as sequential chunking does (the same calls on the same bytes),
+    /// so all of it from `pos` on is adopted; otherwise the next chunk is cut here.
+    /// Each adoption moves `pos` to the chain's end, past its segment (a chain) or onto
+    /// the segment's chain or past the segment (a bridge), so each is adopted at most
+    /// once.
+    fn merge(
+        &self,
+        data: &[u8],
+        limit: usize,
+        chains: &[Chain],
+        bridges: &[Option<Chain>],
+    ) -> BlockChunks {
         let segment = self.segment_size.get();
-        let speculative: usize = chains.iter().map(|c| c.end - c.starts[0]).sum();
+        let speculative: usize = chains
+            .iter()
+            .chain(bridges.iter().flatten())
+            .map(Chain::bytes)
+            .sum();
         let mut adopted = 0;
         let mut stats = ParallelStats {
             segments: chains.len() as u64,
@@ -241,19 +313,25 @@ impl<'a, C: Chunker + ?Sized> ParallelChunker<'a, C> {
         while pos < limit {
             // Segment `pos / segment` exists: `pos < limit` and the segments cover
             // `0..limit`.
-            let chain = &chains[pos / segment];
+            let index = pos / segment;
+            let chain = &chains[index];
             if let Ok(first) = chain.starts.binary_search(&pos) {
-                let starts = &chain.starts[first..];
-                lengths.extend(starts.windows(2).map(|pair| pair[1] - pair[0]));
-                lengths.extend(starts.last().map(|&last| chain.end - last));
+                chain.push_lengths_from(first, &mut lengths);
                 adopted += chain.end - pos;
                 pos = chain.end;
+            } else if let Some(bridge) = bridges[index].as_ref().filter(|b| b.starts[0] == pos) {
+                bridge.push_lengths_from(0, &mut lengths);
+                adopted += bridge.bytes();
+                stats.rechunked_bytes += bridge.bytes() as u64;
+                stats.rechunked_chunks += bridge.starts.len() as u64;
+                pos = bridge.end;
             } else {
                 let len = self.chunker.next_chunk_len(&data[pos..]);
                 lengths.push(len);
                 pos += len;
                 stats.rechunked_bytes += len as u64;
                 stats.rechunked_chunks += 1;
+                stats.merge_chunked_bytes += len as u64;
             }
         }
         stats.discarded_bytes = (speculative - adopted) as u64;
@@ -273,19 +351,22 @@ pub fn dirty_chunks(reference: &[usize], candidate: &[usize]) -> usize {
         *end += len;
         Some(*end)
     });
+    // The first reference cut past the start of the current candidate chunk.
     let mut next_reference_cut = reference_cuts.next();
-    // Whether the current candidate chunk started on a reference cut.
+    // Whether the current candidate chunk starts on a reference cut.
     let mut start_shared = true;
     let mut end = 0usize;
     let mut dirty = 0;
     for &len in candidate {
         end += len;
-        while next_reference_cut.is_some_and(|cut| cut < end) {
-            next_reference_cut = reference_cuts.next();
-        }
-        let end_shared = next_reference_cut == Some(end);
-        if !(start_shared && end_shared) {
+        // Clean: a reference chunk starts where this one does and ends where it ends.
+        if !(start_shared && next_reference_cut == Some(end)) {
             dirty += 1;
+        }
+        let mut end_shared = false;
+        while let Some(cut) = next_reference_cut.filter(|&cut| cut <= end) {
+            end_shared = cut == end;
+            next_reference_cut = reference_cuts.next();
         }
         start_shared = end_shared;
     }

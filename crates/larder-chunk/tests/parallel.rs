@@ -297,6 +297,47 @@ proptest! {
     }
 }
 
+/// `(start, length)` of every chunk.
+fn chunk_spans(lengths: &[usize]) -> std::collections::HashSet<(usize, usize)> {
+    let mut start = 0;
+    lengths
+        .iter()
+        .map(|&len| {
+            start += len;
+            (start - len, len)
+        })
+        .collect()
+}
+
+/// Splits `total` bytes at the given fractions-of-a-thousand, deduplicated.
+fn split(total: usize, cuts: &[usize]) -> Vec<usize> {
+    let mut cuts: Vec<usize> = cuts.iter().map(|c| c * total / 1000).collect();
+    cuts.extend([0, total]);
+    cuts.sort_unstable();
+    cuts.dedup();
+    cuts.windows(2).map(|pair| pair[1] - pair[0]).collect()
+}
+
+proptest! {
+    /// `dirty_chunks` against its definition, on two random splits of the same bytes.
+    #[test]
+    fn dirty_chunks_counts_chunks_missing_from_the_reference(
+        total in 1..2_000usize,
+        reference_cuts in prop::collection::vec(0..=1000usize, 0..40),
+        candidate_cuts in prop::collection::vec(0..=1000usize, 0..40),
+    ) {
+        let reference = split(total, &reference_cuts);
+        let candidate = split(total, &candidate_cuts);
+        let reference_spans = chunk_spans(&reference);
+        let expected = chunk_spans(&candidate)
+            .iter()
+            .filter(|span| !reference_spans.contains(span))
+            .count();
+        prop_assert_eq!(dirty_chunks(&reference, &candidate), expected);
+        prop_assert_eq!(dirty_chunks(&candidate, &candidate), 0);
+    }
+}
+
 /// Lengths around every size that matters, with segments from one byte to past the
 /// input: the boundary cases of BLAKE3's backend tests, for chunking.
 #[test]
@@ -415,9 +456,9 @@ fn fixed_size_chunks_never_resynchronise_with_the_default_segment_size() {
 }
 
 /// Guards the speed of the merge, which exactness tests cannot see: on random data the
-/// chains meet within a few chunks of each segment boundary, so the merge cuts a small
-/// part of the input itself. A merge that failed to adopt chains would still be exact,
-/// at sequential speed.
+/// chains meet within a few chunks of each segment boundary, so bridges are short and
+/// the sequential merge cuts next to nothing itself. A merge that failed to adopt chains
+/// or bridges would still be exact, at sequential speed.
 #[test]
 fn resynchronisation_costs_a_few_chunks_per_segment_on_random_data() {
     let data = random_bytes(14, 1 << 20);
@@ -429,6 +470,11 @@ fn resynchronisation_costs_a_few_chunks_per_segment_on_random_data() {
         assert!(
             stats.rechunked_bytes * 8 <= data.len() as u64
                 && stats.discarded_bytes * 8 <= data.len() as u64,
+            "{config:?}: {stats:?}"
+        );
+        // Bridges, cut in parallel, do the resynchronising; the merge almost never.
+        assert!(
+            stats.merge_chunked_bytes * 4 <= stats.rechunked_bytes,
             "{config:?}: {stats:?}"
         );
     }
