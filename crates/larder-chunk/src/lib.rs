@@ -3,6 +3,7 @@
 //! Every algorithm implements [`Chunker`], a one-method interface: given the bytes
 //! that start at the current chunk boundary, say how long the chunk is. The crate is
 //! pure logic; callers own buffering and I/O (see `larder-engine`).
+//! [`ParallelChunker`] finds the same cut points on several threads, for any chunker.
 
 mod config;
 mod fastcdc2016;

@@ -55,8 +55,8 @@ pub struct BlockChunks {
 /// What parallel chunking cost, for progress output and for choosing the segment size.
 /// Summed over blocks with `+=`.
 ///
-/// Work done = bytes of the block + `discarded_bytes` + `merge_chunked_bytes`; the
-/// workers do all but `merge_chunked_bytes` in parallel.
+/// Bytes chunked in all = bytes consumed + `discarded_bytes`; the workers chunk all of
+/// them in parallel but `merge_chunked_bytes`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ParallelStats {
     /// Segments the block was split into; 1 when it was chunked sequentially (one thread,
@@ -102,6 +102,7 @@ pub fn default_segment_size(max_size: usize) -> NonZeroUsize {
         .div_ceil(max_size)
         .saturating_mul(max_size)
         .max(max_size.saturating_mul(16));
+    // `size >= FLOOR > 0`; the fallback is never taken.
     NonZeroUsize::new(size).unwrap_or(NonZeroUsize::MIN)
 }
 
@@ -172,7 +173,8 @@ impl Chain {
     /// The bridge into a segment: chunks from `from`, where the previous segment's chain
     /// ends, until one ends on a chunk start of `target` (the segment's chain) or at or
     /// past `segment_end`. `None` when there is nothing to bridge: `from` already is on
-    /// `target`, or past the segment. `from < segment_end <= limit`, as above.
+    /// `target`, or past the segment. Chunks start only below `segment_end <= limit`,
+    /// as above.
     fn bridge<C: Chunker + ?Sized>(
         chunker: &C,
         data: &[u8],
