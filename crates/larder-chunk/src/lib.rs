@@ -7,6 +7,8 @@
 //! One module per algorithm, each a sequential executable spec: FastCDC 2016 and 2020,
 //! fixed-size, and the baselines of the FastCDC and P-Dedupe papers (Rabin, Adler,
 //! plain Gear, Asymmetric Extremum). `docs/design/chunking.md` specifies them all.
+//!
+//! [`ParallelChunker`] finds the same cut points on several threads, for any chunker.
 
 mod adler;
 mod ae;
@@ -18,6 +20,7 @@ mod gear_cdc;
 mod gear_table;
 pub mod kernels;
 mod masks;
+mod parallel;
 mod rabin;
 
 pub use adler::{AdlerCdc, ADLER_MODULUS, ADLER_RESIDUE, ADLER_TABLE, ADLER_WINDOW};
@@ -29,6 +32,10 @@ pub use fixed::FixedSize;
 pub use gear_cdc::GearCdc;
 pub use gear_table::GEAR;
 pub use masks::{select_masks, MASKS};
+pub use parallel::{
+    chunk_block_sequential, default_segment_size, dirty_chunks, BlockChunks, ParallelChunker,
+    ParallelStats,
+};
 pub use rabin::{RabinCdc, RABIN_POLYNOMIAL, RABIN_RESIDUE, RABIN_WINDOW};
 
 /// Finds chunk boundaries in a byte stream.
