@@ -23,6 +23,8 @@ pub enum BenchError {
     Config(#[from] ConfigError),
     #[error("drawing the plot {plot}: {reason}")]
     Plot { plot: String, reason: String },
+    #[error("cannot start the chunking threads: {0}")]
+    Threads(String),
 }
 
 impl BenchError {

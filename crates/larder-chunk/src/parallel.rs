@@ -57,7 +57,7 @@ pub struct BlockChunks {
 ///
 /// Bytes chunked in all = bytes consumed + `discarded_bytes`; the workers chunk all of
 /// them in parallel but `merge_chunked_bytes`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct ParallelStats {
     /// Segments the block was split into; 1 when it was chunked sequentially (one thread,
     /// or no more than one segment of chunk starts), 0 when it held no chunk to cut.

@@ -24,15 +24,20 @@ pub fn algo_help() -> String {
     )
 }
 
-/// `larder chunk`: exit 0, or 3 when some files could not be read (each is named), or
+/// `larder chunk` (`threads` 0: one per core): exit 0, or 3 when some files could not be read (each is named), or
 /// an error (exit 1) when none could.
 pub fn chunk(
     files: &[PathBuf],
     config: &ChunkerConfig,
     cuts: bool,
+    threads: usize,
     out: &Output,
 ) -> Result<ExitCode> {
-    let report = stream::chunk_files(files, config, cuts)?;
+    let threads = match threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
+    let report = stream::chunk_files(files, config, cuts, threads)?;
     if report.files.is_empty() {
         let messages: Vec<&str> = report.failed.iter().map(|f| f.message.as_str()).collect();
         bail!("{}", messages.join("; "));

@@ -112,6 +112,9 @@ enum Command {
         /// Also list every chunk: its file, offset and length
         #[arg(long)]
         cuts: bool,
+        /// Chunking threads; the cut points are exactly those of one thread [default: one per core]
+        #[arg(long, default_value_t = 0)]
+        threads: usize,
     },
     /// Benchmarks (no repository)
     Bench {
@@ -379,6 +382,7 @@ fn run(cli: Cli, out: &Output) -> Result<ExitCode> {
             max,
             level,
             cuts,
+            threads,
         } => {
             let Some(kind) = ChunkerKind::from_name(&algo) else {
                 return Ok(out.usage(&format!(
@@ -396,7 +400,7 @@ fn run(cli: Cli, out: &Output) -> Result<ExitCode> {
             if let Err(e) = config.validate() {
                 return Ok(out.usage(&e.to_string()));
             }
-            chunk_commands::chunk(&files, &config, cuts, out)
+            chunk_commands::chunk(&files, &config, cuts, threads, out)
         }
         Command::Bench {
             bench:

@@ -328,9 +328,16 @@ impl Output {
             d.ratio, d.distinct_bytes, d.distinct_chunks, d.duplicate_percent
         );
         println!(
-            "speed       {:.0} MB/s in the chunker alone ({:.3} s; file reads and fingerprinting not timed)",
-            r.chunk_mb_per_sec, r.chunk_seconds
+            "speed       {:.0} MB/s in the chunker alone on {} thread(s) ({:.3} s; file reads and fingerprinting not timed)",
+            r.chunk_mb_per_sec, r.threads, r.chunk_seconds
         );
+        if r.threads > 1 {
+            let p = &r.parallel;
+            println!(
+                "parallel    {} segments; {} bytes ({} chunks) re-chunked to resynchronise, {} by the sequential merge; cut points identical to one thread by construction",
+                p.segments, p.rechunked_bytes, p.rechunked_chunks, p.merge_chunked_bytes
+            );
+        }
         println!("sizes       chunks per power-of-two size range:");
         for line in report::histogram_lines(&s.histogram, 40) {
             println!("  {line}");

@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use crossbeam_channel::{bounded, Receiver, Sender};
-use larder_chunk::Chunker;
+use larder_chunk::{Chunker, ParallelChunker};
 use larder_hash::{Fingerprint, HashAlgo};
 use larder_index::{ChunkLocation, FingerprintIndex, MemIndex};
 use larder_store::{
@@ -346,6 +346,7 @@ fn recycle(pool: &Sender<Vec<u8>>, pieces: Vec<Piece>) {
 fn chunk_stage(
     items: &[Item],
     chunker: &dyn Chunker,
+    threads: &rayon::ThreadPool,
     pool: &BufferPool,
     tx: &Sender<Batch>,
 ) -> Duration {
@@ -402,7 +403,7 @@ fn chunk_stage(
         if !chunk_large(
             i,
             &item.abs,
-            chunker,
+            &ParallelChunker::new(chunker, threads),
             pool,
             &mut |piece, started, busy| send(vec![piece], started, busy),
             &mut busy,
@@ -420,11 +421,13 @@ fn chunk_stage(
 
 /// Reads a large file block by block. A chunk is cut only when at least `max_size`
 /// bytes follow its start or the file has ended, so cut points equal those of chunking
-/// the whole file at once; the uncut tail is carried into the next block.
+/// the whole file at once; the uncut tail is carried into the next block. Each block
+/// is chunked on several threads with exactly the sequential cut points
+/// (docs/design/chunking-parallel.md).
 fn chunk_large(
     item: usize,
     path: &Path,
-    chunker: &dyn Chunker,
+    chunker: &ParallelChunker<'_, dyn Chunker + '_>,
     pool: &BufferPool,
     send: &mut dyn FnMut(Piece, Instant, &mut Duration) -> bool,
     busy: &mut Duration,
@@ -440,8 +443,7 @@ fn chunk_large(
         Ok(x) => x,
         Err(e) => return send(fail(e), started, busy),
     };
-    let max = chunker.max_size();
-    // `carry` holds the uncut tail of the previous block, at most `max` bytes.
+    // `carry` holds the uncut tail of the previous block, less than `max_size` bytes.
     let mut carry: Vec<u8> = Vec::new();
     let mut total = 0u64;
     loop {
@@ -461,13 +463,10 @@ fn chunk_large(
             }
         }
         buf.truncate(filled);
-        let mut lens = Vec::with_capacity(buf.len() / 4096 + 1);
-        let mut pos = 0;
-        while pos < buf.len() && (eof || buf.len() - pos >= max) {
-            let len = chunker.next_chunk_len(&buf[pos..]);
-            lens.push(len as u32);
-            pos += len;
-        }
+        let block = chunker.chunk_block(&buf, eof);
+        // A chunk is at most 16 MiB (`ChunkerConfig`'s largest maximum).
+        let lens = block.lengths.iter().map(|&len| len as u32).collect();
+        let pos = block.consumed;
         carry.clear();
         carry.extend_from_slice(&buf[pos..]);
         buf.truncate(pos);
@@ -671,6 +670,12 @@ pub fn backup(
         written: 0,
     };
 
+    // Stage 1's threads for chunking large files, as many as fingerprinting threads.
+    let chunk_threads = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .thread_name(|i| format!("larder-chunk-{i}"))
+        .build()
+        .map_err(|e| EngineError::Pipeline(format!("cannot start chunking threads: {e}")))?;
     let outcome = std::thread::scope(|s| -> Result<_> {
         let syncers = spawn_syncers(s, backend.clone(), sync_rx, reuse_tx);
         let (chunk_tx, chunk_rx) = bounded::<Batch>(QUEUE_DEPTH);
@@ -683,7 +688,8 @@ pub fn backup(
             free: pool_rx,
             size: BLOCK + chunker.max_size(),
         };
-        let chunk = s.spawn(move || chunk_stage(items, chunker, &pool, &chunk_tx));
+        let chunk_threads = &chunk_threads;
+        let chunk = s.spawn(move || chunk_stage(items, chunker, chunk_threads, &pool, &chunk_tx));
         let hashers: Vec<_> = (0..threads)
             .map(|_| {
                 let (rx, tx) = (chunk_rx.clone(), fp_tx.clone());
