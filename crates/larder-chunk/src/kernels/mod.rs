@@ -163,6 +163,22 @@ mod tests {
         }
     }
 
+    /// `scripts/test` runs the suite again under `LARDER_SIMD=avx2` and `=portable`;
+    /// this checks that those runs really use no better instruction set.
+    #[test]
+    fn larder_simd_caps_the_active_platform() {
+        if let Some(cap) = std::env::var("LARDER_SIMD")
+            .ok()
+            .and_then(|v| Platform::from_name(&v))
+        {
+            assert!(
+                Platform::active() <= cap,
+                "{:?} above {cap:?}",
+                Platform::active()
+            );
+        }
+    }
+
     #[test]
     fn names_round_trip_and_portable_is_always_supported() {
         for p in Platform::ALL {
