@@ -4,6 +4,7 @@
 //! memory-read bandwidth on the same buffer.
 //!
 //! `cargo bench -p larder-chunk --bench chunk -- --warm-up-time 1 --measurement-time 5`
+//! (`LARDER_BENCH_CORPUS=FILE` chunks FILE instead: see `support/corpus.rs`)
 
 use std::hint::black_box;
 
@@ -33,9 +34,9 @@ fn chunk_all(chunker: &impl Chunker, mut data: &[u8]) -> (usize, usize) {
 
 fn bench_chunking(c: &mut Criterion) {
     let data = corpus::corpus();
-    let mut group = c.benchmark_group("chunk-64MiB-2k8k64k-level2");
+    let mut group = c.benchmark_group("chunk-2k8k64k-level2");
     group.throughput(Throughput::Bytes(data.len() as u64));
-    group.sample_size(20);
+    group.sample_size(10);
 
     let larder_2020 = FastCdc2020::new(MIN, AVG, MAX, LEVEL);
     group.bench_function("larder-fastcdc2020", |b| {

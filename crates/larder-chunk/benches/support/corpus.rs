@@ -1,6 +1,9 @@
 //! The benchmark corpus: 64 MiB of real files from `/usr/lib` and `/usr/share` (no
 //! single file above 4 MiB, so many formats mix), padded with pseudo-random bytes
 //! where the system has too few. Shared by the chunking benchmarks.
+//!
+//! `LARDER_BENCH_CORPUS=FILE` uses FILE, whole, instead (for example a 1 GiB
+//! concatenation of release tarballs: `docs/performance.md` says how it was made).
 
 use std::path::Path;
 
@@ -36,6 +39,12 @@ fn append_files(dir: &Path, out: &mut Vec<u8>, limit: usize) {
 }
 
 pub fn corpus() -> Vec<u8> {
+    if let Some(path) = std::env::var_os("LARDER_BENCH_CORPUS") {
+        let data = std::fs::read(&path)
+            .unwrap_or_else(|e| panic!("LARDER_BENCH_CORPUS={}: {e}", path.to_string_lossy()));
+        eprintln!("corpus: {} bytes of {}", data.len(), path.to_string_lossy());
+        return data;
+    }
     let mut data = Vec::with_capacity(CORPUS_LEN);
     for (dir, len) in SOURCES {
         let limit = (data.len() + len).min(CORPUS_LEN);
