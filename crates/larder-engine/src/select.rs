@@ -203,6 +203,39 @@ mod tests {
         );
     }
 
+    proptest::proptest! {
+        /// On any tree, hostile ones included: the parents of a restored entry are
+        /// restored where the tree has them, and nothing the exclude list selects is.
+        #[test]
+        fn parents_come_along_and_exclusions_hold(
+            paths in proptest::collection::vec(
+                proptest::collection::vec(proptest::sample::select(vec!["a", "b", "c.txt"]), 1..4),
+                0..16,
+            ),
+            dirs in proptest::collection::vec(proptest::prelude::any::<bool>(), 16),
+            include in proptest::sample::subsequence(vec!["*.txt", "/a", "b/", "!c.txt"], 0..3),
+            exclude in proptest::sample::subsequence(vec!["/a/b", "c.txt/", "!b", "a/**"], 0..3),
+        ) {
+            let entries: Vec<TreeEntry> = paths
+                .iter()
+                .zip(&dirs)
+                .map(|(p, &d)| entry(if d { EntryKind::Dir } else { EntryKind::File }, &p.join("/")))
+                .collect();
+            let (include, exclude) = (list(&include), list(&exclude));
+            let wanted = restore_selection(&entries, &include, &exclude);
+            for (e, _) in entries.iter().zip(&wanted).filter(|(_, w)| **w) {
+                let is_dir = e.kind == EntryKind::Dir;
+                proptest::prop_assert!(!exclude.selects(&e.path, is_dir));
+                for (parent, parent_wanted) in entries.iter().zip(&wanted) {
+                    let is_parent = parent.kind == EntryKind::Dir
+                        && e.path.starts_with(&parent.path)
+                        && e.path.get(parent.path.len()) == Some(&b'/');
+                    proptest::prop_assert!(!is_parent || *parent_wanted);
+                }
+            }
+        }
+    }
+
     #[test]
     fn answers_do_not_depend_on_entry_order() {
         let mut reversed = tree();
