@@ -1,4 +1,5 @@
-//! Restoring a snapshot into a target directory, safely.
+//! Restoring a snapshot into a target directory, safely; all of it, or the entries
+//! that `--include`/`--exclude` patterns choose (`select.rs`).
 //!
 //! Safety rules, each tested in `tests/restore_safety.rs`:
 //! - every entry path is relative and made of normal components (checked when the tree
