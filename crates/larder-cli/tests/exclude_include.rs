@@ -249,7 +249,7 @@ fn a_root_that_matches_an_exclude_is_not_backed_up() {
         "*.log",
     ]);
     out.expect_ok()
-        .expect_stderr(&[log.to_str().unwrap(), "matches an --exclude pattern"]);
+        .expect_stderr(&[log.to_str().unwrap(), "matches an exclude pattern"]);
     assert_eq!(out.json()["excluded"], 1);
     assert_eq!(snapshot_listing(&repo, &src), set(&["y.txt"]));
 }

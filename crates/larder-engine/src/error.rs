@@ -21,7 +21,7 @@ pub enum EngineError {
     Source { path: PathBuf, reason: String },
     #[error("a pipeline stage failed: {0}")]
     Pipeline(String),
-    #[error("invalid pattern {pattern:?}: {reason} (see docs/design/patterns.md)")]
+    #[error("invalid pattern {pattern:?}: {reason}")]
     InvalidPattern { pattern: String, reason: String },
     #[error("invalid snapshot path {path:?}: {reason}")]
     InvalidSnapshotPath { path: String, reason: String },

@@ -96,7 +96,7 @@ pub(crate) fn walk(
             walker.excluded += 1;
             walker.warnings.push(Warning::notice(
                 root,
-                "not backed up: it matches an --exclude pattern",
+                "not backed up: it matches an exclude pattern",
             ));
             continue;
         }

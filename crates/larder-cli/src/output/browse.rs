@@ -27,14 +27,13 @@ impl Output {
     ) -> io::Result<()> {
         let mut w = BufWriter::new(io::stdout().lock());
         if self.json {
+            let mut object = Map::new();
+            object.insert("snapshot".into(), json!(tree.id));
+            insert_bytes(&mut object, "path", &slash_path(under.as_bytes()));
+            object.insert("count".into(), json!(entries.len()));
             let list: Vec<Value> = entries.iter().map(|e| entry_json(e)).collect();
-            let object = json!({
-                "snapshot": tree.id,
-                "path": under.to_string(),
-                "count": entries.len(),
-                "entries": list,
-            });
-            writeln!(w, "{object}")?;
+            object.insert("entries".into(), Value::Array(list));
+            writeln!(w, "{}", Value::Object(object))?;
         } else if !self.quiet {
             for entry in entries {
                 if long {
