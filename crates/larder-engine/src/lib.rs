@@ -30,7 +30,6 @@ pub use pattern::{parse_pattern_file, Pattern, PatternList};
 pub use restore::{restore, RestoreOptions, RestoreSummary};
 pub use time::utc_rfc3339;
 pub use tree_io::{load_tree, ChunkReader};
-pub use walk::IGNORE_FILE_NAME;
 
 /// Receives progress as work advances; the CLI draws a bar from it.
 pub trait Progress: Send + Sync {

@@ -174,11 +174,6 @@ impl Pattern {
         &self.text
     }
 
-    /// Whether this is a `!` pattern, which takes matching paths back out of a list.
-    pub fn is_negated(&self) -> bool {
-        self.negated
-    }
-
     /// Whether the glob matches `path` (components joined by `/`, relative to the
     /// pattern's base) itself, ignoring `!`. Parent directories are not considered
     /// here; [`PatternList::selects`] does that.
@@ -188,12 +183,6 @@ impl Pattern {
 
     fn matches_units(&self, path: &[Vec<u32>], is_dir: bool) -> bool {
         (is_dir || !self.dir_only) && components_match(&self.components, path)
-    }
-}
-
-impl std::fmt::Display for Pattern {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.text)
     }
 }
 
@@ -355,10 +344,6 @@ impl PatternList {
 
     pub fn is_empty(&self) -> bool {
         self.patterns.is_empty()
-    }
-
-    pub fn patterns(&self) -> &[Pattern] {
-        &self.patterns
     }
 
     /// What the list says about `path` itself: `Some(true)` if the last pattern that

@@ -45,7 +45,7 @@ fn rel_of(abs: &Path) -> Vec<u8> {
 }
 
 /// The name of the per-directory pattern file (docs/design/patterns.md).
-pub const IGNORE_FILE_NAME: &str = ".larderignore";
+const IGNORE_FILE_NAME: &str = ".larderignore";
 
 /// What the walk found: the entries to back up, and how many entries patterns left out.
 pub(crate) struct Walked {
@@ -152,6 +152,9 @@ impl Walker<'_> {
     /// excluded: by `exclude`, or by the `.larderignore` files above it, in which the
     /// last matching pattern decides and a deeper file's patterns come later.
     fn is_excluded(&self, rel: &[u8], is_dir: bool) -> bool {
+        if self.exclude.is_empty() && self.ignore_files.is_empty() {
+            return false;
+        }
         let units = PathUnits::new(rel);
         if self.exclude.decide(units.all(), is_dir) == Some(true) {
             return true;
