@@ -4,8 +4,10 @@
 //! 2 usage error; 3 partial success (a snapshot was saved or a restore finished, but
 //! some files could not be read or restored).
 
+mod browse_commands;
 mod chunk_commands;
 mod output;
+mod pattern_args;
 mod size;
 
 use std::path::{Path, PathBuf};
@@ -70,6 +72,8 @@ enum Command {
         /// Fingerprinting threads [default: one per core]
         #[arg(long, default_value_t = 0)]
         threads: usize,
+        #[command(flatten)]
+        excludes: pattern_args::BackupExcludes,
     },
     /// Restore a snapshot (an id prefix, or `latest`) into TARGET
     Restore {
@@ -78,7 +82,16 @@ enum Command {
         /// Replace files that already exist in TARGET
         #[arg(long)]
         overwrite: bool,
+        #[command(flatten)]
+        selection: pattern_args::RestoreSelection,
     },
+    /// List the entries of a snapshot, or those at and below PATH
+    Ls(browse_commands::LsArgs),
+    /// Show what changed between two snapshots: added, removed and modified entries
+    Diff(browse_commands::DiffArgs),
+    /// Write the content of one file of a snapshot to standard output
+    #[command(visible_alias = "dump")]
+    Cat(browse_commands::CatArgs),
     /// List snapshots
     Snapshots,
     /// Verify the repository; with --read-data, every chunk too
@@ -280,7 +293,15 @@ fn run(cli: Cli, out: &Output) -> Result<ExitCode> {
             out.init_done(&path, &config);
             Ok(ExitCode::SUCCESS)
         }
-        Command::Backup { paths, threads } => {
+        Command::Backup {
+            paths,
+            threads,
+            excludes,
+        } => {
+            let exclude = match excludes.patterns() {
+                Ok(list) => list,
+                Err(msg) => return Ok(out.usage(&msg)),
+            };
             let path = repo_path(cli.repo, out)?;
             let mut repo = open(&path, LockMode::Exclusive, out)?;
             let bar = Arc::new(Bar::bytes(out));
@@ -288,6 +309,7 @@ fn run(cli: Cli, out: &Output) -> Result<ExitCode> {
                 threads,
                 hostname: hostname(),
                 username: std::env::var("USER").unwrap_or_default(),
+                exclude,
                 progress: bar.clone() as Arc<dyn Progress>,
             };
             let summary = larder_engine::backup(&mut repo, &paths, &opts)?;
@@ -303,12 +325,19 @@ fn run(cli: Cli, out: &Output) -> Result<ExitCode> {
             snapshot,
             target,
             overwrite,
+            selection,
         } => {
+            let (include, exclude) = match selection.patterns() {
+                Ok(lists) => lists,
+                Err(msg) => return Ok(out.usage(&msg)),
+            };
             let path = repo_path(cli.repo, out)?;
             let repo = open(&path, LockMode::Shared, out)?;
             let bar = Arc::new(Bar::bytes(out));
             let opts = RestoreOptions {
                 overwrite,
+                include,
+                exclude,
                 progress: bar.clone() as Arc<dyn Progress>,
             };
             let summary = larder_engine::restore(&repo, &snapshot, &target, &opts)?;
@@ -320,6 +349,9 @@ fn run(cli: Cli, out: &Output) -> Result<ExitCode> {
                 ExitCode::from(EXIT_PARTIAL)
             })
         }
+        Command::Ls(args) => browse_commands::ls(args, cli.repo, out),
+        Command::Diff(args) => browse_commands::diff(args, cli.repo, out),
+        Command::Cat(args) => browse_commands::cat(args, cli.repo, cli.json, out),
         Command::Snapshots => {
             let path = repo_path(cli.repo, out)?;
             let repo = open(&path, LockMode::Shared, out)?;

@@ -1,5 +1,7 @@
 //! What the CLI prints: text for people, JSON for scripts, progress bars on a terminal.
 
+mod browse;
+
 use std::io::IsTerminal;
 use std::path::Path;
 use std::process::ExitCode;
@@ -99,6 +101,7 @@ impl Output {
                     "dedup_ratio": s.dedup_ratio(),
                     "chunks": s.chunks, "chunks_new": s.chunks_new,
                     "containers_written": s.containers_written,
+                    "excluded": s.excluded,
                     "seconds": secs(s.elapsed), "mb_per_sec": s.mb_per_sec(),
                     "stage_seconds": {
                         "walk": secs(t.walk), "chunk": secs(t.chunk), "fingerprint": secs(t.fingerprint),
@@ -120,6 +123,12 @@ impl Output {
             s.symlinks,
             mb(s.bytes_in)
         );
+        if s.excluded > 0 {
+            println!(
+                "  excluded    {} entries (matched --exclude, --exclude-file or .larderignore; not read)",
+                s.excluded
+            );
+        }
         println!(
             "  stored      {} new ({} with metadata), dedup ratio {:.2}x",
             mb(s.bytes_new),
@@ -160,7 +169,8 @@ impl Output {
                 "{}",
                 json!({
                     "snapshot": s.snapshot_id, "files": s.files, "dirs": s.dirs, "symlinks": s.symlinks,
-                    "bytes": s.bytes, "seconds": secs(s.elapsed), "warnings": s.warnings,
+                    "bytes": s.bytes, "filtered_out": s.filtered_out,
+                    "seconds": secs(s.elapsed), "warnings": s.warnings,
                 })
             );
         } else if self.text() {
@@ -173,6 +183,12 @@ impl Output {
                 mb(s.bytes),
                 s.elapsed.as_secs_f64()
             );
+            if s.filtered_out > 0 {
+                println!(
+                    "  {} entries not selected by --include/--exclude",
+                    s.filtered_out
+                );
+            }
             self.warnings(&s.warnings);
         }
     }

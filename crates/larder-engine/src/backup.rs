@@ -30,7 +30,9 @@ use rayon::prelude::*;
 use serde::Serialize;
 
 use crate::error::{EngineError, Result, Warning};
-use crate::walk::{walk, Item};
+use crate::pattern::PatternList;
+use crate::time::rfc3339;
+use crate::walk::{walk, Item, Walked};
 use crate::Progress;
 
 /// Files smaller than this are read whole and chunked in parallel across files.
@@ -50,6 +52,9 @@ pub struct BackupOptions {
     pub threads: usize,
     pub hostname: String,
     pub username: String,
+    /// Patterns matched against snapshot paths; what they select is not backed up
+    /// (docs/design/patterns.md). `.larderignore` files are honoured as well.
+    pub exclude: PatternList,
     pub progress: Arc<dyn Progress>,
 }
 
@@ -81,6 +86,9 @@ pub struct BackupSummary {
     pub chunks: u64,
     pub chunks_new: u64,
     pub containers_written: u64,
+    /// Entries left out by exclude patterns or `.larderignore` files, unread; an
+    /// excluded directory counts once, whatever it holds.
+    pub excluded: u64,
     pub elapsed: Duration,
     pub stages: StageTimes,
     pub warnings: Vec<Warning>,
@@ -623,7 +631,7 @@ pub fn backup(
     let started = Instant::now();
     let mut stages = StageTimes::default();
     let mut warnings = Vec::new();
-    let items = walk(paths, &mut warnings)?;
+    let Walked { items, excluded } = walk(paths, &opts.exclude, &mut warnings)?;
     stages.walk = started.elapsed();
     for w in &warnings {
         opts.progress.warn(w);
@@ -831,6 +839,7 @@ pub fn backup(
         chunks,
         chunks_new,
         containers_written,
+        excluded,
         elapsed: started.elapsed(),
         stages,
         warnings,
@@ -881,45 +890,4 @@ fn store_stream(
         pos += len;
     }
     Ok(fps)
-}
-
-/// Formats a time as RFC 3339 in UTC with nanoseconds, e.g. `2026-11-22T15:04:05.123456789Z`.
-pub(crate) fn rfc3339(t: SystemTime) -> String {
-    let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
-    let secs = d.as_secs() as i64;
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Civil-from-days (Howard Hinnant's algorithm), valid for the proleptic Gregorian calendar.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:09}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        d.subsec_nanos()
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rfc3339_formats_known_instants() {
-        let t = SystemTime::UNIX_EPOCH + Duration::new(1_700_000_000, 5);
-        assert_eq!(rfc3339(t), "2023-11-14T22:13:20.000000005Z");
-        assert_eq!(
-            rfc3339(SystemTime::UNIX_EPOCH),
-            "1970-01-01T00:00:00.000000000Z"
-        );
-        let leap = SystemTime::UNIX_EPOCH + Duration::from_secs(951_782_400);
-        assert_eq!(rfc3339(leap), "2000-02-29T00:00:00.000000000Z");
-    }
 }

@@ -21,6 +21,36 @@ pub enum EngineError {
     Source { path: PathBuf, reason: String },
     #[error("a pipeline stage failed: {0}")]
     Pipeline(String),
+    #[error("invalid pattern {pattern:?}: {reason}")]
+    InvalidPattern { pattern: String, reason: String },
+    #[error("invalid snapshot path {path:?}: {reason}")]
+    InvalidSnapshotPath { path: String, reason: String },
+    #[error("{path} is not in snapshot {snapshot} (see `larder ls {snapshot}`)")]
+    PathNotInSnapshot { path: String, snapshot: String },
+    #[error("{path} is {what} in snapshot {snapshot}; {advice}")]
+    NotAFile {
+        path: String,
+        snapshot: String,
+        what: String,
+        advice: &'static str,
+    },
+    #[error("{path} occurs {count} times in snapshot {snapshot}; larder writes each path once, so this tree is damaged or was crafted")]
+    AmbiguousPath {
+        path: String,
+        snapshot: String,
+        count: usize,
+    },
+    #[error("{path} in snapshot {snapshot}: {reason}")]
+    DamagedEntry {
+        path: String,
+        snapshot: String,
+        reason: String,
+    },
+    #[error("cannot write the content of {path}")]
+    Write {
+        path: String,
+        source: std::io::Error,
+    },
 }
 
 impl EngineError {

@@ -4,18 +4,31 @@
 //! and write run as separate stages joined by bounded queues; fingerprinting runs on
 //! several threads and keeps stream order; small files are read and chunked in
 //! parallel across files.
+//!
+//! Besides backup, restore and check: reading snapshots back (`browse`: `ls` and
+//! `cat`; `diff`), and the path patterns that select what backup and restore take
+//! (`pattern`, docs/design/patterns.md).
 
 mod backup;
+mod browse;
 mod check;
+mod diff;
 mod error;
+mod pattern;
 mod restore;
+mod select;
+mod time;
 mod tree_io;
 mod walk;
 
 pub use backup::{backup, BackupOptions, BackupSummary, StageTimes};
+pub use browse::{display_path, escape_name, SnapshotPath, SnapshotTree};
 pub use check::{check, CheckOptions, CheckReport, Damage};
+pub use diff::{diff_snapshots, diff_trees, Change, ChangeKind, ChangedField, TreeDiff};
 pub use error::{EngineError, Result, Warning};
+pub use pattern::{parse_pattern_file, Pattern, PatternList};
 pub use restore::{restore, RestoreOptions, RestoreSummary};
+pub use time::utc_rfc3339;
 pub use tree_io::{load_tree, ChunkReader};
 
 /// Receives progress as work advances; the CLI draws a bar from it.

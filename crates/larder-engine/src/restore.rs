@@ -1,4 +1,5 @@
-//! Restoring a snapshot into a target directory, safely.
+//! Restoring a snapshot into a target directory, safely; all of it, or the entries
+//! that `--include`/`--exclude` patterns choose (`select.rs`).
 //!
 //! Safety rules, each tested in `tests/restore_safety.rs`:
 //! - every entry path is relative and made of normal components (checked when the tree
@@ -23,12 +24,19 @@ use larder_store::{error_chain, EntryKind, Repository, TreeEntry};
 use serde::Serialize;
 
 use crate::error::{EngineError, Result, Warning};
+use crate::pattern::PatternList;
+use crate::select::restore_selection;
 use crate::tree_io::{load_tree, ChunkReader};
 use crate::Progress;
 
 pub struct RestoreOptions {
     /// Replace entries that already exist in the target.
     pub overwrite: bool,
+    /// Restore only what these patterns select (everything, if empty), with the
+    /// parent directories of what they select (docs/design/patterns.md).
+    pub include: PatternList,
+    /// Do not restore what these patterns select; a selected directory is skipped whole.
+    pub exclude: PatternList,
     pub progress: std::sync::Arc<dyn Progress>,
 }
 
@@ -39,6 +47,8 @@ pub struct RestoreSummary {
     pub dirs: u64,
     pub symlinks: u64,
     pub bytes: u64,
+    /// Entries of the snapshot left out by `include` and `exclude`.
+    pub filtered_out: u64,
     pub elapsed: Duration,
     pub warnings: Vec<Warning>,
 }
@@ -54,7 +64,13 @@ pub fn restore(
     let started = Instant::now();
     let (snapshot_id, snapshot) = repo.find_snapshot(name)?;
     let mut reader = ChunkReader::new(repo);
-    let entries = load_tree(&mut reader, &snapshot.tree.fingerprints()?)?;
+    let all_entries = load_tree(&mut reader, &snapshot.tree.fingerprints()?)?;
+    let wanted = restore_selection(&all_entries, &opts.include, &opts.exclude);
+    let entries: Vec<&TreeEntry> = all_entries
+        .iter()
+        .zip(&wanted)
+        .filter_map(|(entry, &wanted)| wanted.then_some(entry))
+        .collect();
     opts.progress.set_total(
         entries
             .iter()
@@ -74,12 +90,13 @@ pub fn restore(
             dirs: 0,
             symlinks: 0,
             bytes: 0,
+            filtered_out: (all_entries.len() - entries.len()) as u64,
             elapsed: Duration::ZERO,
             warnings: Vec::new(),
         },
     };
     let mut dirs = Vec::new();
-    for entry in &entries {
+    for &entry in &entries {
         let dest = r.target.join(OsStr::from_bytes(&entry.path));
         let result = match entry.kind {
             EntryKind::Dir => r.dir(&dest).map(|()| dirs.push((dest.clone(), entry))),

@@ -1,14 +1,17 @@
-//! Walking the backup sources into the ordered list of tree entries.
+//! Walking the backup sources into the ordered list of tree entries, leaving out what
+//! exclude patterns and `.larderignore` files select (docs/design/patterns.md).
 
 use std::ffi::OsStr;
-use std::fs::{self, Metadata};
+use std::fs::{self, FileType, Metadata};
+use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use larder_store::{EntryKind, TreeEntry};
 
 use crate::error::{EngineError, Result, Warning};
+use crate::pattern::{parse_pattern_file, PathUnits, PatternList};
 
 /// One entry to back up: where it is, and its tree entry without a recipe yet.
 pub(crate) struct Item {
@@ -41,48 +44,82 @@ fn rel_of(abs: &Path) -> Vec<u8> {
     bytes.strip_prefix(b"/").unwrap_or(bytes).to_vec()
 }
 
+/// The name of the per-directory pattern file (docs/design/patterns.md).
+const IGNORE_FILE_NAME: &str = ".larderignore";
+
+/// What the walk found: the entries to back up, and how many entries patterns left out.
+pub(crate) struct Walked {
+    pub items: Vec<Item>,
+    pub excluded: u64,
+}
+
 /// Lists every entry under `roots` in tree order (depth-first, each directory before
 /// its contents, names sorted bytewise), with entries for the roots' parent
-/// directories. Problems with single paths become warnings.
-pub(crate) fn walk(roots: &[PathBuf], warnings: &mut Vec<Warning>) -> Result<Vec<Item>> {
+/// directories. Entries that `exclude` (matched against snapshot paths) or a
+/// `.larderignore` file selects are left out without being read; an excluded
+/// directory is not listed. Problems with single paths become warnings.
+pub(crate) fn walk(
+    roots: &[PathBuf],
+    exclude: &PatternList,
+    warnings: &mut Vec<Warning>,
+) -> Result<Walked> {
     let mut abs_roots = Vec::new();
     for root in roots {
         let abs = std::path::absolute(root).map_err(|e| EngineError::io(root, e))?;
         let abs = normalize(&abs);
-        fs::symlink_metadata(&abs).map_err(|e| EngineError::Source {
+        let meta = fs::symlink_metadata(&abs).map_err(|e| EngineError::Source {
             path: root.clone(),
             reason: format!("cannot back up: {e}"),
         })?;
-        abs_roots.push(abs);
+        abs_roots.push((abs, meta.is_dir()));
     }
     abs_roots.sort();
     // A root inside an earlier root is already covered by it.
-    let mut kept: Vec<PathBuf> = Vec::new();
-    for r in abs_roots {
-        if !kept.iter().any(|k| r.starts_with(k)) {
-            kept.push(r);
+    let mut kept: Vec<(PathBuf, bool)> = Vec::new();
+    for (root, is_dir) in abs_roots {
+        if !kept.iter().any(|(k, _)| root.starts_with(k)) {
+            kept.push((root, is_dir));
         }
     }
-    let mut items = Vec::new();
+    let mut walker = Walker {
+        items: Vec::new(),
+        warnings,
+        exclude,
+        ignore_files: Vec::new(),
+        excluded: 0,
+    };
     let mut emitted_parents = std::collections::BTreeSet::new();
-    for root in &kept {
+    for (root, is_dir) in &kept {
+        // The roots' parents are not scanned, so only `exclude` applies to a root, and
+        // to it as to any path: through its parent directories too.
+        if exclude.selects(&rel_of(root), *is_dir) {
+            walker.excluded += 1;
+            walker.warnings.push(Warning::notice(
+                root,
+                "not backed up: it matches an exclude pattern",
+            ));
+            continue;
+        }
         let mut parent = PathBuf::from("/");
         let components: Vec<&OsStr> = root.iter().skip(1).collect();
         for c in components.iter().take(components.len().saturating_sub(1)) {
             parent.push(c);
             if emitted_parents.insert(parent.clone()) {
                 match fs::symlink_metadata(&parent) {
-                    Ok(meta) => items.push(Item {
+                    Ok(meta) => walker.items.push(Item {
                         entry: entry_from_meta(EntryKind::Dir, rel_of(&parent), &meta),
                         abs: parent.clone(),
                     }),
-                    Err(e) => warnings.push(Warning::error(&parent, e)),
+                    Err(e) => walker.warnings.push(Warning::error(&parent, e)),
                 }
             }
         }
-        visit(root, &mut items, warnings);
+        walker.visit(root);
     }
-    Ok(items)
+    Ok(Walked {
+        items: walker.items,
+        excluded: walker.excluded,
+    })
 }
 
 /// Removes `.` and resolves `..` lexically, without following symlinks.
@@ -100,71 +137,176 @@ fn normalize(path: &Path) -> PathBuf {
     out
 }
 
-fn visit(path: &Path, items: &mut Vec<Item>, warnings: &mut Vec<Warning>) {
-    let meta = match fs::symlink_metadata(path) {
-        Ok(m) => m,
-        Err(e) => {
-            warnings.push(Warning::error(path, e));
+struct Walker<'a> {
+    items: Vec<Item>,
+    warnings: &'a mut Vec<Warning>,
+    exclude: &'a PatternList,
+    /// The `.larderignore` files of the directories being visited, outermost first:
+    /// the depth in components of the directory holding each, and its patterns.
+    ignore_files: Vec<(usize, PatternList)>,
+    excluded: u64,
+}
+
+impl Walker<'_> {
+    /// Whether `rel` (a snapshot path whose parent directory is not excluded) is
+    /// excluded: by `exclude`, or by the `.larderignore` files above it, in which the
+    /// last matching pattern decides and a deeper file's patterns come later.
+    fn is_excluded(&self, rel: &[u8], is_dir: bool) -> bool {
+        if self.exclude.is_empty() && self.ignore_files.is_empty() {
+            return false;
+        }
+        let units = PathUnits::new(rel);
+        if self.exclude.decide(units.all(), is_dir) == Some(true) {
+            return true;
+        }
+        // The deepest file with an opinion decides.
+        let by_files = self
+            .ignore_files
+            .iter()
+            .rev()
+            .find_map(|(depth, list)| list.decide(units.below(*depth), is_dir));
+        by_files == Some(true)
+    }
+
+    fn visit(&mut self, path: &Path) {
+        let meta = match fs::symlink_metadata(path) {
+            Ok(m) => m,
+            Err(e) => {
+                self.warnings.push(Warning::error(path, e));
+                return;
+            }
+        };
+        let rel = rel_of(path);
+        let ft = meta.file_type();
+        if rel.is_empty() {
+            // The filesystem root itself: its children are the snapshot's top level.
+            if ft.is_dir() {
+                self.visit_children(path, 0);
+            }
             return;
         }
-    };
-    let rel = rel_of(path);
-    let ft = meta.file_type();
-    if rel.is_empty() {
-        // The filesystem root itself: its children are the snapshot's top level.
-        if ft.is_dir() {
-            visit_children(path, items, warnings);
-        }
-        return;
-    }
-    if ft.is_file() {
-        items.push(Item {
-            entry: entry_from_meta(EntryKind::File, rel, &meta),
-            abs: path.to_path_buf(),
-        });
-    } else if ft.is_symlink() {
-        match fs::read_link(path) {
-            Ok(target) => {
-                let mut entry = entry_from_meta(EntryKind::Symlink, rel, &meta);
-                entry.target = target.as_os_str().as_bytes().to_vec();
-                items.push(Item {
-                    entry,
-                    abs: path.to_path_buf(),
-                });
+        if ft.is_file() {
+            self.items.push(Item {
+                entry: entry_from_meta(EntryKind::File, rel, &meta),
+                abs: path.to_path_buf(),
+            });
+        } else if ft.is_symlink() {
+            match fs::read_link(path) {
+                Ok(target) => {
+                    let mut entry = entry_from_meta(EntryKind::Symlink, rel, &meta);
+                    entry.target = target.as_os_str().as_bytes().to_vec();
+                    self.items.push(Item {
+                        entry,
+                        abs: path.to_path_buf(),
+                    });
+                }
+                Err(e) => self
+                    .warnings
+                    .push(Warning::error(path, format!("cannot read symlink: {e}"))),
             }
-            Err(e) => warnings.push(Warning::error(path, format!("cannot read symlink: {e}"))),
+        } else if ft.is_dir() {
+            let depth = rel.split(|&b| b == b'/').count();
+            self.items.push(Item {
+                entry: entry_from_meta(EntryKind::Dir, rel, &meta),
+                abs: path.to_path_buf(),
+            });
+            self.visit_children(path, depth);
+        } else {
+            self.warnings.push(Warning::notice(
+                path,
+                "skipped: special file (device, FIFO or socket) is not backed up",
+            ));
         }
-    } else if ft.is_dir() {
-        items.push(Item {
-            entry: entry_from_meta(EntryKind::Dir, rel, &meta),
-            abs: path.to_path_buf(),
-        });
-        visit_children(path, items, warnings);
-    } else {
-        warnings.push(Warning::notice(
-            path,
-            "skipped: special file (device, FIFO or socket) is not backed up",
-        ));
+    }
+
+    /// Visits the children of `dir` (`depth` components below the snapshot root) that
+    /// are not excluded, with the patterns of its `.larderignore` file in force.
+    fn visit_children(&mut self, dir: &Path, depth: usize) {
+        let entries = match fs::read_dir(dir) {
+            Ok(rd) => rd,
+            Err(e) => {
+                self.warnings
+                    .push(Warning::error(dir, format!("cannot read directory: {e}")));
+                return;
+            }
+        };
+        let mut children = Vec::new();
+        for entry in entries {
+            match entry {
+                // The type comes from the directory listing where the filesystem
+                // gives it, so an excluded entry is not even stat'ed.
+                Ok(e) => children.push((e.file_name(), e.file_type().ok())),
+                Err(e) => self
+                    .warnings
+                    .push(Warning::error(dir, format!("cannot list directory: {e}"))),
+            }
+        }
+        children.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+        let ignore_file = children
+            .iter()
+            .find(|(name, _)| name == IGNORE_FILE_NAME)
+            .and_then(|(_, file_type)| self.read_ignore_file(dir, *file_type));
+        let pushed = ignore_file.is_some();
+        if let Some(list) = ignore_file {
+            self.ignore_files.push((depth, list));
+        }
+        for (name, file_type) in children {
+            let path = dir.join(name);
+            let is_dir = file_type.is_some_and(|t| t.is_dir());
+            if self.is_excluded(&rel_of(&path), is_dir) {
+                self.excluded += 1;
+                continue;
+            }
+            self.visit(&path);
+        }
+        if pushed {
+            self.ignore_files.pop();
+        }
+    }
+
+    /// The patterns of `dir`'s `.larderignore`. A file that is not a regular file is
+    /// not followed (like git, which never follows a symlinked `.gitignore`); an
+    /// unreadable file or an invalid line is an error warning, so the backup is
+    /// reported partial: it may hold entries the file meant to exclude.
+    fn read_ignore_file(&mut self, dir: &Path, file_type: Option<FileType>) -> Option<PatternList> {
+        let path = dir.join(IGNORE_FILE_NAME);
+        if !file_type.is_some_and(|t| t.is_file()) {
+            self.warnings.push(Warning::notice(
+                &path,
+                "not a regular file, so its patterns are not applied (symlinks are not followed)",
+            ));
+            return None;
+        }
+        let text = match read_nofollow(&path) {
+            Ok(text) => text,
+            Err(e) => {
+                self.warnings.push(Warning::error(
+                    &path,
+                    format!("cannot read: {e}; its patterns are not applied"),
+                ));
+                return None;
+            }
+        };
+        let mut patterns = Vec::new();
+        for (line, parsed) in parse_pattern_file(&text) {
+            match parsed {
+                Ok(pattern) => patterns.push(pattern),
+                Err(e) => self.warnings.push(Warning::error(
+                    &path,
+                    format!("line {line}: {e}; line skipped"),
+                )),
+            }
+        }
+        Some(PatternList::new(patterns))
     }
 }
 
-fn visit_children(dir: &Path, items: &mut Vec<Item>, warnings: &mut Vec<Warning>) {
-    let entries = match fs::read_dir(dir) {
-        Ok(rd) => rd,
-        Err(e) => {
-            warnings.push(Warning::error(dir, format!("cannot read directory: {e}")));
-            return;
-        }
-    };
-    let mut names = Vec::new();
-    for entry in entries {
-        match entry {
-            Ok(e) => names.push(e.file_name()),
-            Err(e) => warnings.push(Warning::error(dir, format!("cannot list directory: {e}"))),
-        }
-    }
-    names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
-    for name in names {
-        visit(&dir.join(name), items, warnings);
-    }
+fn read_nofollow(path: &Path) -> std::io::Result<Vec<u8>> {
+    let mut file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)?;
+    let mut text = Vec::new();
+    file.read_to_end(&mut text)?;
+    Ok(text)
 }

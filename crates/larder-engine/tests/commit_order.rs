@@ -22,7 +22,7 @@ use std::sync::Arc;
 use larder_chunk::ChunkerConfig;
 use larder_engine::{
     backup, check, load_tree, restore, BackupOptions, BackupSummary, CheckOptions, ChunkReader,
-    Damage, NoProgress, RestoreOptions,
+    Damage, NoProgress, PatternList, RestoreOptions,
 };
 use larder_hash::{Fingerprint, HashAlgo};
 use larder_index::FingerprintIndex;
@@ -106,6 +106,7 @@ fn opts() -> BackupOptions {
         threads: 2,
         hostname: "test".into(),
         username: "test".into(),
+        exclude: PatternList::default(),
         progress: Arc::new(NoProgress),
     }
 }
@@ -178,6 +179,8 @@ fn assert_restores_identical(repo_root: &Path, id: &str, src: &Path, target: &Pa
         target,
         &RestoreOptions {
             overwrite: false,
+            include: PatternList::default(),
+            exclude: PatternList::default(),
             progress: Arc::new(NoProgress),
         },
     )

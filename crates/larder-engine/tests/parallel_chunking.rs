@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use larder_chunk::{ChunkerConfig, ChunkerKind};
-use larder_engine::{backup, load_tree, BackupOptions, ChunkReader, NoProgress};
+use larder_engine::{backup, load_tree, BackupOptions, ChunkReader, NoProgress, PatternList};
 use larder_hash::{Fingerprint, HashAlgo};
 use larder_store::{EntryKind, LockMode, RepoConfig, Repository};
 
@@ -40,6 +40,7 @@ fn recipe(dir: &Path, config: ChunkerConfig, threads: usize, src: &Path) -> Vec<
         threads,
         hostname: "test".into(),
         username: "test".into(),
+        exclude: PatternList::default(),
         progress: Arc::new(NoProgress),
     };
     let summary = backup(&mut repo, &[src.to_path_buf()], &opts).unwrap();
