@@ -1,0 +1,299 @@
+//! The in-memory exact index: partitioned, bucketized two-table cuckoo hashing with
+//! short tags (docs/design/index.md).
+//!
+//! A fingerprint's top 10 bits choose one of 1024 partitions. Each partition has two
+//! tables of 4-slot buckets; a slot is 8 bytes: a 42-bit tag (more fingerprint bits,
+//! half of which choose the bucket in each table) and the number of an entry. The
+//! entry holds the rest of the fingerprint and the packed location, 35 bytes. A lookup
+//! reads at most two buckets (one cache line each) and, on a tag match, one entry.
+
+mod layout;
+mod partition;
+
+use larder_hash::Fingerprint;
+
+use self::layout::{
+    entry_of, fingerprint_of, stored_location, ContainerTable, Key, PackedLocation,
+    StoredLocation, PARTITIONS,
+};
+use self::partition::Partition;
+use crate::{ChunkLocation, FingerprintIndex};
+
+/// How many keys ahead `get_batch` fetches buckets, and (half as far) entries.
+const PREFETCH_DISTANCE: usize = 16;
+
+/// An exact fingerprint index in about 45 bytes of memory per fingerprint.
+pub struct CuckooIndex {
+    /// Exactly [`PARTITIONS`] partitions; partition `p` holds the fingerprints whose
+    /// top bits are `p`.
+    partitions: Box<[Partition]>,
+    containers: ContainerTable,
+    len: usize,
+}
+
+/// Counters and sizes of a [`CuckooIndex`].
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct IndexStats {
+    pub fingerprints: usize,
+    /// Slots in all tables.
+    pub slots: usize,
+    /// Fingerprints in stashes (both buckets full); 0 unless fingerprints collide.
+    pub stashed: usize,
+    /// Evictions made by inserts and growth, in all.
+    pub kicks: u64,
+    /// Times a partition's tables were rebuilt larger.
+    pub growths: u64,
+    /// Distinct containers the entries name.
+    pub containers: usize,
+    /// Bytes the index asked the allocator for (the allocator's own overhead aside).
+    pub heap_bytes: usize,
+}
+
+impl IndexStats {
+    /// Fraction of slots in use.
+    pub fn load_factor(&self) -> f64 {
+        (self.fingerprints - self.stashed) as f64 / self.slots.max(1) as f64
+    }
+}
+
+impl Default for CuckooIndex {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl CuckooIndex {
+    /// An empty index; partitions allocate their tables on their first insert.
+    pub fn new() -> Self {
+        Self::with_capacity(0)
+    }
+
+    /// An index sized for `fingerprints` entries: no table grows before about that
+    /// many are inserted, and at that many the tables are about 90% full.
+    pub fn with_capacity(fingerprints: usize) -> Self {
+        let per_partition = fingerprints.div_ceil(PARTITIONS);
+        Self {
+            partitions: (0..PARTITIONS)
+                .map(|_| Partition::with_capacity(per_partition))
+                .collect(),
+            containers: ContainerTable::default(),
+            len: 0,
+        }
+    }
+
+    pub fn stats(&self) -> IndexStats {
+        let mut s = IndexStats {
+            fingerprints: self.len,
+            containers: self.containers.len(),
+            heap_bytes: self.containers.heap_bytes()
+                + self.partitions.len() * size_of::<Partition>(),
+            ..IndexStats::default()
+        };
+        for p in self.partitions.iter() {
+            s.slots += p.slot_count();
+            s.stashed += p.stash_len();
+            s.kicks += p.kicks;
+            s.growths += p.growths;
+            s.heap_bytes += p.heap_bytes();
+        }
+        s
+    }
+
+    /// Every (fingerprint, location) pair, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (Fingerprint, ChunkLocation)> + '_ {
+        self.partitions
+            .iter()
+            .enumerate()
+            .flat_map(move |(number, partition)| {
+                partition.slots().map(move |slot| {
+                    let e = entry_of(slot);
+                    let entry = partition.entry(e);
+                    (
+                        fingerprint_of(number, slot, entry),
+                        self.location(partition, e),
+                    )
+                })
+            })
+    }
+
+    /// Inserts every pair of `items` in order, with the result of calling
+    /// [`FingerprintIndex::insert`] on each in turn, on up to `threads` threads that
+    /// own disjoint ranges of partitions. Returns how many were new.
+    pub fn insert_batch(&mut self, items: &[(Fingerprint, ChunkLocation)], threads: usize) -> usize {
+        // Containers are numbered here, on one thread, in item order; a duplicate's
+        // container may get a number no entry uses, which costs 8 bytes and is harmless.
+        let packed: Vec<PackedLocation> = items
+            .iter()
+            .map(|(_, loc)| self.containers.pack(*loc))
+            .collect();
+        let per_thread = PARTITIONS.div_ceil(threads.clamp(1, PARTITIONS));
+        let packed = &packed;
+        let (mut inserted, unspawned) = std::thread::scope(|scope| {
+            let mut ranges = self.partitions.chunks_mut(per_thread).enumerate();
+            let mut spawned = Vec::new();
+            let mut unspawned = Vec::new();
+            // The first range is done on this thread, the others on spawned ones.
+            let first = ranges.next();
+            for (number, range) in ranges {
+                let first_partition = number * per_thread;
+                let spawn = std::thread::Builder::new()
+                    .name(format!("larder-index-{number}"))
+                    .spawn_scoped(scope, move || {
+                        insert_into_range(range, first_partition, items, packed)
+                    });
+                match spawn {
+                    Ok(handle) => spawned.push(handle),
+                    Err(_) => unspawned.push(first_partition),
+                }
+            }
+            let mut inserted =
+                first.map_or(0, |(_, range)| insert_into_range(range, 0, items, packed));
+            for handle in spawned {
+                // A worker's panic (only the capacity assertion can panic) passes on.
+                inserted += handle
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            }
+            (inserted, unspawned)
+        });
+        // Ranges whose thread could not be started are done here, after the others.
+        for first_partition in unspawned {
+            let end = PARTITIONS.min(first_partition + per_thread);
+            let range = &mut self.partitions[first_partition..end];
+            inserted += insert_into_range(range, first_partition, items, packed);
+        }
+        self.len += inserted;
+        inserted
+    }
+
+    fn location(&self, partition: &Partition, e: usize) -> ChunkLocation {
+        match stored_location(partition.entry(e)) {
+            StoredLocation::Fields {
+                container_number,
+                offset,
+                length,
+            } => ChunkLocation {
+                container: self.containers.id(container_number),
+                offset,
+                length,
+            },
+            // Invariant: `Partition::insert_new` records the location of every entry
+            // whose fields say overflow, and entries are never removed.
+            StoredLocation::Overflow => partition
+                .overflow_location(e)
+                .expect("an overflow entry always has its location recorded"),
+        }
+    }
+
+    fn prefetch_buckets(&self, fp: &Fingerprint) {
+        let key = Key::new(fp);
+        let partition = &self.partitions[key.partition];
+        if partition.len() > 0 {
+            prefetch(partition.bucket_for(0, key.tag));
+            prefetch(partition.bucket_for(1, key.tag));
+        }
+    }
+}
+
+/// Inserts the items whose partition is in `range` (partitions `first..`), in item
+/// order; returns how many were new.
+fn insert_into_range(
+    range: &mut [Partition],
+    first: usize,
+    items: &[(Fingerprint, ChunkLocation)],
+    packed: &[PackedLocation],
+) -> usize {
+    let mut inserted = 0;
+    for ((fp, loc), &packed) in items.iter().zip(packed) {
+        let key = Key::new(fp);
+        let Some(partition) = key
+            .partition
+            .checked_sub(first)
+            .and_then(|p| range.get_mut(p))
+        else {
+            continue;
+        };
+        if partition.find(&key).is_none() {
+            partition.insert_new(&key, packed, *loc);
+            inserted += 1;
+        }
+    }
+    inserted
+}
+
+/// Asks the CPU to start loading the cache line of `value` (and the next, for values
+/// that may straddle two); a hint with no effect on results.
+fn prefetch<T>(value: &T) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        let first = (value as *const T).cast::<i8>();
+        let last = first.wrapping_add(size_of::<T>() - 1);
+        // SAFETY: prefetching is a hint; it never faults, whatever the address, and
+        // does not read memory as far as the program can tell. Both addresses lie
+        // within `value`.
+        unsafe {
+            _mm_prefetch::<_MM_HINT_T0>(first);
+            _mm_prefetch::<_MM_HINT_T0>(last);
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = value;
+}
+
+impl FingerprintIndex for CuckooIndex {
+    fn get(&self, fp: &Fingerprint) -> Option<ChunkLocation> {
+        let key = Key::new(fp);
+        let partition = &self.partitions[key.partition];
+        partition.find(&key).map(|e| self.location(partition, e))
+    }
+
+    /// Looks keys up in a software pipeline: the buckets of key `i +
+    /// PREFETCH_DISTANCE` and the likely entry of key `i + PREFETCH_DISTANCE / 2` are
+    /// fetched while key `i` is resolved, so that cache misses overlap.
+    fn get_batch(&self, fps: &[Fingerprint]) -> Vec<Option<ChunkLocation>> {
+        const ENTRY_DISTANCE: usize = PREFETCH_DISTANCE / 2;
+        let mut candidates = vec![None; fps.len()];
+        let mut out = Vec::with_capacity(fps.len());
+        for i in 0..fps.len() {
+            if let Some(ahead) = fps.get(i + PREFETCH_DISTANCE) {
+                self.prefetch_buckets(ahead);
+            }
+            if let Some(ahead) = fps.get(i + ENTRY_DISTANCE) {
+                let key = Key::new(ahead);
+                let partition = &self.partitions[key.partition];
+                let candidate = partition.first_candidate(&key);
+                if let Some(e) = candidate {
+                    prefetch(partition.entry(e));
+                }
+                candidates[i + ENTRY_DISTANCE] = candidate.map(|e| (key.partition, e));
+            }
+            let key = Key::new(&fps[i]);
+            let partition = &self.partitions[key.partition];
+            let found = match candidates[i] {
+                // The usual hit: the prefetched entry is the fingerprint's.
+                Some((_, e)) if key.matches(partition.entry(e)) => Some(e),
+                // No candidate was looked for yet (the first keys), a tag matched
+                // another fingerprint, or the stash may hold it: the full lookup.
+                _ => partition.find(&key),
+            };
+            out.push(found.map(|e| self.location(partition, e)));
+        }
+        out
+    }
+
+    fn insert(&mut self, fp: Fingerprint, loc: ChunkLocation) -> bool {
+        let key = Key::new(&fp);
+        if self.partitions[key.partition].find(&key).is_some() {
+            return false;
+        }
+        let packed = self.containers.pack(loc);
+        self.partitions[key.partition].insert_new(&key, packed, loc);
+        self.len += 1;
+        true
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+}

@@ -1,0 +1,282 @@
+//! One partition: a two-table bucketized cuckoo hash of slots, the entries the slots
+//! name, a stash for slots no bucket could take, and the locations too large for the
+//! entry's fields.
+
+use std::collections::HashMap;
+
+use super::layout::{
+    bucket_of, entry_of, slot_has_tag, slot_of, tag_of, Entry, Key, PackedLocation, ENTRY_LEN,
+    MAX_ENTRIES,
+};
+use crate::ChunkLocation;
+
+pub(crate) const SLOTS_PER_BUCKET: usize = 4;
+
+/// Four slots; 32 bytes aligned to 32, so a bucket never straddles a cache line.
+#[derive(Clone, Copy)]
+#[repr(C, align(32))]
+pub(crate) struct Bucket(pub [u64; SLOTS_PER_BUCKET]);
+
+/// Buckets are allocated in segments of this many (512 bytes), so that every table of
+/// every partition is made of allocations of one size: a partition that grows frees
+/// segments the next growing partition reuses, and memory does not fragment.
+pub(crate) const SEGMENT_BUCKETS: usize = 16;
+
+#[repr(C, align(64))]
+pub(crate) struct Segment([Bucket; SEGMENT_BUCKETS]);
+
+const EMPTY_SEGMENT: Segment = Segment([Bucket([0; SLOTS_PER_BUCKET]); SEGMENT_BUCKETS]);
+
+/// Entries are allocated in blocks of this many (2240 bytes) and never move.
+pub(crate) const BLOCK_ENTRIES: usize = 64;
+
+pub(crate) struct EntryBlock([Entry; BLOCK_ENTRIES]);
+
+/// Evictions one insert may make before its last evicted slot counts as homeless.
+const MAX_KICKS: usize = 500;
+/// A partition grows when a slot is homeless at this load or above; below it the slot
+/// goes to the stash (only fingerprints that share both buckets with eight others, or
+/// bad luck in a tiny table, fail that early).
+const GROW_LOAD: f64 = 0.85;
+/// Growth factor of a partition's bucket count (at least one segment more).
+const GROWTH_NUMERATOR: usize = 5;
+const GROWTH_DENOMINATOR: usize = 4;
+/// The load `with_capacity` sizes tables for: a margin below the load where random
+/// kick walks start failing (about 0.95), for partitions that get more than their
+/// share.
+pub(crate) const TARGET_LOAD: f64 = 0.90;
+
+#[derive(Default)]
+pub(crate) struct Partition {
+    /// Table 0 is buckets `0..buckets_per_table`, table 1 the next `buckets_per_table`;
+    /// bucket `b` is `segments[b / SEGMENT_BUCKETS].0[b % SEGMENT_BUCKETS]`.
+    segments: Vec<Box<Segment>>,
+    /// A multiple of [`SEGMENT_BUCKETS`]; 0 until the first insert.
+    buckets_per_table: usize,
+    /// Entry `e` is `blocks[e / BLOCK_ENTRIES].0[e % BLOCK_ENTRIES]`; entries
+    /// `0..len` are written, each named by exactly one slot in the tables or the stash.
+    blocks: Vec<Box<EntryBlock>>,
+    len: usize,
+    /// Slots that neither of their buckets could take. Empty unless fingerprints
+    /// collide in both bucket choices (see `GROW_LOAD`).
+    stash: Vec<u64>,
+    /// Locations of entries whose fields say overflow, by entry number.
+    overflow: HashMap<usize, ChunkLocation>,
+    pub kicks: u64,
+    pub growths: u64,
+    /// State of the xorshift generator that picks eviction victims.
+    random: u64,
+}
+
+impl Partition {
+    /// A partition sized for `expected` entries at [`TARGET_LOAD`].
+    pub fn with_capacity(expected: usize) -> Self {
+        let mut p = Self::default();
+        if expected > 0 {
+            let slots = (expected as f64 / TARGET_LOAD).ceil() as usize;
+            let buckets = slots.div_ceil(2 * SLOTS_PER_BUCKET);
+            p.allocate(buckets.next_multiple_of(SEGMENT_BUCKETS));
+            p.blocks.reserve_exact(expected.div_ceil(BLOCK_ENTRIES));
+        }
+        p
+    }
+
+    fn allocate(&mut self, buckets_per_table: usize) {
+        let segments = 2 * buckets_per_table / SEGMENT_BUCKETS;
+        self.segments = (0..segments).map(|_| Box::new(EMPTY_SEGMENT)).collect();
+        self.buckets_per_table = buckets_per_table;
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn slot_count(&self) -> usize {
+        2 * self.buckets_per_table * SLOTS_PER_BUCKET
+    }
+
+    pub fn stash_len(&self) -> usize {
+        self.stash.len()
+    }
+
+    /// Bytes this partition asked the allocator for.
+    pub fn heap_bytes(&self) -> usize {
+        self.segments.capacity() * 8
+            + self.segments.len() * size_of::<Segment>()
+            + self.blocks.capacity() * 8
+            + self.blocks.len() * size_of::<EntryBlock>()
+            + self.stash.capacity() * 8
+            + self.overflow.capacity() * (8 + size_of::<ChunkLocation>())
+    }
+
+    /// Bucket `index` of `table`.
+    pub fn bucket(&self, table: usize, index: usize) -> &Bucket {
+        let b = table * self.buckets_per_table + index;
+        &self.segments[b / SEGMENT_BUCKETS].0[b % SEGMENT_BUCKETS]
+    }
+
+    fn bucket_mut(&mut self, table: usize, index: usize) -> &mut Bucket {
+        let b = table * self.buckets_per_table + index;
+        &mut self.segments[b / SEGMENT_BUCKETS].0[b % SEGMENT_BUCKETS]
+    }
+
+    /// The bucket of `table` that may hold `tag`. Only for a partition with tables
+    /// (one that is not empty).
+    pub fn bucket_for(&self, table: usize, tag: u64) -> &Bucket {
+        self.bucket(table, bucket_of(table, tag, self.buckets_per_table))
+    }
+
+    pub fn entry(&self, e: usize) -> &Entry {
+        &self.blocks[e / BLOCK_ENTRIES].0[e % BLOCK_ENTRIES]
+    }
+
+    /// The entry number of `key`'s fingerprint, if this partition holds it.
+    pub fn find(&self, key: &Key) -> Option<usize> {
+        if self.len == 0 {
+            return None;
+        }
+        let buckets = [self.bucket_for(0, key.tag), self.bucket_for(1, key.tag)];
+        buckets
+            .into_iter()
+            .flat_map(|b| b.0.iter())
+            .chain(&self.stash)
+            .filter(|&&slot| slot_has_tag(slot, key.tag))
+            .map(|&slot| entry_of(slot))
+            .find(|&e| key.matches(self.entry(e)))
+    }
+
+    /// The first slot in `key`'s two buckets whose tag matches: the entry that a
+    /// lookup most likely needs, for prefetching.
+    pub fn first_candidate(&self, key: &Key) -> Option<usize> {
+        if self.len == 0 {
+            return None;
+        }
+        let buckets = [self.bucket_for(0, key.tag), self.bucket_for(1, key.tag)];
+        buckets
+            .into_iter()
+            .flat_map(|b| b.0.iter())
+            .find(|&&slot| slot_has_tag(slot, key.tag))
+            .map(|&slot| entry_of(slot))
+    }
+
+    /// The location overflow entry `e` was inserted with.
+    pub fn overflow_location(&self, e: usize) -> Option<ChunkLocation> {
+        self.overflow.get(&e).copied()
+    }
+
+    /// Adds `key`'s fingerprint, which this partition must not hold yet.
+    pub fn insert_new(&mut self, key: &Key, packed: PackedLocation, loc: ChunkLocation) {
+        let e = self.len;
+        assert!(
+            e < MAX_ENTRIES,
+            "a cuckoo index partition holds at most {MAX_ENTRIES} fingerprints"
+        );
+        if e % BLOCK_ENTRIES == 0 {
+            self.blocks
+                .push(Box::new(EntryBlock([[0; ENTRY_LEN]; BLOCK_ENTRIES])));
+        }
+        self.blocks[e / BLOCK_ENTRIES].0[e % BLOCK_ENTRIES] = key.entry(packed);
+        if packed.is_overflow() {
+            self.overflow.insert(e, loc);
+        }
+        self.len += 1;
+        if self.buckets_per_table == 0 {
+            self.allocate(SEGMENT_BUCKETS);
+        }
+        self.place(slot_of(key.tag, e));
+    }
+
+    /// Puts `slot` in the tables, growing them or using the stash if kicks fail.
+    fn place(&mut self, slot: u64) {
+        let Err(homeless) = self.try_place(slot) else {
+            return;
+        };
+        let occupied = self.len - self.stash.len();
+        if occupied as f64 >= GROW_LOAD * self.slot_count() as f64 {
+            self.grow(homeless);
+        } else {
+            self.stash.push(homeless);
+        }
+    }
+
+    /// Cuckoo insertion: a free slot in either bucket, else evict a random slot of the
+    /// current bucket and move it to its bucket in the other table, up to
+    /// [`MAX_KICKS`] times. On failure returns the slot left without a place, which
+    /// may be any slot of the chain; every other slot is in the tables.
+    fn try_place(&mut self, slot: u64) -> Result<(), u64> {
+        let tag = tag_of(slot);
+        for table in 0..2 {
+            if self.put_in_free_slot(table, tag, slot) {
+                return Ok(());
+            }
+        }
+        let mut homeless = slot;
+        let mut table = (self.next_random() & 1) as usize;
+        for _ in 0..MAX_KICKS {
+            let index = bucket_of(table, tag_of(homeless), self.buckets_per_table);
+            let victim = (self.next_random() % SLOTS_PER_BUCKET as u64) as usize;
+            std::mem::swap(&mut homeless, &mut self.bucket_mut(table, index).0[victim]);
+            self.kicks += 1;
+            table ^= 1;
+            if self.put_in_free_slot(table, tag_of(homeless), homeless) {
+                return Ok(());
+            }
+        }
+        Err(homeless)
+    }
+
+    fn put_in_free_slot(&mut self, table: usize, tag: u64, slot: u64) -> bool {
+        let index = bucket_of(table, tag, self.buckets_per_table);
+        match self.bucket_mut(table, index).0.iter_mut().find(|s| **s == 0) {
+            Some(free) => {
+                *free = slot;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Rebuilds the tables with more buckets and places every slot again, `homeless`
+    /// and the stash included. Slots carry their bucket choices in their tags, so the
+    /// entries are not read.
+    fn grow(&mut self, homeless: u64) {
+        let old_buckets = self.buckets_per_table;
+        let grown = (old_buckets * GROWTH_NUMERATOR / GROWTH_DENOMINATOR)
+            .next_multiple_of(SEGMENT_BUCKETS)
+            .max(old_buckets + SEGMENT_BUCKETS);
+        let old_segments = std::mem::take(&mut self.segments);
+        let old_stash = std::mem::take(&mut self.stash);
+        self.allocate(grown);
+        self.growths += 1;
+        let old_slots = old_segments
+            .iter()
+            .flat_map(|s| s.0.iter())
+            .flat_map(|b| b.0)
+            .filter(|&s| s != 0);
+        for slot in old_slots.chain(old_stash).chain([homeless]) {
+            if let Err(still_homeless) = self.try_place(slot) {
+                self.stash.push(still_homeless);
+            }
+        }
+    }
+
+    /// Every occupied slot: the tables', then the stash's.
+    pub fn slots(&self) -> impl Iterator<Item = u64> + '_ {
+        self.segments
+            .iter()
+            .flat_map(|s| s.0.iter())
+            .flat_map(|b| b.0)
+            .filter(|&s| s != 0)
+            .chain(self.stash.iter().copied())
+    }
+
+    fn next_random(&mut self) -> u64 {
+        if self.random == 0 {
+            self.random = 0x9e37_79b9_7f4a_7c15;
+        }
+        self.random ^= self.random << 13;
+        self.random ^= self.random >> 7;
+        self.random ^= self.random << 17;
+        self.random
+    }
+}
