@@ -223,12 +223,12 @@ fn insert_into_range(
 
 /// Asks the CPU to start loading the cache line of `value` (and the next, for values
 /// that may straddle two); a hint with no effect on results.
-fn prefetch<T>(value: &T) {
+fn prefetch<T>(value: &[T]) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        let first = (value as *const T).cast::<i8>();
-        let last = first.wrapping_add(size_of::<T>() - 1);
+        let first = value.as_ptr().cast::<i8>();
+        let last = first.wrapping_add(size_of_val(value).saturating_sub(1));
         // SAFETY: prefetching is a hint; it never faults, whatever the address, and
         // does not read memory as far as the program can tell. Both addresses lie
         // within `value`.
