@@ -13,8 +13,8 @@ mod partition;
 use larder_hash::Fingerprint;
 
 use self::layout::{
-    entry_of, fingerprint_of, stored_location, ContainerTable, Key, PackedLocation,
-    StoredLocation, PARTITIONS,
+    entry_of, fingerprint_of, stored_location, ContainerTable, Key, PackedLocation, StoredLocation,
+    PARTITIONS,
 };
 use self::partition::Partition;
 use crate::{ChunkLocation, FingerprintIndex};
@@ -119,7 +119,11 @@ impl CuckooIndex {
     /// Inserts every pair of `items` in order, with the result of calling
     /// [`FingerprintIndex::insert`] on each in turn, on up to `threads` threads that
     /// own disjoint ranges of partitions. Returns how many were new.
-    pub fn insert_batch(&mut self, items: &[(Fingerprint, ChunkLocation)], threads: usize) -> usize {
+    pub fn insert_batch(
+        &mut self,
+        items: &[(Fingerprint, ChunkLocation)],
+        threads: usize,
+    ) -> usize {
         // Containers are numbered here, on one thread, in item order; a duplicate's
         // container may get a number no entry uses, which costs 8 bytes and is harmless.
         let packed: Vec<PackedLocation> = items

@@ -73,7 +73,11 @@ mod suite {
         }
         let mixed: Vec<Fingerprint> = (0..20_000).rev().step_by(3).map(fp).collect();
         let one_by_one: Vec<_> = mixed.iter().map(|f| index.get(f)).collect();
-        assert_eq!(index.get_batch(&mixed), one_by_one, "get_batch differs from get");
+        assert_eq!(
+            index.get_batch(&mixed),
+            one_by_one,
+            "get_batch differs from get"
+        );
         assert_eq!(index.get_batch(&[]), Vec::new());
         assert!(
             !index.insert(fp(5), loc(99_999)),

@@ -240,7 +240,10 @@ mod tests {
         for seed in 0..200u8 {
             let mut bytes = [0; 32];
             for (i, b) in bytes.iter_mut().enumerate() {
-                *b = seed.wrapping_mul(31).wrapping_add((i as u8).wrapping_mul(97)) ^ (i as u8);
+                *b = seed
+                    .wrapping_mul(31)
+                    .wrapping_add((i as u8).wrapping_mul(97))
+                    ^ (i as u8);
             }
             let fp = Fingerprint(bytes);
             let key = Key::new(&fp);
@@ -271,7 +274,12 @@ mod tests {
     #[test]
     fn out_of_range_fields_overflow() {
         let mut table = ContainerTable::default();
-        for (offset, length) in [(1 << 25, 1), (0, 0), (0, (1 << 24) + 1), (u32::MAX, u32::MAX)] {
+        for (offset, length) in [
+            (1 << 25, 1),
+            (0, 0),
+            (0, (1 << 24) + 1),
+            (u32::MAX, u32::MAX),
+        ] {
             let packed = table.pack(ChunkLocation {
                 container: 1,
                 offset,
@@ -279,7 +287,11 @@ mod tests {
             });
             assert!(packed.is_overflow(), "{offset} {length}");
         }
-        assert_eq!(table.len(), 0, "an overflowing location numbered its container");
+        assert_eq!(
+            table.len(),
+            0,
+            "an overflowing location numbered its container"
+        );
     }
 
     #[test]
