@@ -2,7 +2,7 @@
 //! name, a stash for slots no bucket could take, and the locations too large for the
 //! entry's fields.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use super::layout::{
     bucket_of, entry_of, slot_has_tag, slot_of, tag_of, Entry, Key, PackedLocation, ENTRY_LEN,
@@ -14,10 +14,10 @@ pub(crate) const SLOTS_PER_BUCKET: usize = 4;
 /// Bytes of a bucket, and its alignment: a bucket never straddles a cache line.
 const BUCKET_ALIGN: usize = SLOTS_PER_BUCKET * 8;
 
-/// Buckets are allocated in segments of this many (2 KiB), so that every table of
+/// Buckets are allocated in segments of this many (1 KiB), so that every table of
 /// every partition is made of allocations of one size: a partition that grows frees
 /// segments that the next growing partition reuses, and memory does not fragment.
-pub(crate) const SEGMENT_BUCKETS: usize = 64;
+pub(crate) const SEGMENT_BUCKETS: usize = 32;
 /// A segment's slots, plus up to 24 bytes of lead-in that puts the first bucket on a
 /// 32-byte boundary. The allocation itself asks only for 8-byte alignment: a request
 /// for more would go to the allocator's aligned path, which pads each block and cannot
@@ -66,16 +66,19 @@ const MAX_KICKS: usize = 250;
 /// insert).
 const MAX_LOAD: f64 = 0.95;
 /// A partition also grows when a slot is homeless at this load or above; below it the
-/// slot goes to the stash (only fingerprints that share both buckets with eight
-/// others, or bad luck in a tiny table, fail that early).
+/// slot goes to the stash. Random fingerprints do not fail that early; fingerprints
+/// crafted to share buckets do, and growing would not separate them.
 const GROW_LOAD: f64 = 0.85;
-/// Growth factor of a partition's bucket count (at least one segment more).
+/// Growth factor of a partition's bucket count, rounded to the nearest whole segment
+/// (and at least one segment more).
 const GROWTH_NUMERATOR: usize = 5;
 const GROWTH_DENOMINATOR: usize = 4;
 /// The load `with_capacity` sizes tables for: a margin below the load where random
 /// kick walks start failing (about 0.95), for partitions that get more than their
 /// share.
 pub(crate) const TARGET_LOAD: f64 = 0.90;
+/// The most that rounding to whole segments may raise that load to.
+const ROUNDED_LOAD: f64 = 0.93;
 
 #[derive(Default)]
 pub(crate) struct Partition {
@@ -90,9 +93,10 @@ pub(crate) struct Partition {
     len: usize,
     /// Slots in the tables (the others are in the stash).
     in_tables: usize,
-    /// Slots that neither of their buckets could take. Empty unless fingerprints
-    /// collide in both bucket choices (see `GROW_LOAD`).
-    stash: Vec<u64>,
+    /// Slots that neither of their buckets could take, ordered (by tag first), so that
+    /// even a stash that crafted fingerprints filled is searched in logarithmic time.
+    /// Empty for random fingerprints (see `GROW_LOAD`).
+    stash: BTreeSet<u64>,
     /// Locations of entries whose fields say overflow, by entry number.
     overflow: HashMap<usize, ChunkLocation>,
     pub kicks: u64,
@@ -102,13 +106,18 @@ pub(crate) struct Partition {
 }
 
 impl Partition {
-    /// A partition sized for `expected` entries at [`TARGET_LOAD`].
+    /// A partition sized for `expected` entries at about [`TARGET_LOAD`] (the bucket
+    /// count rounded to the nearest whole segment).
     pub fn with_capacity(expected: usize) -> Self {
         let mut p = Self::default();
         if expected > 0 {
-            let slots = (expected as f64 / TARGET_LOAD).ceil() as usize;
-            let buckets = slots.div_ceil(2 * SLOTS_PER_BUCKET);
-            p.allocate(buckets.next_multiple_of(SEGMENT_BUCKETS));
+            let buckets = expected as f64 / TARGET_LOAD / (2 * SLOTS_PER_BUCKET) as f64;
+            let mut segments = (buckets / SEGMENT_BUCKETS as f64).round().max(1.0) as usize;
+            let segment_slots = SEGMENT_BUCKETS * SLOTS_PER_BUCKET;
+            if expected as f64 > (2 * segments * segment_slots) as f64 * ROUNDED_LOAD {
+                segments += 1;
+            }
+            p.allocate(segments * SEGMENT_BUCKETS);
             p.blocks.reserve_exact(expected.div_ceil(BLOCK_ENTRIES));
         }
         p
@@ -139,7 +148,7 @@ impl Partition {
             + self.segments.len() * SEGMENT_WORDS * 8
             + self.blocks.capacity() * 8
             + self.blocks.len() * size_of::<EntryBlock>()
-            + self.stash.capacity() * 8
+            + self.stash.len() * 8
             + self.overflow.capacity() * (8 + size_of::<ChunkLocation>())
     }
 
@@ -173,7 +182,10 @@ impl Partition {
         buckets
             .into_iter()
             .flatten()
-            .chain(&self.stash)
+            .chain(
+                self.stash
+                    .range(slot_of(key.tag, 0)..=slot_of(key.tag, MAX_ENTRIES - 1)),
+            )
             .filter(|&&slot| slot_has_tag(slot, key.tag))
             .map(|&slot| entry_of(slot))
             .find(|&e| key.matches(self.entry(e)))
@@ -232,10 +244,10 @@ impl Partition {
         if self.load_with_one_more() >= GROW_LOAD {
             self.grow();
             if let Err(still_homeless) = self.try_place(homeless) {
-                self.stash.push(still_homeless);
+                self.stash.insert(still_homeless);
             }
         } else {
-            self.stash.push(homeless);
+            self.stash.insert(homeless);
         }
     }
 
@@ -286,9 +298,9 @@ impl Partition {
     /// read.
     fn grow(&mut self) {
         let old_buckets = self.buckets_per_table;
-        let grown = (old_buckets * GROWTH_NUMERATOR / GROWTH_DENOMINATOR)
-            .next_multiple_of(SEGMENT_BUCKETS)
-            .max(old_buckets + SEGMENT_BUCKETS);
+        let target = old_buckets * GROWTH_NUMERATOR / GROWTH_DENOMINATOR;
+        let nearest_whole_segments = (target + SEGMENT_BUCKETS / 2) / SEGMENT_BUCKETS;
+        let grown = (nearest_whole_segments * SEGMENT_BUCKETS).max(old_buckets + SEGMENT_BUCKETS);
         let old_segments = std::mem::take(&mut self.segments);
         let old_stash = std::mem::take(&mut self.stash);
         self.allocate(grown);
@@ -300,7 +312,7 @@ impl Partition {
             .filter(|&s| s != 0);
         for slot in old_slots.chain(old_stash) {
             if let Err(homeless) = self.try_place(slot) {
-                self.stash.push(homeless);
+                self.stash.insert(homeless);
             }
         }
     }
