@@ -260,6 +260,32 @@ fn fingerprints_sharing_both_buckets_go_to_the_stash() {
     );
 }
 
+/// Growth places the stash's slots again with the tables' (regression guard: a
+/// growth that rebuilt only the tables lost every stashed fingerprint).
+#[test]
+fn stashed_fingerprints_survive_growth() {
+    let mut index = CuckooIndex::new();
+    let colliding: Vec<_> = (0..40u64)
+        .map(|i| crafted(9, 11, 13, i, spread(i)))
+        .collect();
+    for (i, fp) in colliding.iter().enumerate() {
+        index.insert(*fp, loc(i as u64));
+    }
+    assert!(index.stats().stashed > 0);
+    // Random fingerprints of the same partition until it has grown several times.
+    for i in 0..5000u64 {
+        let t = (i + 1).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        index.insert(
+            crafted(9, t & 0x1f_ffff, (t >> 21) & 0x1f_ffff, t, spread(t)),
+            loc(i),
+        );
+    }
+    assert!(index.stats().growths >= 3, "{:?}", index.stats());
+    for (i, fp) in colliding.iter().enumerate() {
+        assert_eq!(index.get(fp), Some(loc(i as u64)), "lost colliding {i}");
+    }
+}
+
 /// Growth keeps the tables full: never far below the 95% they grow at (a growth
 /// factor of 1.25 leaves 76% just after growing), once partitions span several
 /// segments (2000 fingerprints each).
