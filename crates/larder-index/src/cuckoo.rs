@@ -13,14 +13,31 @@ mod partition;
 use larder_hash::Fingerprint;
 
 use self::layout::{
-    entry_of, fingerprint_of, stored_location, ContainerTable, Key, PackedLocation, StoredLocation,
-    PARTITIONS,
+    entry_of, fingerprint_of, slot_has_tag, stored_location, ContainerTable, Key, PackedLocation,
+    StoredLocation, PARTITIONS,
 };
 use self::partition::Partition;
 use crate::{ChunkLocation, FingerprintIndex};
 
-/// How many keys ahead `get_batch` fetches buckets, and (half as far) entries.
-const PREFETCH_DISTANCE: usize = 16;
+/// Keys between two stages of `get_batch`'s pipeline: each stage fetches what the
+/// next one, this many keys later, reads.
+const STAGE_DISTANCE: usize = 8;
+/// Stages after the first: segment pointers, buckets, block pointer, entry.
+const LATER_STAGES: usize = 4;
+/// Probes `get_batch` keeps: more than `STAGE_DISTANCE * LATER_STAGES`, a power of two.
+const PROBE_RING: usize = 64;
+
+/// A lookup in flight in `get_batch`.
+struct Probe<'a> {
+    key: Key,
+    partition: &'a Partition,
+    /// The numbers of the key's two buckets; `None` if the partition is empty.
+    bucket_numbers: Option<[usize; 2]>,
+    /// The key's two buckets once their segment pointers are read.
+    buckets: Option<[&'a [u64]; 2]>,
+    /// Once the buckets are scanned: the first entry whose slot has the key's tag.
+    candidate: Option<usize>,
+}
 
 /// An exact fingerprint index in about 45 bytes of memory per fingerprint.
 pub struct CuckooIndex {
@@ -188,15 +205,6 @@ impl CuckooIndex {
                 .expect("an overflow entry always has its location recorded"),
         }
     }
-
-    fn prefetch_buckets(&self, fp: &Fingerprint) {
-        let key = Key::new(fp);
-        let partition = &self.partitions[key.partition];
-        if partition.len() > 0 {
-            prefetch(partition.bucket_for(0, key.tag));
-            prefetch(partition.bucket_for(1, key.tag));
-        }
-    }
 }
 
 /// Inserts the items whose partition is in `range` (partitions `first..`), in item
@@ -225,63 +233,110 @@ fn insert_into_range(
     inserted
 }
 
-/// Asks the CPU to start loading the cache line of `value` (and the next, for values
-/// that may straddle two); a hint with no effect on results.
-fn prefetch<T>(value: &[T]) {
+/// Asks the CPU to start loading the cache line that holds the start of `value`; a
+/// hint with no effect on results. A bucket is one line (32 bytes, 32-aligned).
+fn prefetch_line<T>(value: &[T]) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        let first = value.as_ptr().cast::<i8>();
-        let last = first.wrapping_add(size_of_val(value).saturating_sub(1));
         // SAFETY: prefetching is a hint; it never faults, whatever the address, and
-        // does not read memory as far as the program can tell. Both addresses lie
-        // within `value`.
-        unsafe {
-            _mm_prefetch::<_MM_HINT_T0>(first);
-            _mm_prefetch::<_MM_HINT_T0>(last);
-        }
+        // does not read memory as far as the program can tell.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(value.as_ptr().cast::<i8>()) }
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = value;
+}
+
+/// Like [`prefetch_line`], for a value that may straddle two lines (an entry).
+fn prefetch_lines<T>(value: &[T]) {
+    prefetch_line(value);
+    if let Some(last) = value.len().checked_sub(1) {
+        prefetch_line(&value[last..]);
+    }
 }
 
 impl FingerprintIndex for CuckooIndex {
     fn get(&self, fp: &Fingerprint) -> Option<ChunkLocation> {
         let key = Key::new(fp);
         let partition = &self.partitions[key.partition];
+        // Both buckets are requested before either is read, so their misses overlap.
+        for bucket in partition.buckets_for(key.tag).iter().flatten() {
+            prefetch_line(bucket);
+        }
         partition.find(&key).map(|e| self.location(partition, e))
     }
 
-    /// Looks keys up in a software pipeline: the buckets of key `i +
-    /// PREFETCH_DISTANCE` and the likely entry of key `i + PREFETCH_DISTANCE / 2` are
-    /// fetched while key `i` is resolved, so that cache misses overlap.
+    /// Looks keys up in a software pipeline of five stages, each [`STAGE_DISTANCE`]
+    /// keys behind the one before: (1) prefetch the pointers to the key's two bucket
+    /// segments; (2) read them, prefetch the buckets; (3) scan the buckets for the tag,
+    /// prefetch the pointer to the candidate entry's block; (4) read it, prefetch the
+    /// entry; (5) compare the entry and decode the location. Every load a stage makes
+    /// was requested a few keys earlier, so the cache misses of consecutive lookups
+    /// overlap instead of following one another (measured in benches/index.rs).
     fn get_batch(&self, fps: &[Fingerprint]) -> Vec<Option<ChunkLocation>> {
-        const ENTRY_DISTANCE: usize = PREFETCH_DISTANCE / 2;
-        let mut candidates = vec![None; fps.len()];
+        const D: usize = STAGE_DISTANCE;
+        let mut ring: [Option<Probe<'_>>; PROBE_RING] = std::array::from_fn(|_| None);
         let mut out = Vec::with_capacity(fps.len());
-        for i in 0..fps.len() {
-            if let Some(ahead) = fps.get(i + PREFETCH_DISTANCE) {
-                self.prefetch_buckets(ahead);
-            }
-            if let Some(ahead) = fps.get(i + ENTRY_DISTANCE) {
-                let key = Key::new(ahead);
+        let stage = |i: usize, behind: usize| i.checked_sub(behind).map(|k| k % PROBE_RING);
+        for i in 0..fps.len() + D * LATER_STAGES {
+            if let Some(fp) = fps.get(i) {
+                let key = Key::new(fp);
                 let partition = &self.partitions[key.partition];
-                let candidate = partition.first_candidate(&key);
-                if let Some(e) = candidate {
-                    prefetch(partition.entry(e));
+                let bucket_numbers = partition.bucket_numbers(key.tag);
+                for &b in bucket_numbers.iter().flatten() {
+                    prefetch_line(partition.segment_of(b));
                 }
-                candidates[i + ENTRY_DISTANCE] = candidate.map(|e| (key.partition, e));
+                ring[i % PROBE_RING] = Some(Probe {
+                    key,
+                    partition,
+                    bucket_numbers,
+                    buckets: None,
+                    candidate: None,
+                });
             }
-            let key = Key::new(&fps[i]);
-            let partition = &self.partitions[key.partition];
-            let found = match candidates[i] {
-                // The usual hit: the prefetched entry is the fingerprint's.
-                Some((_, e)) if key.matches(partition.entry(e)) => Some(e),
-                // No candidate was looked for yet (the first keys), a tag matched
-                // another fingerprint, or the stash may hold it: the full lookup.
-                _ => partition.find(&key),
-            };
-            out.push(found.map(|e| self.location(partition, e)));
+            if let Some(probe) = stage(i, D).and_then(|k| ring[k].as_mut()) {
+                probe.buckets = probe
+                    .bucket_numbers
+                    .map(|numbers| numbers.map(|b| probe.partition.bucket_numbered(b)));
+                for bucket in probe.buckets.iter().flatten() {
+                    prefetch_line(bucket);
+                }
+            }
+            if let Some(probe) = stage(i, 2 * D).and_then(|k| ring[k].as_mut()) {
+                let tag = probe.key.tag;
+                probe.candidate = probe
+                    .buckets
+                    .iter()
+                    .flatten()
+                    .flat_map(|bucket| bucket.iter())
+                    .find(|&&slot| slot_has_tag(slot, tag))
+                    .map(|&slot| entry_of(slot));
+                if let Some(e) = probe.candidate {
+                    prefetch_line(probe.partition.block_of(e));
+                }
+            }
+            if let Some(probe) = stage(i, 3 * D).and_then(|k| ring[k].as_ref()) {
+                if let Some(e) = probe.candidate {
+                    prefetch_lines(probe.partition.entry(e));
+                }
+            }
+            if let Some(probe) = stage(i, 4 * D).and_then(|k| ring[k].take()) {
+                let Probe {
+                    key,
+                    partition,
+                    candidate,
+                    ..
+                } = probe;
+                let found = match candidate {
+                    // The usual hit: the prefetched entry is the fingerprint's.
+                    Some(e) if key.matches(partition.entry(e)) => Some(e),
+                    // The usual miss: no slot of either bucket has the tag.
+                    None if partition.stash_len() == 0 => None,
+                    // A tag that matched another fingerprint, or a stash to search.
+                    _ => partition.find(&key),
+                };
+                out.push(found.map(|e| self.location(partition, e)));
+            }
         }
         out
     }

@@ -49,11 +49,11 @@ fn fingerprint_strategy() -> impl Strategy<Value = Fingerprint> {
             Fingerprint(fp)
         }),
         // Both buckets and the tag shared by many: the stash.
-        (0..4u64, rest.clone()).prop_map(|(low, rest)| crafted(7, 5, 9, low, rest)),
+        (0..4u64, rest).prop_map(|(low, rest)| crafted(7, 5, 9, low, rest)),
         // Same tag, entries differing only in the bits below the tag.
         (any::<u64>()).prop_map(|low| crafted(7, 5, 9, low, [3; 24])),
         // One partition, table-0 choice from four values: long kick chains, growth.
-        (0..4u64, any::<u64>(), rest.clone()).prop_map(|(c0, c1, rest)| crafted(
+        (0..4u64, any::<u64>(), rest).prop_map(|(c0, c1, rest)| crafted(
             3,
             c0,
             c1 & 0x1f_ffff,

@@ -55,7 +55,7 @@ impl Segment {
 }
 
 /// Entries are allocated in blocks of this many (2240 bytes) and never move.
-pub(crate) const BLOCK_ENTRIES: usize = 64;
+pub(crate) const BLOCK_ENTRIES: usize = 256;
 
 pub(crate) struct EntryBlock([Entry; BLOCK_ENTRIES]);
 
@@ -130,10 +130,6 @@ impl Partition {
         self.in_tables = 0;
     }
 
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
     pub fn slot_count(&self) -> usize {
         2 * self.buckets_per_table * SLOTS_PER_BUCKET
     }
@@ -175,10 +171,7 @@ impl Partition {
 
     /// The entry number of `key`'s fingerprint, if this partition holds it.
     pub fn find(&self, key: &Key) -> Option<usize> {
-        if self.len == 0 {
-            return None;
-        }
-        let buckets = [self.bucket_for(0, key.tag), self.bucket_for(1, key.tag)];
+        let buckets = self.buckets_for(key.tag)?;
         buckets
             .into_iter()
             .flatten()
@@ -191,18 +184,31 @@ impl Partition {
             .find(|&e| key.matches(self.entry(e)))
     }
 
-    /// The first slot in `key`'s two buckets whose tag matches: the entry that a
-    /// lookup most likely needs, for prefetching.
-    pub fn first_candidate(&self, key: &Key) -> Option<usize> {
-        if self.len == 0 {
-            return None;
-        }
-        let buckets = [self.bucket_for(0, key.tag), self.bucket_for(1, key.tag)];
-        buckets
-            .into_iter()
-            .flatten()
-            .find(|&&slot| slot_has_tag(slot, key.tag))
-            .map(|&slot| entry_of(slot))
+    /// `tag`'s two buckets, table 0's first; `None` for a partition without tables.
+    pub fn buckets_for(&self, tag: u64) -> Option<[&[u64]; 2]> {
+        (self.buckets_per_table > 0).then(|| [self.bucket_for(0, tag), self.bucket_for(1, tag)])
+    }
+
+    /// The numbers (across both tables) of `tag`'s two buckets; `None` for a
+    /// partition without tables. For [`Partition::segment_of`] and
+    /// [`Partition::bucket_numbered`].
+    pub fn bucket_numbers(&self, tag: u64) -> Option<[usize; 2]> {
+        let n = self.buckets_per_table;
+        (n > 0).then(|| [bucket_of(0, tag, n), n + bucket_of(1, tag, n)])
+    }
+
+    /// Where the pointer to bucket `b`'s segment is kept (to prefetch it).
+    pub fn segment_of(&self, b: usize) -> &[impl Sized] {
+        std::slice::from_ref(&self.segments[b / SEGMENT_BUCKETS])
+    }
+
+    pub fn bucket_numbered(&self, b: usize) -> &[u64] {
+        self.segments[b / SEGMENT_BUCKETS].bucket(b % SEGMENT_BUCKETS)
+    }
+
+    /// Where the pointer to entry `e`'s block is kept (to prefetch it).
+    pub fn block_of(&self, e: usize) -> &[impl Sized] {
+        std::slice::from_ref(&self.blocks[e / BLOCK_ENTRIES])
     }
 
     /// The location overflow entry `e` was inserted with.
@@ -217,7 +223,7 @@ impl Partition {
             e < MAX_ENTRIES,
             "a cuckoo index partition holds at most {MAX_ENTRIES} fingerprints"
         );
-        if e % BLOCK_ENTRIES == 0 {
+        if e.is_multiple_of(BLOCK_ENTRIES) {
             self.blocks
                 .push(Box::new(EntryBlock([[0; ENTRY_LEN]; BLOCK_ENTRIES])));
         }
