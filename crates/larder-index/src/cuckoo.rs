@@ -19,23 +19,26 @@ use self::layout::{
 use self::partition::Partition;
 use crate::{ChunkLocation, FingerprintIndex};
 
-/// Keys between two stages of `get_batch`'s pipeline: each stage fetches what the
-/// next one, this many keys later, reads.
+/// Keys between two stages of `get_batch`'s pipeline: each stage fetches what a
+/// later one, this many keys (or twice as many) later, reads.
 const STAGE_DISTANCE: usize = 8;
-/// Stages after the first: segment pointers, buckets, block pointer, entry.
-const LATER_STAGES: usize = 4;
+/// Stages after the first (see `get_batch`).
+const LATER_STAGES: usize = 5;
+const CACHE_LINE: usize = 64;
 /// Probes `get_batch` keeps: more than `STAGE_DISTANCE * LATER_STAGES`, a power of two.
 const PROBE_RING: usize = 64;
 
 /// A lookup in flight in `get_batch`.
+#[derive(Clone, Copy)]
 struct Probe<'a> {
-    key: Key,
+    fp: &'a Fingerprint,
     partition: &'a Partition,
+    tag: u64,
     /// The numbers of the key's two buckets; `None` if the partition is empty.
     bucket_numbers: Option<[usize; 2]>,
-    /// The key's two buckets once their segment pointers are read.
-    buckets: Option<[&'a [u64]; 2]>,
-    /// Once the buckets are scanned: the first entry whose slot has the key's tag.
+    /// Set when table 0's bucket has no slot with the key's tag: table 1's is needed.
+    in_table_1: bool,
+    /// Once a bucket had a slot with the key's tag: that slot's entry.
     candidate: Option<usize>,
 }
 
@@ -247,11 +250,16 @@ fn prefetch_line<T>(value: &[T]) {
     let _ = value;
 }
 
-/// Like [`prefetch_line`], for a value that may straddle two lines (an entry).
+/// Like [`prefetch_line`], for a value that may straddle two lines (an entry): the
+/// second line is requested only when the value reaches into it.
 fn prefetch_lines<T>(value: &[T]) {
     prefetch_line(value);
-    if let Some(last) = value.len().checked_sub(1) {
-        prefetch_line(&value[last..]);
+    let start = value.as_ptr() as usize;
+    let end = start + size_of_val(value);
+    if start / CACHE_LINE != (end - 1) / CACHE_LINE {
+        if let Some(last) = value.len().checked_sub(1) {
+            prefetch_line(&value[last..]);
+        }
     }
 }
 
@@ -266,76 +274,113 @@ impl FingerprintIndex for CuckooIndex {
         partition.find(&key).map(|e| self.location(partition, e))
     }
 
-    /// Looks keys up in a software pipeline of five stages, each [`STAGE_DISTANCE`]
-    /// keys behind the one before: (1) prefetch the pointers to the key's two bucket
-    /// segments; (2) read them, prefetch the buckets; (3) scan the buckets for the tag,
-    /// prefetch the pointer to the candidate entry's block; (4) read it, prefetch the
-    /// entry; (5) compare the entry and decode the location. Every load a stage makes
-    /// was requested a few keys earlier, so the cache misses of consecutive lookups
-    /// overlap instead of following one another (measured in benches/index.rs).
+    /// Looks keys up in a software pipeline of six stages, each [`STAGE_DISTANCE`]
+    /// keys behind the one before, so that the cache misses of consecutive lookups
+    /// overlap instead of following one another, and a key found in table 0 costs
+    /// one bucket read, not two:
+    ///
+    /// 1. prefetch the pointer to table 0's bucket segment;
+    /// 2. read it, prefetch table 0's bucket;
+    /// 3. scan it for the tag: on a match prefetch the pointer to the entry's block,
+    ///    otherwise prefetch table 1's bucket;
+    /// 4. after a table-0 match prefetch the entry; otherwise scan table 1's bucket
+    ///    and on a match prefetch the pointer to the entry's block;
+    /// 5. after a table-1 match prefetch the entry;
+    /// 6. compare the entry and decode the location.
     fn get_batch(&self, fps: &[Fingerprint]) -> Vec<Option<ChunkLocation>> {
         const D: usize = STAGE_DISTANCE;
-        let mut ring: [Option<Probe<'_>>; PROBE_RING] = std::array::from_fn(|_| None);
+        let Some(first) = fps.first() else {
+            return Vec::new();
+        };
+        // Slot `k % PROBE_RING` holds key `k`'s probe from stage 1 to stage 6.
+        let mut ring = [Probe {
+            fp: first,
+            partition: &self.partitions[0],
+            tag: 0,
+            bucket_numbers: None,
+            in_table_1: false,
+            candidate: None,
+        }; PROBE_RING];
         let mut out = Vec::with_capacity(fps.len());
-        let stage = |i: usize, behind: usize| i.checked_sub(behind).map(|k| k % PROBE_RING);
+        // The ring slot of the key `behind` stages back at step `i`, if there is one.
+        let stage = |i: usize, behind: usize| {
+            i.checked_sub(behind * D)
+                .filter(|&k| k < fps.len())
+                .map(|k| k % PROBE_RING)
+        };
+        let scan = |bucket: &[u64], tag: u64| {
+            bucket
+                .iter()
+                .find(|&&slot| slot_has_tag(slot, tag))
+                .map(|&slot| entry_of(slot))
+        };
         for i in 0..fps.len() + D * LATER_STAGES {
             if let Some(fp) = fps.get(i) {
                 let key = Key::new(fp);
                 let partition = &self.partitions[key.partition];
                 let bucket_numbers = partition.bucket_numbers(key.tag);
-                for &b in bucket_numbers.iter().flatten() {
-                    prefetch_line(partition.segment_of(b));
+                if let Some([b0, _]) = bucket_numbers {
+                    prefetch_line(partition.segment_of(b0));
                 }
-                ring[i % PROBE_RING] = Some(Probe {
-                    key,
+                ring[i % PROBE_RING] = Probe {
+                    fp,
                     partition,
+                    tag: key.tag,
                     bucket_numbers,
-                    buckets: None,
+                    in_table_1: false,
                     candidate: None,
-                });
-            }
-            if let Some(probe) = stage(i, D).and_then(|k| ring[k].as_mut()) {
-                probe.buckets = probe
-                    .bucket_numbers
-                    .map(|numbers| numbers.map(|b| probe.partition.bucket_numbered(b)));
-                for bucket in probe.buckets.iter().flatten() {
-                    prefetch_line(bucket);
-                }
-            }
-            if let Some(probe) = stage(i, 2 * D).and_then(|k| ring[k].as_mut()) {
-                let tag = probe.key.tag;
-                probe.candidate = probe
-                    .buckets
-                    .iter()
-                    .flatten()
-                    .flat_map(|bucket| bucket.iter())
-                    .find(|&&slot| slot_has_tag(slot, tag))
-                    .map(|&slot| entry_of(slot));
-                if let Some(e) = probe.candidate {
-                    prefetch_line(probe.partition.block_of(e));
-                }
-            }
-            if let Some(probe) = stage(i, 3 * D).and_then(|k| ring[k].as_ref()) {
-                if let Some(e) = probe.candidate {
-                    prefetch_lines(probe.partition.entry(e));
-                }
-            }
-            if let Some(probe) = stage(i, 4 * D).and_then(|k| ring[k].take()) {
-                let Probe {
-                    key,
-                    partition,
-                    candidate,
-                    ..
-                } = probe;
-                let found = match candidate {
-                    // The usual hit: the prefetched entry is the fingerprint's.
-                    Some(e) if key.matches(partition.entry(e)) => Some(e),
-                    // The usual miss: no slot of either bucket has the tag.
-                    None if partition.stash_len() == 0 => None,
-                    // A tag that matched another fingerprint, or a stash to search.
-                    _ => partition.find(&key),
                 };
-                out.push(found.map(|e| self.location(partition, e)));
+            }
+            if let Some(k) = stage(i, 1) {
+                let p = &ring[k];
+                if let Some([b0, _]) = p.bucket_numbers {
+                    prefetch_line(p.partition.bucket_numbered(b0));
+                }
+            }
+            if let Some(k) = stage(i, 2) {
+                let p = &mut ring[k];
+                if let Some([b0, b1]) = p.bucket_numbers {
+                    p.candidate = scan(p.partition.bucket_numbered(b0), p.tag);
+                    match p.candidate {
+                        Some(e) => prefetch_line(p.partition.block_of(e)),
+                        None => {
+                            p.in_table_1 = true;
+                            prefetch_line(p.partition.bucket_numbered(b1));
+                        }
+                    }
+                }
+            }
+            if let Some(k) = stage(i, 3) {
+                let p = &mut ring[k];
+                match (p.candidate, p.bucket_numbers) {
+                    (Some(e), _) => prefetch_lines(p.partition.entry(e)),
+                    (None, Some([_, b1])) if p.in_table_1 => {
+                        p.candidate = scan(p.partition.bucket_numbered(b1), p.tag);
+                        if let Some(e) = p.candidate {
+                            prefetch_line(p.partition.block_of(e));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            if let Some(k) = stage(i, 4) {
+                let p = &ring[k];
+                if let (Some(e), true) = (p.candidate, p.in_table_1) {
+                    prefetch_lines(p.partition.entry(e));
+                }
+            }
+            if let Some(k) = stage(i, 5) {
+                let p = &ring[k];
+                let key = Key::new(p.fp);
+                let found = match p.candidate {
+                    // The usual hit: the prefetched entry is the fingerprint's.
+                    Some(e) if key.matches(p.partition.entry(e)) => Some(e),
+                    // The usual miss: no slot of either bucket has the tag.
+                    None if p.partition.stash_len() == 0 => None,
+                    // A tag that matched another fingerprint, or a stash to search.
+                    _ => p.partition.find(&key),
+                };
+                out.push(found.map(|e| self.location(p.partition, e)));
             }
         }
         out
