@@ -9,6 +9,7 @@
 
 mod layout;
 mod partition;
+mod prefetch;
 
 use larder_hash::Fingerprint;
 
@@ -17,6 +18,7 @@ use self::layout::{
     StoredLocation, PARTITIONS,
 };
 use self::partition::Partition;
+use self::prefetch::{prefetch_line, prefetch_lines};
 use crate::{ChunkLocation, FingerprintIndex};
 
 /// Keys between two stages of `get_batch`'s pipeline: each stage fetches what a
@@ -24,7 +26,6 @@ use crate::{ChunkLocation, FingerprintIndex};
 const STAGE_DISTANCE: usize = 8;
 /// Stages after the first (see `get_batch`).
 const LATER_STAGES: usize = 5;
-const CACHE_LINE: usize = 64;
 /// Probes `get_batch` keeps: more than `STAGE_DISTANCE * LATER_STAGES`, a power of two.
 const PROBE_RING: usize = 64;
 
@@ -236,41 +237,10 @@ fn insert_into_range(
     inserted
 }
 
-/// Asks the CPU to start loading the cache line that holds the start of `value`; a
-/// hint with no effect on results. A bucket is one line (32 bytes, 32-aligned).
-fn prefetch_line<T>(value: &[T]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        // SAFETY: prefetching is a hint; it never faults, whatever the address, and
-        // does not read memory as far as the program can tell.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(value.as_ptr().cast::<i8>()) }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = value;
-}
-
-/// Like [`prefetch_line`], for a value that may straddle two lines (an entry): the
-/// second line is requested only when the value reaches into it.
-fn prefetch_lines<T>(value: &[T]) {
-    prefetch_line(value);
-    let start = value.as_ptr() as usize;
-    let end = start + size_of_val(value);
-    if start / CACHE_LINE != (end - 1) / CACHE_LINE {
-        if let Some(last) = value.len().checked_sub(1) {
-            prefetch_line(&value[last..]);
-        }
-    }
-}
-
 impl FingerprintIndex for CuckooIndex {
     fn get(&self, fp: &Fingerprint) -> Option<ChunkLocation> {
         let key = Key::new(fp);
         let partition = &self.partitions[key.partition];
-        // Both buckets are requested before either is read, so their misses overlap.
-        for bucket in partition.buckets_for(key.tag).iter().flatten() {
-            prefetch_line(bucket);
-        }
         partition.find(&key).map(|e| self.location(partition, e))
     }
 

@@ -8,6 +8,7 @@ use super::layout::{
     bucket_of, entry_of, slot_has_tag, slot_of, tag_of, Entry, Key, PackedLocation, ENTRY_LEN,
     MAX_ENTRIES,
 };
+use super::prefetch::prefetch_line;
 use crate::ChunkLocation;
 
 pub(crate) const SLOTS_PER_BUCKET: usize = 4;
@@ -172,6 +173,8 @@ impl Partition {
     /// The entry number of `key`'s fingerprint, if this partition holds it.
     pub fn find(&self, key: &Key) -> Option<usize> {
         let buckets = self.buckets_for(key.tag)?;
+        // Both buckets are requested before either is read, so their misses overlap.
+        buckets.iter().for_each(|b| prefetch_line(b));
         buckets
             .into_iter()
             .flatten()
@@ -261,10 +264,12 @@ impl Partition {
         (self.in_tables + 1) as f64 / self.slot_count() as f64
     }
 
-    /// Cuckoo insertion: a free slot in either bucket, else evict a random slot of the
-    /// current bucket and move it to its bucket in the other table, up to
-    /// [`MAX_KICKS`] times. On failure returns the slot left without a place, which
-    /// may be any slot of the chain; every other slot is in the tables.
+    /// Cuckoo insertion: a free slot in either bucket; else, from a full bucket, move
+    /// one of its slots whose bucket in the other table has room (the four candidate
+    /// buckets are fetched together), or failing that evict a random one and go on
+    /// from its full bucket in the other table, up to [`MAX_KICKS`] times. On failure
+    /// returns the slot left without a place, which may be any slot of the chain;
+    /// every other slot is in the tables.
     fn try_place(&mut self, slot: u64) -> Result<(), u64> {
         let tag = tag_of(slot);
         for table in 0..2 {
@@ -272,17 +277,31 @@ impl Partition {
                 return Ok(());
             }
         }
+        let n = self.buckets_per_table;
         let mut homeless = slot;
         let mut table = (self.next_random() & 1) as usize;
         for _ in 0..MAX_KICKS {
-            let index = bucket_of(table, tag_of(homeless), self.buckets_per_table);
-            let victim = (self.next_random() % SLOTS_PER_BUCKET as u64) as usize;
-            std::mem::swap(&mut homeless, &mut self.bucket_mut(table, index)[victim]);
-            self.kicks += 1;
-            table ^= 1;
+            let index = bucket_of(table, tag_of(homeless), n);
             if self.put_in_free_slot(table, tag_of(homeless), homeless) {
                 return Ok(());
             }
+            let other = table ^ 1;
+            let mut residents = [0; SLOTS_PER_BUCKET];
+            residents.copy_from_slice(self.bucket(table, index));
+            for &r in &residents {
+                prefetch_line(self.bucket(other, bucket_of(other, tag_of(r), n)));
+            }
+            for (position, &r) in residents.iter().enumerate() {
+                if self.put_in_free_slot(other, tag_of(r), r) {
+                    self.bucket_mut(table, index)[position] = homeless;
+                    self.kicks += 1;
+                    return Ok(());
+                }
+            }
+            let victim = (self.next_random() % SLOTS_PER_BUCKET as u64) as usize;
+            std::mem::swap(&mut homeless, &mut self.bucket_mut(table, index)[victim]);
+            self.kicks += 1;
+            table = other;
         }
         Err(homeless)
     }
