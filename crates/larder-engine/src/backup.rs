@@ -21,7 +21,7 @@ use std::time::{Duration, Instant, SystemTime};
 use crossbeam_channel::{bounded, Receiver, Sender};
 use larder_chunk::{Chunker, ParallelChunker};
 use larder_hash::{Fingerprint, HashAlgo};
-use larder_index::{ChunkLocation, FingerprintIndex, MemIndex};
+use larder_index::{ChunkLocation, CuckooIndex, FingerprintIndex};
 use larder_store::{
     encode_tree_header, Backend, ContainerBuilder, EntryKind, FileKind, Repository,
     SegmentContainer, Snapshot, SnapshotSummary, TreeRef, CONTAINER_HEADER_LEN,
@@ -168,7 +168,7 @@ impl Placer<'_> {
 
 /// Stage 3's state: the index, the placer and every file's recipe.
 struct Indexer<'r> {
-    index: MemIndex,
+    index: CuckooIndex,
     placer: Placer<'r>,
     recipes: Vec<Option<Vec<Fingerprint>>>,
     sizes: Vec<u64>,
@@ -179,10 +179,12 @@ struct Indexer<'r> {
 }
 
 impl Indexer<'_> {
-    /// Looks up one chunk; places and indexes it if new. Returns its container if new.
-    fn add(&mut self, fp: Fingerprint, len: usize) -> Option<u64> {
+    /// Places and indexes one chunk if it is new; returns its container if new.
+    /// `indexed` is what a lookup made earlier said; `false` is checked again here, as
+    /// the chunk may have been added since (earlier in the same batch).
+    fn add(&mut self, fp: Fingerprint, len: usize, indexed: bool) -> Option<u64> {
         self.chunks += 1;
-        if self.index.get(&fp).is_some() {
+        if indexed || self.index.get(&fp).is_some() {
             return None;
         }
         let loc = self.placer.place(len);
@@ -202,15 +204,17 @@ impl Indexer<'_> {
             pieces: Vec::new(),
             chunks: Vec::new(),
         };
-        let mut fps = batch.fps.into_iter();
+        // One batch lookup for all chunks: it overlaps the cache misses of the lookups.
+        let known = self.index.get_batch(&batch.fps);
+        let mut fps = batch.fps.into_iter().zip(known);
         for (p, piece) in batch.pieces.into_iter().enumerate() {
             let recipe = self.recipes[piece.item].get_or_insert_with(Vec::new);
             recipe.reserve(piece.lens.len());
             let mut start = 0;
             for &len in &piece.lens {
-                let fp = fps.next().expect("stage 2 gives one fingerprint per chunk");
+                let (fp, known) = fps.next().expect("stage 2 gives one fingerprint per chunk");
                 let len = len as usize;
-                if let Some(container) = self.add(fp, len) {
+                if let Some(container) = self.add(fp, len, known.is_some()) {
                     out.chunks.push((p, start, len, container, fp));
                 }
                 self.recipes[piece.item]
@@ -883,7 +887,7 @@ fn store_stream(
     for len in chunker.chunk_lengths(data) {
         let chunk = &data[pos..pos + len];
         let fp = algo.fingerprint(chunk);
-        if let Some(container) = indexer.add(fp, len) {
+        if let Some(container) = indexer.add(fp, len, false) {
             writer.append(container, fp, chunk)?;
         }
         fps.push(fp);

@@ -1,13 +1,13 @@
 //! Exact fingerprint indexes: fingerprint to the place its chunk is stored.
 //!
 //! Exact means no false answers either way: a fingerprint that was inserted is always
-//! found, and one that was not is never reported. [`MemIndex`] keeps everything in
-//! memory; the repository persists it as index segments (see docs/design/format.md)
-//! and can rebuild it from the containers alone.
+//! found, and one that was not is never reported. [`CuckooIndex`] keeps everything in
+//! memory (docs/design/index.md); the repository persists it as index segments (see
+//! docs/design/format.md) and can rebuild it from the containers alone.
 
-mod mem;
+mod cuckoo;
 
-pub use mem::MemIndex;
+pub use cuckoo::{CuckooIndex, IndexStats};
 
 use larder_hash::Fingerprint;
 
@@ -25,6 +25,10 @@ pub trait FingerprintIndex: Send {
     /// The location of `fp`, if it is indexed.
     fn get(&self, fp: &Fingerprint) -> Option<ChunkLocation>;
 
+    /// The location of each of `fps`, in order: `get_batch(fps)[i] == get(&fps[i])`.
+    /// Implementations overlap the memory accesses of consecutive lookups.
+    fn get_batch(&self, fps: &[Fingerprint]) -> Vec<Option<ChunkLocation>>;
+
     /// Records `fp` at `loc` and returns `true`; if `fp` is already indexed, keeps the
     /// existing location (the first copy stays canonical) and returns `false`.
     fn insert(&mut self, fp: Fingerprint, loc: ChunkLocation) -> bool;
@@ -38,7 +42,7 @@ pub trait FingerprintIndex: Send {
 }
 
 #[cfg(test)]
-pub(crate) mod suite {
+mod suite {
     use super::*;
     use larder_hash::HashAlgo;
 
@@ -67,11 +71,32 @@ pub(crate) mod suite {
         for i in 10_000..20_000 {
             assert_eq!(index.get(&fp(i)), None, "phantom fingerprint {i}");
         }
+        let mixed: Vec<Fingerprint> = (0..20_000).rev().step_by(3).map(fp).collect();
+        let one_by_one: Vec<_> = mixed.iter().map(|f| index.get(f)).collect();
+        assert_eq!(
+            index.get_batch(&mixed),
+            one_by_one,
+            "get_batch differs from get"
+        );
+        assert_eq!(index.get_batch(&[]), Vec::new());
         assert!(
             !index.insert(fp(5), loc(99_999)),
             "second insert replaced the first"
         );
         assert_eq!(index.get(&fp(5)), Some(loc(5)));
         assert_eq!(index.len(), 10_000);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn cuckoo_index_passes_the_shared_suite() {
+        crate::suite::run(crate::CuckooIndex::new());
+    }
+
+    #[test]
+    fn cuckoo_index_with_capacity_passes_the_shared_suite() {
+        crate::suite::run(crate::CuckooIndex::with_capacity(10_000));
     }
 }

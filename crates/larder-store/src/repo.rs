@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use larder_chunk::ChunkerConfig;
 use larder_hash::HashAlgo;
-use larder_index::{ChunkLocation, FingerprintIndex, MemIndex};
+use larder_index::{ChunkLocation, CuckooIndex};
 use serde::{Deserialize, Serialize};
 
 use crate::backend::{sync_dir, Backend, FileKind, LocalBackend};
@@ -20,6 +20,12 @@ use crate::snapshot::Snapshot;
 
 /// Segments beyond this many are merged into one at the next commit.
 const MAX_SEGMENTS: usize = 32;
+/// Index entries inserted per parallel batch while loading: bounds the copy of a large
+/// segment's entries that loading makes.
+const LOAD_BATCH: usize = 1 << 16;
+/// Bytes a segment spends besides its 48-byte entries: header and checksum (56), and
+/// 16 per container, which the capacity estimate leaves out (an estimate a little high).
+const SEGMENT_FIXED_BYTES: u64 = 56;
 
 /// The `config` file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -78,7 +84,7 @@ pub struct Repository {
     root: PathBuf,
     backend: Arc<LocalBackend>,
     config: RepoConfig,
-    index: MemIndex,
+    index: CuckooIndex,
     indexed_containers: BTreeSet<u64>,
     /// Adopted containers that no durable segment names yet.
     pending: Vec<SegmentContainer>,
@@ -173,7 +179,7 @@ impl Repository {
             root: root.to_path_buf(),
             backend: Arc::new(LocalBackend::new(root)),
             config,
-            index: MemIndex::new(),
+            index: CuckooIndex::new(),
             indexed_containers: BTreeSet::new(),
             pending: Vec::new(),
             segments: Vec::new(),
@@ -199,29 +205,54 @@ impl Repository {
         Ok(())
     }
 
-    fn add_container(&mut self, c: &SegmentContainer) {
-        if !self.indexed_containers.insert(c.id) {
-            return;
-        }
-        for e in &c.entries {
-            self.index.insert(
-                e.fingerprint,
-                ChunkLocation {
+    /// Indexes the containers not indexed yet, on every core (the index's threads own
+    /// disjoint partitions; the result is that of inserting one entry after another).
+    fn add_containers(&mut self, containers: &[SegmentContainer]) {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let mut batch = Vec::with_capacity(LOAD_BATCH);
+        for c in containers {
+            if !self.indexed_containers.insert(c.id) {
+                continue;
+            }
+            batch.extend(c.entries.iter().map(|e| {
+                let loc = ChunkLocation {
                     container: c.id,
                     offset: e.offset,
                     length: e.stored_len,
-                },
-            );
+                };
+                (e.fingerprint, loc)
+            }));
+            if batch.len() >= LOAD_BATCH {
+                self.index.insert_batch(&batch, threads);
+                batch.clear();
+            }
         }
+        self.index.insert_batch(&batch, threads);
+    }
+
+    /// How many entries the segments hold, from their file sizes alone (a little more
+    /// than there are: container headers count as entries); 0 if a size is unknown.
+    fn segment_entry_estimate(&self) -> usize {
+        let entry_bytes = crate::container::ENTRY_LEN as u64;
+        self.segments
+            .iter()
+            .map(|name| {
+                let path = self.backend.path_of(FileKind::IndexSegment, name);
+                fs::metadata(path).map_or(0, |m| {
+                    m.len().saturating_sub(SEGMENT_FIXED_BYTES) / entry_bytes
+                })
+            })
+            .sum::<u64>() as usize
     }
 
     fn load_index(&mut self) -> Result<()> {
         let algo = self.config.hash;
         self.segments = self.backend.list(FileKind::IndexSegment)?;
+        self.index = CuckooIndex::with_capacity(self.segment_entry_estimate());
         for name in self.segments.clone() {
             let bytes = self.backend.read(FileKind::IndexSegment, &name)?;
             match decode_segment(&bytes, &name, algo) {
-                Ok(containers) => containers.iter().for_each(|c| self.add_container(c)),
+                Ok(containers) => self.add_containers(&containers),
                 Err(e) => self.report.bad_segments.push((name, error_chain(&e))),
             }
         }
@@ -240,7 +271,7 @@ impl Repository {
                         id,
                         entries: parsed.entries,
                     };
-                    self.add_container(&c);
+                    self.add_containers(std::slice::from_ref(&c));
                     self.report.adopted_containers.push(id);
                     self.pending.push(c);
                 }
@@ -272,7 +303,7 @@ impl Repository {
         self.backend.clone()
     }
 
-    pub fn index(&self) -> &MemIndex {
+    pub fn index(&self) -> &CuckooIndex {
         &self.index
     }
 
@@ -293,11 +324,11 @@ impl Repository {
 
     /// Moves the index out, for a backup's index stage to own; give it back with
     /// [`Repository::put_index`] before [`Repository::commit`].
-    pub fn take_index(&mut self) -> MemIndex {
+    pub fn take_index(&mut self) -> CuckooIndex {
         std::mem::take(&mut self.index)
     }
 
-    pub fn put_index(&mut self, index: MemIndex) {
+    pub fn put_index(&mut self, index: CuckooIndex) {
         self.index = index;
     }
 
@@ -399,12 +430,11 @@ impl Repository {
         }
         self.backend.sync(FileKind::IndexSegment)?;
         self.segments = vec![name];
-        self.index = MemIndex::new();
+        let entries = good.iter().map(|c| c.entries.len()).sum();
+        self.index = CuckooIndex::with_capacity(entries);
         self.indexed_containers.clear();
         self.pending.clear();
-        for c in &good {
-            self.add_container(c);
-        }
+        self.add_containers(&good);
         Ok(bad)
     }
 
