@@ -5,9 +5,7 @@ use std::sync::Arc;
 
 use larder_hash::Fingerprint;
 use larder_index::FingerprintIndex;
-use larder_store::{
-    ChunkDecoder, ParsedContainer, Repository, StoreError, TreeDecoder, TreeEntry,
-};
+use larder_store::{ChunkDecoder, ParsedContainer, Repository, StoreError, TreeDecoder, TreeEntry};
 
 use crate::error::Result;
 

@@ -69,13 +69,13 @@ impl Compression {
     /// Checks the level.
     pub fn validate(&self) -> Result<()> {
         match self {
-            Self::Zstd { level } if !ZSTD_LEVELS.contains(level) => Err(StoreError::Config(
-                format!(
+            Self::Zstd { level } if !ZSTD_LEVELS.contains(level) => {
+                Err(StoreError::Config(format!(
                     "zstd level {level} is outside {}..={}",
                     ZSTD_LEVELS.start(),
                     ZSTD_LEVELS.end()
-                ),
-            )),
+                )))
+            }
             _ => Ok(()),
         }
     }
@@ -197,8 +197,8 @@ impl ChunkDecoder {
                 stored.len()
             )),
             ChunkEncoding::Zstd => {
-                let frame_len = zstd::zstd_safe::find_frame_compressed_size(stored)
-                    .map_err(|code| {
+                let frame_len =
+                    zstd::zstd_safe::find_frame_compressed_size(stored).map_err(|code| {
                         format!(
                             "not a zstd frame ({})",
                             zstd::zstd_safe::get_error_name(code)
@@ -218,9 +218,10 @@ impl ChunkDecoder {
                 }
                 let context = match &mut self.context {
                     Some(c) => c,
-                    empty => empty.insert(Decompressor::new().map_err(|e| {
-                        format!("cannot set up a zstd decompressor: {e}")
-                    })?),
+                    empty => empty.insert(
+                        Decompressor::new()
+                            .map_err(|e| format!("cannot set up a zstd decompressor: {e}"))?,
+                    ),
                 };
                 let start = out.len();
                 out.resize(start + raw_len, 0);

@@ -400,7 +400,11 @@ mod tests {
                 Err(_) => {}
                 Ok(c) => {
                     let bad = c.verify_chunks(HashAlgo::Blake3);
-                    assert_eq!(bad.len(), 1, "flip of bit {bit:#x} at byte {i} went unnoticed");
+                    assert_eq!(
+                        bad.len(),
+                        1,
+                        "flip of bit {bit:#x} at byte {i} went unnoticed"
+                    );
                     let e = bad[0];
                     assert!((e.offset as usize..(e.offset + e.stored_len) as usize).contains(&i));
                     let mut out = vec![1, 2];
@@ -436,9 +440,10 @@ mod tests {
             (1, MAX_COMPRESSED_RAW_LEN + 1),
             (1, u32::MAX),
         ] {
-            let err = ParsedContainer::parse(with_entry(flags, b"abc", raw_len), 7, HashAlgo::Blake3)
-                .unwrap_err()
-                .to_string();
+            let err =
+                ParsedContainer::parse(with_entry(flags, b"abc", raw_len), 7, HashAlgo::Blake3)
+                    .unwrap_err()
+                    .to_string();
             assert!(err.contains("do not fit flags"), "{flags} {raw_len}: {err}");
         }
         // Plausible lengths, but not a zstd frame: parses, and reading fails cleanly.
@@ -448,7 +453,10 @@ mod tests {
             .read_raw(&c.entries[0], &mut ChunkDecoder::new(), &mut out)
             .unwrap_err()
             .to_string();
-        assert!(err.contains("corrupt container") && err.contains("not a zstd frame"), "{err}");
+        assert!(
+            err.contains("corrupt container") && err.contains("not a zstd frame"),
+            "{err}"
+        );
         assert!(out.is_empty());
         assert_eq!(c.verify_chunks(HashAlgo::Blake3).len(), 1);
     }

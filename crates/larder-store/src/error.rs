@@ -21,7 +21,9 @@ pub enum StoreError {
         name: String,
         reason: String,
     },
-    #[error("{what} format version {version} is not supported by this larder (it reads {supported})")]
+    #[error(
+        "{what} format version {version} is not supported by this larder (it reads {supported})"
+    )]
     UnsupportedVersion {
         /// "repository", "container", "index segment" or "snapshot".
         what: &'static str,
