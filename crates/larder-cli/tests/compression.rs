@@ -1,8 +1,8 @@
 //! Per-chunk compression end to end: round trips with compression on and off, at
 //! several levels and with every chunker; what is stored compressed and what raw;
-//! container fill by stored bytes; repositories without compression (format version
-//! 1) still read and stay version 1; config validation; the reported ratios; unknown
-//! chunk encodings refused by name.
+//! container fill by stored bytes; repositories without compression (format
+//! version 1) still read and stay version 1; config validation; the reported ratios;
+//! unknown chunk encodings refused by name.
 //!
 //! Containers are read with the test's own decoder of docs/design/format.md.
 

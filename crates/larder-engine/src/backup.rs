@@ -833,7 +833,8 @@ pub fn backup(
             let started_tree = Instant::now();
             let stream = store_stream(tree, chunker, algo, &mut indexer, &mut writer)?;
             writer.seal()?;
-            stages.write = busy + started_tree.elapsed() - writer.compress_wall;
+            // `compress_wall` was measured inside the intervals summed here.
+            stages.write = (busy + started_tree.elapsed()).saturating_sub(writer.compress_wall);
             stages.compress = writer.compress_time;
             Ok(stream)
         });

@@ -176,9 +176,9 @@ impl ChunkDecoder {
     }
 
     /// Appends the `raw_len` raw bytes that `stored` encodes to `out`. On any error
-    /// `out` is left as it was. Allocates at most `raw_len` bytes, which the caller
-    /// bounds (a compressed entry's raw length is at most [`MAX_COMPRESSED_RAW_LEN`]).
-    /// The error is a reason, for the caller to wrap with the chunk's name.
+    /// `out` is left as it was. Allocates at most `raw_len` bytes for a raw chunk and
+    /// at most [`MAX_COMPRESSED_RAW_LEN`] for a compressed one (a longer claim is an
+    /// error). The error is a reason, for the caller to wrap with the chunk's name.
     pub fn decode_into(
         &mut self,
         encoding: ChunkEncoding,
@@ -195,6 +195,9 @@ impl ChunkDecoder {
             ChunkEncoding::Raw => Err(format!(
                 "{} stored bytes for a raw chunk of {raw_len}",
                 stored.len()
+            )),
+            ChunkEncoding::Zstd if raw_len > MAX_COMPRESSED_RAW_LEN as usize => Err(format!(
+                "claims {raw_len} raw bytes, more than a compressed chunk may hold"
             )),
             ChunkEncoding::Zstd => {
                 let frame_len =
