@@ -1,8 +1,9 @@
 //! Per-chunk compression end to end: round trips with compression on and off, at
 //! several levels and with every chunker; what is stored compressed and what raw;
 //! container fill by stored bytes; repositories without compression (format
-//! version 1) still read and stay version 1; config validation; the reported ratios;
-//! unknown chunk encodings refused by name.
+//! version 1, including one written by larder before compression existed, in
+//! testdata/repo-v1) still read and stay version 1; config validation; the reported
+//! ratios; unknown chunk encodings refused by name.
 //!
 //! Containers are read with the test's own decoder of docs/design/format.md.
 
@@ -248,6 +249,64 @@ fn old_uncompressed_repositories_still_read_and_stay_version_1() {
     assert_eq!(f(&stats.json(), "compression_ratio"), 1.0);
     assert!(all_entries(&repo.path).iter().all(|e| e.3 == 0));
     assert_eq!(fs::read(repo.path.join("config")).unwrap(), old_config);
+}
+
+/// Copies `src` to `dst` (directories, files and symlinks).
+fn copy_tree(src: &Path, dst: &Path) {
+    fs::create_dir_all(dst).unwrap();
+    for e in fs::read_dir(src).unwrap() {
+        let e = e.unwrap();
+        let (from, to) = (e.path(), dst.join(e.file_name()));
+        let kind = e.file_type().unwrap();
+        if kind.is_dir() {
+            copy_tree(&from, &to);
+        } else if kind.is_symlink() {
+            std::os::unix::fs::symlink(fs::read_link(&from).unwrap(), &to).unwrap();
+        } else {
+            fs::copy(&from, &to).unwrap();
+        }
+    }
+}
+
+/// Regression guard for the format change: a repository written by larder before
+/// compression existed (testdata/repo-v1) is read, checked and restored, and a backup
+/// into it leaves it version 1 with raw chunks only.
+#[test]
+fn a_repository_written_before_compression_reads_and_stays_version_1() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/repo-v1");
+    let repo = Repo::uninit();
+    copy_tree(&fixture.join("repo"), &repo.path);
+    let old_config = fs::read(repo.path.join("config")).unwrap();
+    assert!(!String::from_utf8_lossy(&old_config).contains("compression"));
+
+    let check = repo.check(true);
+    check.expect_ok();
+    assert_eq!(check.json()["report"]["snapshots"], 1, "{check}");
+    let snapshots = repo.snapshots();
+    let source = PathBuf::from(snapshots[0]["snapshot"]["paths"][0].as_str().unwrap());
+    let target = repo.dir("target");
+    repo.restore("latest", &target, &[]).expect_ok();
+    let restored_root = restored(&target, &source);
+    for file in ["hello.txt", "random.bin", "sub/words.txt"] {
+        assert!(
+            fs::read(restored_root.join(file)).unwrap()
+                == fs::read(fixture.join("source").join(file)).unwrap(),
+            "{file} restored wrong"
+        );
+    }
+    assert_eq!(
+        fs::read_link(restored_root.join("link")).unwrap(),
+        Path::new("hello.txt")
+    );
+
+    let src = repo.dir("src");
+    TreeBuilder::new(&src)
+        .file("new.txt", pseudo_text(14, 200_000))
+        .finish();
+    repo.backup(&[&src]);
+    assert!(all_entries(&repo.path).iter().all(|e| e.3 == 0));
+    assert_eq!(fs::read(repo.path.join("config")).unwrap(), old_config);
+    repo.check(true).expect_ok();
 }
 
 #[test]
