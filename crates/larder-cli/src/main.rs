@@ -20,7 +20,7 @@ use larder_bench::Plan;
 use larder_chunk::{ChunkerConfig, ChunkerKind};
 use larder_engine::{BackupOptions, CheckOptions, Progress, RestoreOptions};
 use larder_hash::HashAlgo;
-use larder_store::{LockMode, RepoConfig, Repository};
+use larder_store::{Compression, LockMode, RepoConfig, Repository};
 
 use crate::output::{Bar, Output};
 
@@ -64,6 +64,9 @@ enum Command {
         /// Fingerprint: blake3, sha256 or sha1 (sha1 only to reproduce the papers)
         #[arg(long, default_value = "blake3")]
         hash: String,
+        /// How new chunks are stored: zstd (level 3), zstd:LEVEL (1 to 19) or none
+        #[arg(long, default_value = "zstd")]
+        compression: String,
     },
     /// Back up files and directories into a new snapshot
     Backup {
@@ -258,7 +261,12 @@ fn run(cli: Cli, out: &Output) -> Result<ExitCode> {
             max,
             level,
             hash,
+            compression,
         } => {
+            let compression = match Compression::parse(&compression) {
+                Ok(c) => c,
+                Err(e) => return Ok(out.usage(&e)),
+            };
             let Some(kind) = ChunkerKind::from_name(&chunker) else {
                 let names: Vec<&str> = ChunkerKind::ALL.iter().map(|k| k.name()).collect();
                 return Ok(out.usage(&format!(
@@ -288,7 +296,7 @@ fn run(cli: Cli, out: &Output) -> Result<ExitCode> {
                 Some(p) => p,
                 None => default_repo()?,
             };
-            let config = RepoConfig::new(chunker, hash);
+            let config = RepoConfig::new(chunker, hash).with_compression(compression);
             Repository::init(&path, &config)?;
             out.init_done(&path, &config);
             Ok(ExitCode::SUCCESS)

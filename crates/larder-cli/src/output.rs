@@ -76,7 +76,7 @@ impl Output {
         } else if !self.quiet {
             let c = &config.chunker;
             println!(
-                "created repository {} at {} ({} {}/{}/{} level {}, {})",
+                "created repository {} at {} ({} {}/{}/{} level {}, {}, compression {})",
                 config.id,
                 path.display(),
                 c.kind.name(),
@@ -84,7 +84,8 @@ impl Output {
                 c.avg_size,
                 c.max_size,
                 c.level,
-                config.hash.name()
+                config.hash.name(),
+                config.compression.name()
             );
         }
     }
@@ -97,15 +98,18 @@ impl Output {
                 json!({
                     "snapshot": s.snapshot_id,
                     "files": s.files, "dirs": s.dirs, "symlinks": s.symlinks,
-                    "bytes_in": s.bytes_in, "bytes_new": s.bytes_new, "bytes_stored": s.bytes_stored,
-                    "dedup_ratio": s.dedup_ratio(),
+                    "bytes_in": s.bytes_in, "bytes_new": s.bytes_new,
+                    "bytes_new_stored": s.bytes_new_stored, "bytes_stored": s.bytes_stored,
+                    "dedup_ratio": s.dedup_ratio(), "compression_ratio": s.compression_ratio(),
+                    "overall_ratio": s.overall_ratio(),
                     "chunks": s.chunks, "chunks_new": s.chunks_new,
                     "containers_written": s.containers_written,
                     "excluded": s.excluded,
                     "seconds": secs(s.elapsed), "mb_per_sec": s.mb_per_sec(),
                     "stage_seconds": {
                         "walk": secs(t.walk), "chunk": secs(t.chunk), "fingerprint": secs(t.fingerprint),
-                        "index": secs(t.index), "write": secs(t.write), "sync": secs(t.sync),
+                        "index": secs(t.index), "compress": secs(t.compress), "write": secs(t.write),
+                        "sync": secs(t.sync),
                     },
                     "warnings": s.warnings,
                 })
@@ -130,10 +134,16 @@ impl Output {
             );
         }
         println!(
-            "  stored      {} new ({} with metadata), dedup ratio {:.2}x",
+            "  new         {} after dedup, {} after compression ({} with metadata)",
             mb(s.bytes_new),
-            mb(s.bytes_stored),
-            s.dedup_ratio()
+            mb(s.bytes_new_stored),
+            mb(s.bytes_stored)
+        );
+        println!(
+            "  ratios      dedup {:.2}x, compression {:.2}x, overall {:.2}x (input / repository growth)",
+            s.dedup_ratio(),
+            s.compression_ratio(),
+            s.overall_ratio()
         );
         println!(
             "  chunks      {} ({} new) in {} new containers",
@@ -145,11 +155,12 @@ impl Output {
             s.mb_per_sec()
         );
         println!(
-            "  stages      walk {:.3} s, chunk {:.3} s, fingerprint {:.3} s (all threads), index {:.3} s, write {:.3} s, sync {:.3} s",
+            "  stages      walk {:.3} s, chunk {:.3} s, fingerprint {:.3} s (all threads), index {:.3} s, compress {:.3} s (all threads), write {:.3} s, sync {:.3} s",
             secs(t.walk),
             secs(t.chunk),
             secs(t.fingerprint),
             secs(t.index),
+            secs(t.compress),
             secs(t.write),
             secs(t.sync)
         );
@@ -267,14 +278,21 @@ impl Output {
             }
         }
         let chunks = larder_index::FingerprintIndex::len(repo.index());
-        let ratio = logical as f64 / stored.max(1) as f64;
+        let chunk_bytes = repo.chunk_bytes();
+        let ratio = |num: u64, den: u64| num as f64 / den.max(1) as f64;
+        let dedup = ratio(logical, chunk_bytes.raw);
+        let compression = ratio(chunk_bytes.raw, chunk_bytes.stored);
+        let overall = ratio(logical, stored);
         if self.json {
             println!(
                 "{}",
                 json!({
                     "snapshots": snapshots.len(), "containers": repo.indexed_containers().len(),
                     "chunks": chunks, "index_segments": repo.segment_count(),
-                    "logical_bytes": logical, "stored_bytes": stored, "dedup_ratio": ratio,
+                    "logical_bytes": logical, "unique_bytes": chunk_bytes.raw,
+                    "chunk_bytes_stored": chunk_bytes.stored, "stored_bytes": stored,
+                    "dedup_ratio": dedup, "compression_ratio": compression,
+                    "overall_ratio": overall,
                     "config": repo.config(),
                 })
             );
@@ -288,8 +306,16 @@ impl Output {
             );
             println!("chunks      {chunks} unique");
             println!("logical     {} (sum over snapshots)", mb(logical));
+            println!(
+                "unique      {} of chunks, {} after compression ({})",
+                mb(chunk_bytes.raw),
+                mb(chunk_bytes.stored),
+                repo.config().compression.name()
+            );
             println!("stored      {} on disk", mb(stored));
-            println!("dedup ratio {ratio:.2}x");
+            println!(
+                "ratios      dedup {dedup:.2}x, compression {compression:.2}x, overall {overall:.2}x (logical / on disk)"
+            );
         }
         Ok(())
     }

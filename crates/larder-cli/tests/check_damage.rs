@@ -13,7 +13,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
-use support::{pseudo_random, restored, snapshot_path, Repo, TreeBuilder};
+use support::{pseudo_random, pseudo_text, restored, snapshot_path, Repo, TreeBuilder};
 
 type Fp = [u8; 32];
 
@@ -27,7 +27,11 @@ const TRAILER_LEN: usize = 56;
 struct Chunk {
     fp: Fp,
     offset: usize,
+    /// Stored length.
     len: usize,
+    raw_len: usize,
+    /// 0 raw, 1 zstd.
+    flags: u8,
 }
 
 /// A container file, parsed per docs/design/format.md.
@@ -62,6 +66,8 @@ impl Container {
                 fp: e[..32].try_into().unwrap(),
                 offset: le_u32(&e[32..]) as usize,
                 len: le_u32(&e[36..]) as usize,
+                raw_len: le_u32(&e[40..]) as usize,
+                flags: e[44],
             })
             .collect();
         let name = path.file_stem().unwrap().to_str().unwrap().to_string();
@@ -70,6 +76,16 @@ impl Container {
             bytes,
             table_offset,
             chunks,
+        }
+    }
+
+    /// The raw bytes of `chunk`, decoded per its flags.
+    fn raw(&self, chunk: &Chunk) -> Vec<u8> {
+        let stored = &self.bytes[chunk.offset..chunk.offset + chunk.len];
+        match chunk.flags {
+            0 => stored.to_vec(),
+            1 => zstd::bulk::decompress(stored, chunk.raw_len).expect("a zstd frame"),
+            f => panic!("unknown flags {f}"),
         }
     }
 
@@ -165,19 +181,37 @@ struct Fixture {
 }
 
 impl Fixture {
+    /// Files of random bytes: every file chunk is stored raw (only the tree stream's
+    /// chunks are compressed).
     fn new() -> Self {
+        Self::with_files(pseudo_random, 4_500_000)
+    }
+
+    /// Files of compressible text: file chunks are stored as zstd frames.
+    fn compressible() -> Self {
+        let fx = Self::with_files(pseudo_text, 24_000_000);
+        let data = fx.data_container();
+        assert!(
+            data.chunks.iter().all(|c| c.flags == 1),
+            "text chunks are compressed"
+        );
+        fx
+    }
+
+    /// A snapshot of files made by `make(seed, len)`, the big one `big` bytes: more
+    /// than a container holds once stored, so that the tree lands in another
+    /// container than the small files.
+    fn with_files(make: fn(u64, usize) -> Vec<u8>, big: usize) -> Self {
         let repo = Repo::init(&[]);
         let src = repo.dir("src");
-        let dup = pseudo_random(10, 40_000);
+        let dup = make(10, 40_000);
         TreeBuilder::new(&src)
             .file("a_dup1", &dup)
             .file("a_dup2", &dup)
-            .file("b", pseudo_random(11, 100_000))
-            .file("c_tiny", pseudo_random(12, 100))
+            .file("b", make(11, 100_000))
+            .file("c_tiny", make(12, 100))
             .file("d_empty", b"")
-            // Larger than one container, so the tree lands in another container than
-            // the small files.
-            .file("e_big", pseudo_random(13, 4_500_000))
+            .file("e_big", make(13, big))
             .finish();
         let summary = repo.backup(&[&src]);
         let id = summary["snapshot"].as_str().unwrap().to_string();
@@ -197,18 +231,13 @@ impl Fixture {
         names.sort();
         let containers: Vec<Container> = names.iter().map(|p| Container::read(p)).collect();
         assert!(containers.len() >= 2, "expected data in several containers");
-        let chunk_data = |fp: &Fp| -> &[u8] {
+        let chunk_data = |fp: &Fp| -> Vec<u8> {
             containers
                 .iter()
-                .find_map(|c| {
-                    c.chunks
-                        .iter()
-                        .find(|e| &e.fp == fp)
-                        .map(|e| &c.bytes[e.offset..e.offset + e.len])
-                })
+                .find_map(|c| c.chunks.iter().find(|e| &e.fp == fp).map(|e| c.raw(e)))
                 .expect("every tree chunk is in a container")
         };
-        let stream: Vec<u8> = tree.iter().flat_map(|fp| chunk_data(fp).to_vec()).collect();
+        let stream: Vec<u8> = tree.iter().flat_map(chunk_data).collect();
         let files = decode_tree(&stream);
 
         let mut contents = BTreeMap::new();
@@ -226,11 +255,7 @@ impl Fixture {
         );
         // The recipes really are the files' contents.
         for f in &files {
-            let joined: Vec<u8> = f
-                .chunks
-                .iter()
-                .flat_map(|fp| chunk_data(fp).to_vec())
-                .collect();
+            let joined: Vec<u8> = f.chunks.iter().flat_map(chunk_data).collect();
             assert!(joined == contents[&f.path], "recipe of {} is wrong", f.path);
         }
         Self {
@@ -372,7 +397,12 @@ fn restore_at(fx: &Fixture, path: &Path, target: &Path) -> support::Output {
 
 #[test]
 fn an_undamaged_repository_checks_clean() {
-    let fx = Fixture::new();
+    for fx in [Fixture::new(), Fixture::compressible()] {
+        checks_clean(&fx);
+    }
+}
+
+fn checks_clean(fx: &Fixture) {
     for read_data in [false, true] {
         let out = fx.repo.check(read_data);
         out.expect_ok();
@@ -387,7 +417,15 @@ fn an_undamaged_repository_checks_clean() {
 
 #[test]
 fn every_flipped_byte_of_a_container_is_found_and_traced_to_its_files() {
-    let fx = Fixture::new();
+    flipped_bytes_are_found_and_traced(&Fixture::new());
+}
+
+#[test]
+fn every_flipped_byte_of_compressed_chunks_is_found_and_traced_to_its_files() {
+    flipped_bytes_are_found_and_traced(&Fixture::compressible());
+}
+
+fn flipped_bytes_are_found_and_traced(fx: &Fixture) {
     let mut cases: Vec<(&Container, usize)> = Vec::new();
     let data = fx.data_container();
     cases.extend(data.interesting_positions().into_iter().map(|p| (data, p)));
@@ -422,7 +460,7 @@ fn every_flipped_byte_of_a_container_is_found_and_traced_to_its_files() {
         bytes[*pos] ^= 1 << (i % 8);
         replace_file(&container_path(&copy, c), &bytes);
 
-        let out = check_at(&fx, &copy, true);
+        let out = check_at(fx, &copy, true);
         let (bad, whole) = match c.chunk_at(*pos) {
             Some(chunk) => (BTreeSet::from([chunk.fp]), false),
             None => (c.chunks.iter().map(|e| e.fp).collect(), true),
@@ -526,7 +564,15 @@ fn assert_restore_reports(
 
 #[test]
 fn restore_of_damaged_chunk_data_names_the_files_and_writes_no_wrong_bytes() {
-    let fx = Fixture::new();
+    restore_of_damaged_chunks_is_reported(&Fixture::new());
+}
+
+#[test]
+fn restore_of_damaged_compressed_chunks_names_the_files_and_writes_no_wrong_bytes() {
+    restore_of_damaged_chunks_is_reported(&Fixture::compressible());
+}
+
+fn restore_of_damaged_chunks_is_reported(fx: &Fixture) {
     let c = fx.data_container();
     // The duplicate files' first chunk, and a chunk of the big file.
     let big = fx.files.iter().find(|f| f.path.ends_with("e_big")).unwrap();
@@ -543,7 +589,7 @@ fn restore_of_damaged_chunk_data_names_the_files_and_writes_no_wrong_bytes() {
         replace_file(&container_path(&copy, c), &bytes);
         let affected = fx.affected_files(&BTreeSet::from([chunk.fp]));
         assert!(!affected.is_empty());
-        assert_restore_reports(&fx, &copy, c, &affected, tag);
+        assert_restore_reports(fx, &copy, c, &affected, tag);
     }
 }
 

@@ -1,16 +1,18 @@
 //! The backup pipeline (docs/design/pipeline.md).
 //!
 //! ```text
-//! walk ─▶ [1 chunk] ─▶ [2 fingerprint × N] ─▶ [3 index] ─▶ [4 write] ─▶ syncers
+//! walk ─▶ [1 chunk] ─▶ [2 fingerprint × N] ─▶ [3 index] ─▶ [4 compress × N, write] ─▶ syncers
 //! ```
 //! Stage 1 reads files and finds cut points (small files in parallel across files);
 //! stage 2 fingerprints batches on N threads; stage 3 restores stream order by batch
-//! sequence number, looks every fingerprint up, places new chunks in containers and
-//! builds file recipes; stage 4 copies new chunks into containers and hands sealed
-//! ones to syncer threads that write them durably. Queues are bounded, so memory stays
-//! bounded whatever the input size.
+//! sequence number, looks every fingerprint up, marks new chunks and builds file
+//! recipes; stage 4 compresses a batch's new chunks on N threads, then places them in
+//! containers by their stored sizes and hands sealed containers to syncer threads that
+//! write them durably. Queues are bounded, so memory stays bounded whatever the input
+//! size.
 
-use std::collections::BTreeMap;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashSet};
 use std::fs::File;
 use std::io::{ErrorKind, Read};
 use std::os::unix::fs::MetadataExt;
@@ -21,10 +23,10 @@ use std::time::{Duration, Instant, SystemTime};
 use crossbeam_channel::{bounded, Receiver, Sender};
 use larder_chunk::{Chunker, ParallelChunker};
 use larder_hash::{Fingerprint, HashAlgo};
-use larder_index::{ChunkLocation, CuckooIndex, FingerprintIndex};
+use larder_index::{CuckooIndex, FingerprintIndex};
 use larder_store::{
-    encode_tree_header, Backend, ContainerBuilder, EntryKind, FileKind, Repository,
-    SegmentContainer, Snapshot, SnapshotSummary, TreeRef, CONTAINER_HEADER_LEN,
+    encode_tree_header, Backend, ChunkCompressor, ChunkEncoding, Compression, ContainerBuilder,
+    EntryKind, FileKind, Repository, SegmentContainer, Snapshot, SnapshotSummary, TreeRef,
 };
 use rayon::prelude::*;
 use serde::Serialize;
@@ -66,6 +68,9 @@ pub struct StageTimes {
     /// Summed over the fingerprinting threads.
     pub fingerprint: Duration,
     pub index: Duration,
+    /// Compressing new chunks, summed over the compression threads.
+    pub compress: Duration,
+    /// Placing new chunks in containers and copying them in (compression excluded).
     pub write: Duration,
     /// Container writes and fsyncs, summed over syncer threads, plus the commit.
     pub sync: Duration,
@@ -79,8 +84,10 @@ pub struct BackupSummary {
     pub symlinks: u64,
     /// Bytes of file content read.
     pub bytes_in: u64,
-    /// Bytes of new chunks written (file data and tree).
+    /// Raw bytes of the new chunks (file data and tree): what is left after dedup.
     pub bytes_new: u64,
+    /// Stored bytes of the new chunks: after compression, without metadata.
+    pub bytes_new_stored: u64,
     /// Bytes the repository grew by: containers, index segment and snapshot.
     pub bytes_stored: u64,
     pub chunks: u64,
@@ -95,8 +102,22 @@ pub struct BackupSummary {
 }
 
 impl BackupSummary {
-    /// Input bytes per byte the repository grew by (metadata included).
+    /// Input bytes per byte left after dedup (`bytes_in / bytes_new`).
     pub fn dedup_ratio(&self) -> f64 {
+        self.bytes_in as f64 / self.bytes_new.max(1) as f64
+    }
+
+    /// Bytes left after dedup per byte stored for them (`bytes_new /
+    /// bytes_new_stored`); 1 without compression, or when nothing was new.
+    pub fn compression_ratio(&self) -> f64 {
+        match self.bytes_new_stored {
+            0 => 1.0,
+            stored => self.bytes_new as f64 / stored as f64,
+        }
+    }
+
+    /// Input bytes per byte the repository grew by, metadata included.
+    pub fn overall_ratio(&self) -> f64 {
         self.bytes_in as f64 / self.bytes_stored.max(1) as f64
     }
 
@@ -133,43 +154,29 @@ struct Batch {
     fps: Vec<Fingerprint>,
 }
 
-/// New chunks for stage 4: (piece, start, len, container, fingerprint).
+/// A chunk stage 3 found new, at `data[start..start + len]` of piece `piece`.
+struct NewChunk {
+    piece: usize,
+    start: usize,
+    len: usize,
+    fp: Fingerprint,
+    /// The chunk's zstd frame, when compression made it shorter; set in stage 4.
+    compressed: Option<Vec<u8>>,
+}
+
+/// New chunks for stage 4, in stream order.
 struct WriteBatch {
     pieces: Vec<Piece>,
-    chunks: Vec<(usize, usize, usize, u64, Fingerprint)>,
+    chunks: Vec<NewChunk>,
 }
 
-/// Chooses where new chunks go: fills containers to `container_size` in arrival order.
-/// Stage 4 follows its decisions exactly, so a location is final when chosen.
-struct Placer<'r> {
-    repo: &'r Repository,
-    container_size: usize,
-    current: Option<(u64, usize)>,
-}
-
-impl Placer<'_> {
-    fn place(&mut self, len: usize) -> ChunkLocation {
-        let (id, fill) = match self.current {
-            Some((id, fill))
-                if fill == CONTAINER_HEADER_LEN || fill + len <= self.container_size =>
-            {
-                (id, fill)
-            }
-            _ => (self.repo.allocate_container_id(), CONTAINER_HEADER_LEN),
-        };
-        self.current = Some((id, fill + len));
-        ChunkLocation {
-            container: id,
-            offset: fill as u32,
-            length: len as u32,
-        }
-    }
-}
-
-/// Stage 3's state: the index, the placer and every file's recipe.
-struct Indexer<'r> {
+/// Stage 3's state: the index, this backup's new chunks and every file's recipe.
+struct Indexer {
     index: CuckooIndex,
-    placer: Placer<'r>,
+    /// Fingerprints this backup has sent to be written. They enter `index` with their
+    /// locations at the commit ([`Repository::commit`]): a location is known only once
+    /// stage 4 has placed the chunk by its compressed size.
+    new_chunks: HashSet<Fingerprint>,
     recipes: Vec<Option<Vec<Fingerprint>>>,
     sizes: Vec<u64>,
     chunks: u64,
@@ -178,20 +185,18 @@ struct Indexer<'r> {
     bytes_in: u64,
 }
 
-impl Indexer<'_> {
-    /// Places and indexes one chunk if it is new; returns its container if new.
-    /// `indexed` is what a lookup made earlier said; `false` is checked again here, as
-    /// the chunk may have been added since (earlier in the same batch).
-    fn add(&mut self, fp: Fingerprint, len: usize, indexed: bool) -> Option<u64> {
+impl Indexer {
+    /// Counts one chunk; returns whether it is new, i.e. neither in the repository
+    /// (`indexed`, what the batch lookup said) nor met earlier in this backup (rule 4 of
+    /// the commit order: written once).
+    fn add(&mut self, fp: Fingerprint, len: usize, indexed: bool) -> bool {
         self.chunks += 1;
-        if indexed || self.index.get(&fp).is_some() {
-            return None;
+        if indexed || !self.new_chunks.insert(fp) {
+            return false;
         }
-        let loc = self.placer.place(len);
-        self.index.insert(fp, loc);
         self.chunks_new += 1;
         self.bytes_new += len as u64;
-        Some(loc.container)
+        true
     }
 
     fn process(
@@ -214,8 +219,14 @@ impl Indexer<'_> {
             for &len in &piece.lens {
                 let (fp, known) = fps.next().expect("stage 2 gives one fingerprint per chunk");
                 let len = len as usize;
-                if let Some(container) = self.add(fp, len, known.is_some()) {
-                    out.chunks.push((p, start, len, container, fp));
+                if self.add(fp, len, known.is_some()) {
+                    out.chunks.push(NewChunk {
+                        piece: p,
+                        start,
+                        len,
+                        fp,
+                        compressed: None,
+                    });
                 }
                 self.recipes[piece.item]
                     .get_or_insert_with(Vec::new)
@@ -243,28 +254,103 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// Stage 4's state: the open container and the syncer threads' queue.
-struct ContainerWriter {
+/// Stage 4's state: how new chunks are compressed, the open container and the syncer
+/// threads' queue.
+struct ContainerWriter<'r> {
+    repo: &'r Repository,
     algo: HashAlgo,
+    /// The zstd level and the threads that compress, if compression is on.
+    compression: Option<(i32, rayon::ThreadPool)>,
+    /// Stored bytes a container is filled to (header included); one chunk never spans
+    /// two containers, so the last chunk may take it past this.
+    container_size: usize,
     capacity: usize,
     open: Option<ContainerBuilder>,
     to_sync: Sender<(u64, Vec<u8>, Vec<larder_store::ChunkEntry>)>,
     /// Buffers of containers the syncers have written, for reuse.
     reuse: Receiver<Vec<u8>>,
     written: u64,
+    bytes_stored: u64,
+    /// Compression time summed over the compression threads, and the wall time the
+    /// writer waited for it.
+    compress_time: Duration,
+    compress_wall: Duration,
 }
 
-impl ContainerWriter {
-    fn append(&mut self, container: u64, fp: Fingerprint, data: &[u8]) -> Result<()> {
-        if self.open.as_ref().map(|b| b.id()) != Some(container) {
+thread_local! {
+    /// A compression thread's zstd context, made on its first chunk.
+    static COMPRESSOR: RefCell<Option<ChunkCompressor>> = const { RefCell::new(None) };
+}
+
+/// The zstd frame of `raw` if it is shorter, with this thread's context at `level`.
+fn compress_chunk(level: i32, raw: &[u8]) -> Result<Option<Vec<u8>>> {
+    COMPRESSOR.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        let compressor = match &mut *slot {
+            Some(c) if c.level() == level => c,
+            other => other.insert(ChunkCompressor::new(level)?),
+        };
+        Ok(compressor.compress(raw)?.map(<[u8]>::to_vec))
+    })
+}
+
+impl ContainerWriter<'_> {
+    /// Compresses `chunks` (if compression is on; on the compression threads), then
+    /// appends them in order. `data[p]` is the bytes of piece `p`.
+    fn store(&mut self, chunks: &mut [NewChunk], data: &[&[u8]]) -> Result<()> {
+        if let Some((level, threads)) = &self.compression {
+            let started = Instant::now();
+            let level = *level;
+            // Each chunk is timed on its thread, so the sum is CPU time across threads.
+            self.compress_time += threads.install(|| {
+                chunks
+                    .par_iter_mut()
+                    .map(|c| {
+                        let started = Instant::now();
+                        c.compressed = compress_chunk(level, &data[c.piece][c.start..][..c.len])?;
+                        Ok::<_, EngineError>(started.elapsed())
+                    })
+                    .try_reduce(|| Duration::ZERO, |a, b| Ok(a + b))
+            })?;
+            self.compress_wall += started.elapsed();
+        }
+        for c in chunks.iter() {
+            let raw_len = c.len as u32;
+            match &c.compressed {
+                Some(frame) => self.append(c.fp, frame, raw_len, ChunkEncoding::Zstd)?,
+                None => {
+                    let raw = &data[c.piece][c.start..][..c.len];
+                    self.append(c.fp, raw, raw_len, ChunkEncoding::Raw)?
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Appends one chunk's stored bytes to the open container, or to a new one if
+    /// they would take a non-empty container past `container_size`.
+    fn append(
+        &mut self,
+        fp: Fingerprint,
+        stored: &[u8],
+        raw_len: u32,
+        encoding: ChunkEncoding,
+    ) -> Result<()> {
+        let fits = self
+            .open
+            .as_ref()
+            .is_some_and(|b| b.is_empty() || b.data_end() + stored.len() <= self.container_size);
+        if !fits {
             self.seal()?;
+            let id = self.repo.allocate_container_id();
             self.open = Some(match self.reuse.try_recv() {
-                Ok(buf) => ContainerBuilder::with_buffer(container, self.algo, buf),
-                Err(_) => ContainerBuilder::new(container, self.algo, self.capacity),
+                Ok(buf) => ContainerBuilder::with_buffer(id, self.algo, buf),
+                Err(_) => ContainerBuilder::new(id, self.algo, self.capacity),
             });
         }
         if let Some(b) = self.open.as_mut() {
-            b.push(fp, data);
+            b.push_stored(fp, stored, raw_len, encoding);
+            self.bytes_stored += stored.len() as u64;
         }
         Ok(())
     }
@@ -539,7 +625,7 @@ fn fingerprint_stage(algo: HashAlgo, rx: &Receiver<Batch>, tx: &Sender<Batch>) -
 
 /// Stage 3: puts batches back in stream order and indexes them.
 fn index_stage(
-    indexer: &mut Indexer<'_>,
+    indexer: &mut Indexer,
     rx: &Receiver<Batch>,
     tx: &Sender<WriteBatch>,
     pool: &Sender<Vec<u8>>,
@@ -566,18 +652,18 @@ fn index_stage(
     busy
 }
 
-/// Stage 4: copies new chunks into containers.
+/// Stage 4: compresses new chunks and copies them into containers. Returns the time
+/// spent, compression's wall time included (the writer counts compression apart).
 fn write_stage(
-    writer: &mut ContainerWriter,
+    writer: &mut ContainerWriter<'_>,
     rx: &Receiver<WriteBatch>,
     pool: &Sender<Vec<u8>>,
 ) -> Result<Duration> {
     let mut busy = Duration::ZERO;
-    for batch in rx {
+    for mut batch in rx {
         let started = Instant::now();
-        for &(p, start, len, container, fp) in &batch.chunks {
-            writer.append(container, fp, &batch.pieces[p].data[start..start + len])?;
-        }
+        let data: Vec<&[u8]> = batch.pieces.iter().map(|p| p.data.as_slice()).collect();
+        writer.store(&mut batch.chunks, &data)?;
         recycle(pool, batch.pieces);
         busy += started.elapsed();
     }
@@ -659,11 +745,7 @@ pub fn backup(
     let warnings = Mutex::new(warnings);
     let mut indexer = Indexer {
         index,
-        placer: Placer {
-            repo,
-            container_size: config.container_size,
-            current: None,
-        },
+        new_chunks: HashSet::new(),
         recipes: vec![None; items.len()],
         sizes: vec![0; items.len()],
         chunks: 0,
@@ -671,15 +753,35 @@ pub fn backup(
         bytes_new: 0,
         bytes_in: 0,
     };
+    // Stage 4's threads for compressing new chunks, as many as fingerprinting threads.
+    let compression = match config.compression {
+        Compression::None => None,
+        Compression::Zstd { level } => {
+            let threads = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .thread_name(|i| format!("larder-compress-{i}"))
+                .build()
+                .map_err(|e| {
+                    EngineError::Pipeline(format!("cannot start compression threads: {e}"))
+                })?;
+            Some((level, threads))
+        }
+    };
     let (sync_tx, sync_rx) = bounded(SYNC_THREADS);
     let (reuse_tx, reuse_rx) = bounded(SYNC_THREADS);
     let mut writer = ContainerWriter {
+        repo,
         algo,
+        compression,
+        container_size: config.container_size,
         capacity: config.container_size + config.chunker.max_chunk_size(),
         open: None,
         to_sync: sync_tx,
         reuse: reuse_rx,
         written: 0,
+        bytes_stored: 0,
+        compress_time: Duration::ZERO,
+        compress_wall: Duration::ZERO,
     };
 
     // Stage 1's threads for chunking large files, as many as fingerprinting threads.
@@ -737,15 +839,17 @@ pub fn backup(
         }
         // On an error, closing the writer's queue stops the syncers after what they hold.
         let tree_result = write_result.and_then(|busy| {
-            stages.write = busy;
             // The tree stream goes through the same index and writer, after every file.
             let tree = build_tree(items, &indexer.recipes, &indexer.sizes);
             let started_tree = Instant::now();
-            let fps = store_stream(&tree, chunker, algo, &mut indexer, &mut writer)?;
+            let stream = store_stream(tree, chunker, algo, &mut indexer, &mut writer)?;
             writer.seal()?;
-            stages.write += started_tree.elapsed();
-            Ok(Fingerprints { tree, fps })
+            // `compress_wall` was measured inside the intervals summed here.
+            stages.write = (busy + started_tree.elapsed()).saturating_sub(writer.compress_wall);
+            stages.compress = writer.compress_time;
+            Ok(stream)
         });
+        let bytes_new_stored = writer.bytes_stored;
         drop(writer);
         let mut written = Vec::new();
         let mut first_error = None;
@@ -759,9 +863,9 @@ pub fn backup(
         if let Some(e) = first_error {
             return Err(e);
         }
-        Ok((indexer, written, tree_result?))
+        Ok((indexer, written, tree_result?, bytes_new_stored))
     });
-    let (indexer, written, tree) = outcome?;
+    let (indexer, written, tree, bytes_new_stored) = outcome?;
     let Indexer {
         index,
         chunks,
@@ -824,7 +928,7 @@ pub fn backup(
             })
             .collect(),
         tree: TreeRef {
-            size: tree.tree.len() as u64,
+            size: tree.size,
             chunks: tree.fps.iter().map(|f| f.to_hex()).collect(),
         },
         summary: summary.clone(),
@@ -839,6 +943,7 @@ pub fn backup(
         symlinks: summary.symlinks,
         bytes_in,
         bytes_new,
+        bytes_new_stored,
         bytes_stored: container_bytes + segment_bytes + snap_bytes.len() as u64,
         chunks,
         chunks_new,
@@ -850,8 +955,9 @@ pub fn backup(
     })
 }
 
-struct Fingerprints {
-    tree: Vec<u8>,
+/// A stream stored by [`store_stream`]: its length and its chunks.
+struct StoredStream {
+    size: u64,
     fps: Vec<Fingerprint>,
 }
 
@@ -874,24 +980,36 @@ fn build_tree(items: &[Item], recipes: &[Option<Vec<Fingerprint>>], sizes: &[u64
     out
 }
 
-/// Chunks, fingerprints, indexes and writes one in-memory stream synchronously.
+/// Chunks, fingerprints, indexes and writes one in-memory stream, after the pipeline
+/// has finished (new chunks are compressed on the compression threads all the same).
 fn store_stream(
-    data: &[u8],
+    data: Vec<u8>,
     chunker: &dyn Chunker,
     algo: HashAlgo,
-    indexer: &mut Indexer<'_>,
-    writer: &mut ContainerWriter,
-) -> Result<Vec<Fingerprint>> {
+    indexer: &mut Indexer,
+    writer: &mut ContainerWriter<'_>,
+) -> Result<StoredStream> {
     let mut fps = Vec::new();
-    let mut pos = 0;
-    for len in chunker.chunk_lengths(data) {
-        let chunk = &data[pos..pos + len];
-        let fp = algo.fingerprint(chunk);
-        if let Some(container) = indexer.add(fp, len, false) {
-            writer.append(container, fp, chunk)?;
+    let mut new = Vec::new();
+    let mut start = 0;
+    for len in chunker.chunk_lengths(&data) {
+        let fp = algo.fingerprint(&data[start..start + len]);
+        let indexed = indexer.index.get(&fp).is_some();
+        if indexer.add(fp, len, indexed) {
+            new.push(NewChunk {
+                piece: 0,
+                start,
+                len,
+                fp,
+                compressed: None,
+            });
         }
         fps.push(fp);
-        pos += len;
+        start += len;
     }
-    Ok(fps)
+    writer.store(&mut new, &[&data])?;
+    Ok(StoredStream {
+        size: data.len() as u64,
+        fps,
+    })
 }

@@ -5,18 +5,20 @@ use std::sync::Arc;
 
 use larder_hash::Fingerprint;
 use larder_index::FingerprintIndex;
-use larder_store::{ParsedContainer, Repository, StoreError, TreeDecoder, TreeEntry};
+use larder_store::{ChunkDecoder, ParsedContainer, Repository, StoreError, TreeDecoder, TreeEntry};
 
 use crate::error::Result;
 
 /// Containers kept in memory while reading; 16 × 4 MiB.
 const CACHE_CONTAINERS: usize = 16;
 
-/// Reads chunks by fingerprint, verifying each one, through a small container cache.
+/// Reads chunks by fingerprint, decoding and verifying each one, through a small
+/// container cache.
 pub struct ChunkReader<'r> {
     repo: &'r Repository,
     cache: HashMap<u64, Arc<ParsedContainer>>,
     order: VecDeque<u64>,
+    decoder: ChunkDecoder,
 }
 
 impl<'r> ChunkReader<'r> {
@@ -25,6 +27,7 @@ impl<'r> ChunkReader<'r> {
             repo,
             cache: HashMap::new(),
             order: VecDeque::new(),
+            decoder: ChunkDecoder::new(),
         }
     }
 
@@ -43,8 +46,9 @@ impl<'r> ChunkReader<'r> {
         Ok(c)
     }
 
-    /// Appends the chunk `fp` to `out`. Fails if it is not indexed, its container is
-    /// unreadable, or its bytes no longer hash to `fp`.
+    /// Appends the raw bytes of chunk `fp` to `out`. Fails, leaving `out` as it was,
+    /// if it is not indexed, its container is unreadable, it does not decode, or its
+    /// raw bytes no longer hash to `fp`.
     pub fn read_into(&mut self, fp: &Fingerprint, out: &mut Vec<u8>) -> Result<()> {
         let loc = self
             .repo
@@ -53,17 +57,20 @@ impl<'r> ChunkReader<'r> {
             .ok_or(StoreError::MissingChunk(*fp))?;
         let container = self.container(loc.container)?;
         let name = format!("{:016x}", loc.container);
-        let data = container
-            .chunk(loc.offset, loc.length)
-            .ok_or_else(|| corrupt(&name, format!("chunk {fp} lies outside the file")))?;
-        if self.repo.algo().fingerprint(data) != *fp {
+        let entry = container
+            .entry_at(loc.offset)
+            .filter(|e| e.stored_len == loc.length && e.fingerprint == *fp)
+            .ok_or_else(|| corrupt(&name, format!("chunk {fp} is not in its table")))?;
+        let start = out.len();
+        container.read_raw(entry, &mut self.decoder, out)?;
+        if self.repo.algo().fingerprint(&out[start..]) != *fp {
+            out.truncate(start);
             return Err(corrupt(
                 &name,
                 format!("chunk {fp} is damaged (its data no longer matches its fingerprint)"),
             )
             .into());
         }
-        out.extend_from_slice(data);
         Ok(())
     }
 }

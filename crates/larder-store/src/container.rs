@@ -3,6 +3,7 @@
 
 use larder_hash::{Fingerprint, HashAlgo};
 
+use crate::compression::{ChunkDecoder, ChunkEncoding, MAX_COMPRESSED_RAW_LEN};
 use crate::error::{Result, StoreError};
 
 const MAGIC: &[u8; 8] = b"LARDERC1";
@@ -24,10 +25,17 @@ pub struct ChunkEntry {
     pub offset: u32,
     pub stored_len: u32,
     pub raw_len: u32,
+    /// The chunk's encoding ([`ChunkEncoding::flags`]).
     pub flags: u8,
 }
 
 impl ChunkEntry {
+    /// The encoding the flags name; `None` for flags this larder does not know (never
+    /// for an entry of a [`ParsedContainer`], whose parse refuses them).
+    pub fn encoding(&self) -> Option<ChunkEncoding> {
+        ChunkEncoding::from_flags(self.flags)
+    }
+
     pub(crate) fn encode(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(self.fingerprint.as_bytes());
         out.extend_from_slice(&self.offset.to_le_bytes());
@@ -113,16 +121,28 @@ impl ContainerBuilder {
         &self.entries
     }
 
-    /// Appends a chunk and returns its table entry.
+    /// Appends a chunk stored raw and returns its table entry.
     pub fn push(&mut self, fingerprint: Fingerprint, data: &[u8]) -> ChunkEntry {
+        self.push_stored(fingerprint, data, data.len() as u32, ChunkEncoding::Raw)
+    }
+
+    /// Appends a chunk's stored bytes, which encode its `raw_len` raw bytes with
+    /// `encoding`, and returns its table entry.
+    pub fn push_stored(
+        &mut self,
+        fingerprint: Fingerprint,
+        stored: &[u8],
+        raw_len: u32,
+        encoding: ChunkEncoding,
+    ) -> ChunkEntry {
         let entry = ChunkEntry {
             fingerprint,
             offset: self.buf.len() as u32,
-            stored_len: data.len() as u32,
-            raw_len: data.len() as u32,
-            flags: 0,
+            stored_len: stored.len() as u32,
+            raw_len,
+            flags: encoding.flags(),
         };
-        self.buf.extend_from_slice(data);
+        self.buf.extend_from_slice(stored);
         self.entries.push(entry);
         entry
     }
@@ -192,7 +212,11 @@ impl ParsedContainer {
         }
         let version = le_u32(&bytes[8..12]);
         if version != VERSION {
-            return Err(StoreError::UnsupportedVersion(u64::from(version)));
+            return Err(StoreError::UnsupportedVersion {
+                what: "container",
+                version: u64::from(version),
+                supported: "version 1",
+            });
         }
         if bytes[12] != algo.code() {
             return Err(bad(format!(
@@ -211,10 +235,29 @@ impl ParsedContainer {
         let mut expected_offset = HEADER_LEN;
         for raw in bytes[table_offset..footer_start].chunks_exact(ENTRY_LEN) {
             let e = ChunkEntry::decode(raw);
-            if e.offset as usize != expected_offset || e.flags != 0 || e.raw_len != e.stored_len {
+            let i = entries.len();
+            if e.offset as usize != expected_offset {
                 return Err(bad(format!(
-                    "table entry {} does not tile the data region",
-                    entries.len()
+                    "table entry {i} does not tile the data region"
+                )));
+            }
+            let lengths_agree = match e.encoding() {
+                None => {
+                    return Err(bad(format!(
+                        "table entry {i} has unknown chunk encoding (flags {}); \
+                         it was written by a newer larder",
+                        e.flags
+                    )))
+                }
+                Some(ChunkEncoding::Raw) => e.raw_len == e.stored_len,
+                Some(ChunkEncoding::Zstd) => {
+                    e.stored_len < e.raw_len && e.raw_len <= MAX_COMPRESSED_RAW_LEN
+                }
+            };
+            if !lengths_agree {
+                return Err(bad(format!(
+                    "table entry {i}: stored length {} and raw length {} do not fit flags {}",
+                    e.stored_len, e.raw_len, e.flags
                 )));
             }
             expected_offset += e.stored_len as usize;
@@ -226,19 +269,58 @@ impl ParsedContainer {
         Ok(Self { id, entries, bytes })
     }
 
-    /// The stored bytes of `entry`, which must come from this container's table.
+    /// The stored bytes at `offset`, `len` long, if they lie inside the file.
     pub fn chunk(&self, offset: u32, len: u32) -> Option<&[u8]> {
         self.bytes
             .get(offset as usize..offset as usize + len as usize)
     }
 
-    /// Re-hashes every chunk; returns the entries whose data no longer matches.
+    /// The table entry of the chunk stored at `offset` (entries are in offset order).
+    pub fn entry_at(&self, offset: u32) -> Option<&ChunkEntry> {
+        let i = self
+            .entries
+            .binary_search_by_key(&offset, |e| e.offset)
+            .ok()?;
+        self.entries.get(i)
+    }
+
+    /// Appends the raw bytes of `entry`, one of this container's, to `out`, decoding
+    /// them; on an error `out` is left as it was. Does not check the fingerprint.
+    pub fn read_raw(
+        &self,
+        entry: &ChunkEntry,
+        decoder: &mut ChunkDecoder,
+        out: &mut Vec<u8>,
+    ) -> Result<()> {
+        let damaged = |reason: String| {
+            StoreError::corrupt(
+                "container",
+                format!("{:016x}", self.id),
+                format!("chunk {} {reason}", entry.fingerprint),
+            )
+        };
+        let stored = self
+            .chunk(entry.offset, entry.stored_len)
+            .ok_or_else(|| damaged("lies outside the file".into()))?;
+        let encoding = entry
+            .encoding()
+            .ok_or_else(|| damaged(format!("has unknown encoding (flags {})", entry.flags)))?;
+        decoder
+            .decode_into(encoding, stored, entry.raw_len, out)
+            .map_err(|reason| damaged(format!("is damaged: {reason}")))
+    }
+
+    /// Decodes and re-hashes every chunk; returns the entries that no longer decode
+    /// or whose raw bytes no longer match their fingerprints.
     pub fn verify_chunks(&self, algo: HashAlgo) -> Vec<ChunkEntry> {
+        let mut decoder = ChunkDecoder::new();
+        let mut raw = Vec::new();
         self.entries
             .iter()
             .filter(|e| {
-                let data = &self.bytes[e.offset as usize..(e.offset + e.stored_len) as usize];
-                algo.fingerprint(data) != e.fingerprint
+                raw.clear();
+                self.read_raw(e, &mut decoder, &mut raw).is_err()
+                    || algo.fingerprint(&raw) != e.fingerprint
             })
             .copied()
             .collect()
@@ -248,6 +330,7 @@ impl ParsedContainer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::compression::ChunkCompressor;
 
     fn sample() -> (Vec<u8>, Vec<ChunkEntry>) {
         let algo = HashAlgo::Blake3;
@@ -257,6 +340,125 @@ mod tests {
             b.push(algo.fingerprint(&data), &data);
         }
         b.seal()
+    }
+
+    /// Chunk `i` of the mixed sample: compressible text, except every third chunk,
+    /// which is noise.
+    fn mixed_chunk(i: u32) -> Vec<u8> {
+        if i % 3 == 2 {
+            crate::compression::noise(u64::from(i), 700)
+        } else {
+            format!("chunk {i}: ")
+                .bytes()
+                .chain(b"lorem ipsum dolor sit amet ".repeat(40))
+                .collect()
+        }
+    }
+
+    /// A container of compressed and raw chunks, as a backup with zstd writes it.
+    fn mixed_sample() -> (Vec<u8>, Vec<ChunkEntry>) {
+        let algo = HashAlgo::Blake3;
+        let mut b = ContainerBuilder::new(7, algo, 1 << 16);
+        let mut z = ChunkCompressor::new(3).unwrap();
+        for i in 0..6 {
+            let raw = mixed_chunk(i);
+            let fp = algo.fingerprint(&raw);
+            match z.compress(&raw).unwrap() {
+                Some(frame) => b.push_stored(fp, frame, raw.len() as u32, ChunkEncoding::Zstd),
+                None => b.push(fp, &raw),
+            };
+        }
+        b.seal()
+    }
+
+    #[test]
+    fn compressed_and_raw_chunks_round_trip() {
+        let (bytes, entries) = mixed_sample();
+        let encodings: Vec<_> = entries.iter().map(|e| e.encoding().unwrap()).collect();
+        assert!(encodings.contains(&ChunkEncoding::Zstd));
+        assert!(encodings.contains(&ChunkEncoding::Raw));
+        let c = ParsedContainer::parse(bytes, 7, HashAlgo::Blake3).unwrap();
+        assert_eq!(c.entries, entries);
+        let mut decoder = ChunkDecoder::new();
+        for (i, e) in entries.iter().enumerate() {
+            assert_eq!(c.entry_at(e.offset), Some(e));
+            let mut out = Vec::new();
+            c.read_raw(e, &mut decoder, &mut out).unwrap();
+            assert_eq!(out, mixed_chunk(i as u32));
+        }
+        assert_eq!(c.entry_at(entries[0].offset + 1), None);
+        assert!(c.verify_chunks(HashAlgo::Blake3).is_empty());
+    }
+
+    #[test]
+    fn every_flipped_bit_of_compressed_chunks_is_detected() {
+        let (bytes, entries) = mixed_sample();
+        for (i, bit) in (0..bytes.len()).flat_map(|i| (0..8).map(move |b| (i, 1u8 << b))) {
+            let mut damaged = bytes.clone();
+            damaged[i] ^= bit;
+            match ParsedContainer::parse(damaged, 7, HashAlgo::Blake3) {
+                Err(_) => {}
+                Ok(c) => {
+                    let bad = c.verify_chunks(HashAlgo::Blake3);
+                    assert_eq!(
+                        bad.len(),
+                        1,
+                        "flip of bit {bit:#x} at byte {i} went unnoticed"
+                    );
+                    let e = bad[0];
+                    assert!((e.offset as usize..(e.offset + e.stored_len) as usize).contains(&i));
+                    let mut out = vec![1, 2];
+                    let read = c.read_raw(&e, &mut ChunkDecoder::new(), &mut out);
+                    assert!(read.is_err() || out.len() == 2 + e.raw_len as usize);
+                    assert!(entries.contains(&e));
+                }
+            }
+        }
+    }
+
+    /// Seals a container whose only entry has the given flags and lengths; the table
+    /// checksum is right, so only the entry's own checks can refuse it.
+    fn with_entry(flags: u8, stored: &[u8], raw_len: u32) -> Vec<u8> {
+        let mut b = ContainerBuilder::new(7, HashAlgo::Blake3, 1 << 10);
+        b.push(Fingerprint([9; 32]), stored);
+        b.entries[0].flags = flags;
+        b.entries[0].raw_len = raw_len;
+        b.seal().0
+    }
+
+    #[test]
+    fn unknown_flags_and_impossible_lengths_are_refused() {
+        let err = ParsedContainer::parse(with_entry(2, b"abc", 3), 7, HashAlgo::Blake3)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown chunk encoding (flags 2)"), "{err}");
+        assert!(err.contains("newer larder"), "{err}");
+        for (flags, raw_len) in [
+            (0, 4),
+            (1, 3),
+            (1, 2),
+            (1, MAX_COMPRESSED_RAW_LEN + 1),
+            (1, u32::MAX),
+        ] {
+            let err =
+                ParsedContainer::parse(with_entry(flags, b"abc", raw_len), 7, HashAlgo::Blake3)
+                    .unwrap_err()
+                    .to_string();
+            assert!(err.contains("do not fit flags"), "{flags} {raw_len}: {err}");
+        }
+        // Plausible lengths, but not a zstd frame: parses, and reading fails cleanly.
+        let c = ParsedContainer::parse(with_entry(1, b"abc", 1000), 7, HashAlgo::Blake3).unwrap();
+        let mut out = Vec::new();
+        let err = c
+            .read_raw(&c.entries[0], &mut ChunkDecoder::new(), &mut out)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("corrupt container") && err.contains("not a zstd frame"),
+            "{err}"
+        );
+        assert!(out.is_empty());
+        assert_eq!(c.verify_chunks(HashAlgo::Blake3).len(), 1);
     }
 
     #[test]
@@ -289,15 +491,42 @@ mod tests {
     }
 
     proptest::proptest! {
-        /// The in-CI twin of the `container` fuzz target: any bytes, no panic.
+        /// The in-CI twin of the `container` fuzz target: any bytes, no panic; what
+        /// parses has its chunks inside the file and decodes to at most its raw length.
         #[test]
         fn arbitrary_bytes_never_panic(mut bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..400), tail in proptest::prelude::any::<bool>()) {
             if tail {
                 bytes.extend_from_slice(END_MAGIC);
             }
             if let Ok(c) = ParsedContainer::parse(bytes, 7, HashAlgo::Blake3) {
+                let mut decoder = ChunkDecoder::new();
                 for e in &c.entries {
                     proptest::prop_assert!(c.chunk(e.offset, e.stored_len).is_some());
+                    let mut out = Vec::new();
+                    if c.read_raw(e, &mut decoder, &mut out).is_ok() {
+                        proptest::prop_assert_eq!(out.len(), e.raw_len as usize);
+                    }
+                }
+                let _ = c.verify_chunks(HashAlgo::Blake3);
+            }
+        }
+
+        /// A valid container of compressed chunks with any bytes of it changed: no
+        /// panic, and every chunk read is its raw length or an error.
+        #[test]
+        fn damaged_compressed_containers_never_panic(flips in proptest::collection::vec((proptest::prelude::any::<usize>(), proptest::prelude::any::<u8>()), 1..6)) {
+            let (mut bytes, _) = mixed_sample();
+            for (at, x) in flips {
+                let i = at % bytes.len();
+                bytes[i] ^= x;
+            }
+            if let Ok(c) = ParsedContainer::parse(bytes, 7, HashAlgo::Blake3) {
+                let mut decoder = ChunkDecoder::new();
+                for e in &c.entries {
+                    let mut out = Vec::new();
+                    if c.read_raw(e, &mut decoder, &mut out).is_ok() {
+                        proptest::prop_assert_eq!(out.len(), e.raw_len as usize);
+                    }
                 }
             }
         }

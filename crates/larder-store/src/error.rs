@@ -21,8 +21,16 @@ pub enum StoreError {
         name: String,
         reason: String,
     },
-    #[error("repository format version {0} is not supported by this larder (it reads version 1)")]
-    UnsupportedVersion(u64),
+    #[error(
+        "{what} format version {version} is not supported by this larder (it reads {supported})"
+    )]
+    UnsupportedVersion {
+        /// "repository", "container", "index segment" or "snapshot".
+        what: &'static str,
+        version: u64,
+        /// The versions this larder reads, in words.
+        supported: &'static str,
+    },
     #[error("repository {} is locked by another larder process; wait for it to finish and retry", .0.display())]
     Locked(PathBuf),
     #[error("no snapshot matches {0:?} (see `larder snapshots`)")]
@@ -33,6 +41,8 @@ pub enum StoreError {
     MissingChunk(larder_hash::Fingerprint),
     #[error("invalid repository config: {0}")]
     Config(String),
+    #[error("compression: {0}")]
+    Compression(String),
 }
 
 /// `e` and every error behind it, joined by `: ` (Display alone leaves the causes out).

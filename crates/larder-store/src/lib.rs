@@ -3,6 +3,7 @@
 //! here implements one of its sections.
 
 mod backend;
+mod compression;
 mod container;
 mod direct;
 mod error;
@@ -12,12 +13,16 @@ mod snapshot;
 mod tree;
 
 pub use backend::{Backend, FileKind, LocalBackend};
+pub use compression::{
+    ChunkCompressor, ChunkDecoder, ChunkEncoding, Compression, DEFAULT_ZSTD_LEVEL,
+    MAX_COMPRESSED_RAW_LEN, ZSTD_LEVELS,
+};
 pub use container::{
     ChunkEntry, ContainerBuilder, ParsedContainer, CONTAINER_OVERHEAD,
     HEADER_LEN as CONTAINER_HEADER_LEN,
 };
 pub use error::{error_chain, Result, StoreError};
-pub use repo::{IdentifiedSnapshot, LockMode, OpenReport, RepoConfig, Repository};
+pub use repo::{ChunkBytes, IdentifiedSnapshot, LockMode, OpenReport, RepoConfig, Repository};
 pub use segment::{decode_segment, encode_segment, SegmentContainer};
 pub use snapshot::{Snapshot, SnapshotSummary, TreeRef};
 pub use tree::{encode_tree_header, is_safe_relative_path, EntryKind, TreeDecoder, TreeEntry};

@@ -13,6 +13,7 @@ use larder_index::{ChunkLocation, CuckooIndex};
 use serde::{Deserialize, Serialize};
 
 use crate::backend::{sync_dir, Backend, FileKind, LocalBackend};
+use crate::compression::Compression;
 use crate::container::ParsedContainer;
 use crate::error::{error_chain, Result, StoreError};
 use crate::segment::{decode_segment, encode_segment, SegmentContainer};
@@ -35,9 +36,14 @@ pub struct RepoConfig {
     pub chunker: ChunkerConfig,
     pub hash: HashAlgo,
     pub container_size: usize,
+    /// Absent in configs written before format version 2: none.
+    #[serde(default)]
+    pub compression: Compression,
 }
 
 impl RepoConfig {
+    /// A new repository's config with the default compression
+    /// ([`Compression::DEFAULT`]); see [`RepoConfig::with_compression`].
     pub fn new(chunker: ChunkerConfig, hash: HashAlgo) -> Self {
         let seed = format!(
             "{:?}{}{:p}",
@@ -46,13 +52,48 @@ impl RepoConfig {
             &chunker
         );
         Self {
-            version: 1,
+            version: Compression::DEFAULT.format_version(),
             id: blake3::hash(seed.as_bytes()).to_hex()[..32].to_string(),
             chunker,
             hash,
             container_size: 4 << 20,
+            compression: Compression::DEFAULT,
         }
     }
+
+    /// The same config with `compression`, and the format version that goes with it.
+    pub fn with_compression(mut self, compression: Compression) -> Self {
+        self.compression = compression;
+        self.version = compression.format_version();
+        self
+    }
+
+    /// Checks the chunker, the compression, and that a version 1 config does not name
+    /// compression (a version 1 larder would ignore the field and misread the data).
+    pub fn validate(&self) -> Result<()> {
+        self.chunker
+            .validate()
+            .map_err(|e| StoreError::Config(e.to_string()))?;
+        self.compression.validate()?;
+        if self.version < self.compression.format_version() {
+            return Err(StoreError::Config(format!(
+                "format version {} cannot use compression {}; it needs version {}",
+                self.version,
+                self.compression.name(),
+                self.compression.format_version()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Bytes of the chunks in indexed containers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ChunkBytes {
+    /// What the chunks are: their bytes before compression.
+    pub raw: u64,
+    /// What their containers hold for them: after compression.
+    pub stored: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,6 +127,7 @@ pub struct Repository {
     config: RepoConfig,
     index: CuckooIndex,
     indexed_containers: BTreeSet<u64>,
+    chunk_bytes: ChunkBytes,
     /// Adopted containers that no durable segment names yet.
     pending: Vec<SegmentContainer>,
     segments: Vec<String>,
@@ -101,10 +143,7 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
 impl Repository {
     /// Creates a repository at `root`, which must not exist or be an empty directory.
     pub fn init(root: &Path, config: &RepoConfig) -> Result<()> {
-        config
-            .chunker
-            .validate()
-            .map_err(|e| StoreError::Config(e.to_string()))?;
+        config.validate()?;
         if root.exists() && fs::read_dir(root).map_err(io(root))?.next().is_some() {
             return Err(StoreError::AlreadyExists(root.to_path_buf()));
         }
@@ -160,8 +199,14 @@ impl Repository {
             .ok()
             .and_then(|v| v.get("version").and_then(|v| v.as_u64()));
         match version {
-            Some(1) => {}
-            Some(v) => return Err(StoreError::UnsupportedVersion(v)),
+            Some(1 | 2) => {}
+            Some(v) => {
+                return Err(StoreError::UnsupportedVersion {
+                    what: "repository",
+                    version: v,
+                    supported: "versions 1 and 2",
+                })
+            }
             None => {
                 return Err(StoreError::Config(format!(
                     "{} is not a larder config",
@@ -171,16 +216,14 @@ impl Repository {
         }
         let config: RepoConfig = serde_json::from_slice(&raw)
             .map_err(|e| StoreError::Config(format!("{}: {e}", config_path.display())))?;
-        config
-            .chunker
-            .validate()
-            .map_err(|e| StoreError::Config(e.to_string()))?;
+        config.validate()?;
         let mut repo = Self {
             root: root.to_path_buf(),
             backend: Arc::new(LocalBackend::new(root)),
             config,
             index: CuckooIndex::new(),
             indexed_containers: BTreeSet::new(),
+            chunk_bytes: ChunkBytes::default(),
             pending: Vec::new(),
             segments: Vec::new(),
             next_container: AtomicU64::new(1),
@@ -213,6 +256,10 @@ impl Repository {
         for c in containers {
             if !self.indexed_containers.insert(c.id) {
                 continue;
+            }
+            for e in &c.entries {
+                self.chunk_bytes.raw += u64::from(e.raw_len);
+                self.chunk_bytes.stored += u64::from(e.stored_len);
             }
             batch.extend(c.entries.iter().map(|e| {
                 let loc = ChunkLocation {
@@ -312,6 +359,11 @@ impl Repository {
         &self.indexed_containers
     }
 
+    /// Raw and stored bytes of the chunks of every indexed container.
+    pub fn chunk_bytes(&self) -> ChunkBytes {
+        self.chunk_bytes
+    }
+
     pub fn segment_count(&self) -> usize {
         self.segments.len()
     }
@@ -341,12 +393,12 @@ impl Repository {
     }
 
     /// Makes `written` containers (already written with [`Backend::write`]) and any
-    /// adopted ones durable in the index: rules 1 and 2 of the commit order.
+    /// adopted ones durable in the index: rules 1 and 2 of the commit order. Their
+    /// chunks enter the index in memory here: a backup's index stage records only that
+    /// they are new, since their locations are decided when they are written.
     pub fn commit(&mut self, written: Vec<SegmentContainer>) -> Result<()> {
         let mut containers = std::mem::take(&mut self.pending);
-        for c in &written {
-            self.indexed_containers.insert(c.id);
-        }
+        self.add_containers(&written);
         containers.extend(written);
         if containers.is_empty() {
             return Ok(());
@@ -433,6 +485,7 @@ impl Repository {
         let entries = good.iter().map(|c| c.entries.len()).sum();
         self.index = CuckooIndex::with_capacity(entries);
         self.indexed_containers.clear();
+        self.chunk_bytes = ChunkBytes::default();
         self.pending.clear();
         self.add_containers(&good);
         Ok(bad)

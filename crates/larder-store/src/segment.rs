@@ -52,7 +52,11 @@ pub fn decode_segment(bytes: &[u8], name: &str, algo: HashAlgo) -> Result<Vec<Se
     }
     let version = le_u32(&body[8..12]);
     if version != VERSION {
-        return Err(StoreError::UnsupportedVersion(u64::from(version)));
+        return Err(StoreError::UnsupportedVersion {
+            what: "index segment",
+            version: u64::from(version),
+            supported: "version 1",
+        });
     }
     if body[12] != algo.code() {
         return Err(bad("fingerprint algorithm differs from the repository's"));
@@ -71,10 +75,21 @@ pub fn decode_segment(bytes: &[u8], name: &str, algo: HashAlgo) -> Result<Vec<Se
             .get(pos..pos + n * ENTRY_LEN)
             .ok_or_else(|| bad("truncated table"))?;
         pos += n * ENTRY_LEN;
-        let entries = table
+        let entries: Vec<ChunkEntry> = table
             .chunks_exact(ENTRY_LEN)
             .map(ChunkEntry::decode)
             .collect();
+        if let Some(e) = entries.iter().find(|e| e.encoding().is_none()) {
+            return Err(StoreError::corrupt(
+                "index segment",
+                name,
+                format!(
+                    "container {id:016x} has an entry with unknown chunk encoding (flags {}); \
+                     it was written by a newer larder",
+                    e.flags
+                ),
+            ));
+        }
         containers.push(SegmentContainer { id, entries });
     }
     if pos != body.len() {
@@ -121,6 +136,21 @@ mod tests {
                 "flip at {i}"
             );
         }
+    }
+
+    #[test]
+    fn unknown_chunk_encodings_are_refused() {
+        let mut cs = containers();
+        cs[1].entries[0].flags = 2;
+        let bytes = encode_segment(HashAlgo::Blake3, &cs);
+        let err = decode_segment(&bytes, "s", HashAlgo::Blake3).unwrap_err();
+        assert!(
+            err.to_string().contains("unknown chunk encoding (flags 2)"),
+            "{err}"
+        );
+        cs[1].entries[0].flags = 1;
+        let bytes = encode_segment(HashAlgo::Blake3, &cs);
+        assert!(decode_segment(&bytes, "s", HashAlgo::Blake3).is_ok());
     }
 
     proptest! {

@@ -73,7 +73,11 @@ impl Snapshot {
         let snap: Snapshot = serde_json::from_slice(bytes)
             .map_err(|e| StoreError::corrupt("snapshot", id, e.to_string()))?;
         if snap.version != 1 {
-            return Err(StoreError::UnsupportedVersion(u64::from(snap.version)));
+            return Err(StoreError::UnsupportedVersion {
+                what: "snapshot",
+                version: u64::from(snap.version),
+                supported: "version 1",
+            });
         }
         Ok(snap)
     }

@@ -409,6 +409,57 @@ pub fn pseudo_random(seed: u64, len: usize) -> Vec<u8> {
     out
 }
 
+/// Deterministic compressible text: words of a small vocabulary picked by SplitMix64,
+/// so zstd shrinks it about threefold while no two long stretches repeat (it
+/// deduplicates no more than random bytes do).
+pub fn pseudo_text(seed: u64, len: usize) -> Vec<u8> {
+    const WORDS: [&str; 32] = [
+        "alpha",
+        "beta",
+        "gamma",
+        "delta",
+        "backup",
+        "chunk",
+        "container",
+        "index",
+        "restore",
+        "snapshot",
+        "larder",
+        "pantry",
+        "shelf",
+        "jar",
+        "barley",
+        "rye",
+        "oats",
+        "salt",
+        "honey",
+        "vinegar",
+        "pickle",
+        "cellar",
+        "cold",
+        "store",
+        "keep",
+        "fresh",
+        "dry",
+        "seal",
+        "lid",
+        "label",
+        "date",
+        "winter",
+    ];
+    let noise = pseudo_random(seed, len / 2 + 8);
+    let mut out = Vec::with_capacity(len + 16);
+    for (i, b) in noise.iter().enumerate() {
+        if out.len() >= len {
+            break;
+        }
+        out.extend_from_slice(WORDS[usize::from(b % 32)].as_bytes());
+        out.push(if i % 13 == 12 { b'\n' } else { b' ' });
+    }
+    out.truncate(len);
+    out
+}
+
 // ---------------------------------------------------------------------------------
 // Tree builder
 

@@ -1,0 +1,429 @@
+//! Per-chunk compression (docs/design/format.md, "config" and "Container"): the
+//! repository's setting, the encodings a container table entry can name, and the zstd
+//! encoder and decoder of single chunks.
+
+use serde::{Deserialize, Serialize};
+use zstd::bulk::{Compressor, Decompressor};
+
+use crate::error::{Result, StoreError};
+
+/// zstd levels a repository may use: zstd's ordinary levels. The "ultra" levels 20 to
+/// 22 only widen the match window, which chunks of at most 16 MiB cannot use.
+pub const ZSTD_LEVELS: std::ops::RangeInclusive<i32> = 1..=19;
+
+/// `larder init`'s level: zstd's own default.
+pub const DEFAULT_ZSTD_LEVEL: i32 = 3;
+
+/// The frame header descriptor's unused bit (RFC 8878, 3.1.1.1.1): encoders set it to
+/// zero and decoders ignore it, so larder refuses it set, or flipping it would damage a
+/// container without changing any chunk's raw bytes and `check` would not see it.
+const FRAME_HEADER_UNUSED_BIT: u8 = 0x10;
+/// Offset of the frame header descriptor: after the 4-byte magic number.
+const FRAME_HEADER_DESCRIPTOR: usize = 4;
+
+/// The largest raw length a compressed chunk may claim: the largest maximum chunk size
+/// a chunker config allows. Bounds what decoding one chunk allocates.
+pub const MAX_COMPRESSED_RAW_LEN: u32 = 16 << 20;
+
+/// How a repository stores the new chunks of its backups (config field `compression`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum Compression {
+    /// Every chunk stored raw; what repositories of format version 1 do.
+    #[default]
+    None,
+    /// Each chunk compressed on its own with zstd at `level` (in [`ZSTD_LEVELS`]).
+    Zstd { level: i32 },
+}
+
+impl Compression {
+    /// What `larder init` uses unless told otherwise.
+    pub const DEFAULT: Self = Self::Zstd {
+        level: DEFAULT_ZSTD_LEVEL,
+    };
+
+    /// Parses `none`, `zstd` (the default level) or `zstd:LEVEL`.
+    pub fn parse(text: &str) -> std::result::Result<Self, String> {
+        let invalid = || {
+            format!(
+                "invalid compression {text:?}: use none, zstd or zstd:LEVEL with LEVEL from {} to {}",
+                ZSTD_LEVELS.start(),
+                ZSTD_LEVELS.end()
+            )
+        };
+        let parsed = match text.to_ascii_lowercase().as_str() {
+            "none" => Self::None,
+            "zstd" => Self::DEFAULT,
+            other => {
+                let level = other
+                    .strip_prefix("zstd:")
+                    .and_then(|l| l.parse::<i32>().ok())
+                    .ok_or_else(invalid)?;
+                Self::Zstd { level }
+            }
+        };
+        parsed.validate().map_err(|_| invalid())?;
+        Ok(parsed)
+    }
+
+    /// Checks the level.
+    pub fn validate(&self) -> Result<()> {
+        match self {
+            Self::Zstd { level } if !ZSTD_LEVELS.contains(level) => {
+                Err(StoreError::Config(format!(
+                    "zstd level {level} is outside {}..={}",
+                    ZSTD_LEVELS.start(),
+                    ZSTD_LEVELS.end()
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The repository format version a config with this compression has: 1 without
+    /// compression (readable by a larder that knows only version 1), else 2.
+    pub fn format_version(&self) -> u32 {
+        match self {
+            Self::None => 1,
+            Self::Zstd { .. } => 2,
+        }
+    }
+
+    /// `none` or `zstd:LEVEL`, as `init` accepts it.
+    pub fn name(&self) -> String {
+        match self {
+            Self::None => "none".into(),
+            Self::Zstd { level } => format!("zstd:{level}"),
+        }
+    }
+}
+
+/// How one chunk's bytes are stored: the flags byte of its table entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChunkEncoding {
+    /// The stored bytes are the chunk.
+    Raw,
+    /// The stored bytes are one zstd frame of the chunk.
+    Zstd,
+}
+
+impl ChunkEncoding {
+    pub fn flags(self) -> u8 {
+        match self {
+            Self::Raw => 0,
+            Self::Zstd => 1,
+        }
+    }
+
+    /// The encoding a flags byte names; `None` for a value this larder does not know.
+    pub fn from_flags(flags: u8) -> Option<Self> {
+        match flags {
+            0 => Some(Self::Raw),
+            1 => Some(Self::Zstd),
+            _ => None,
+        }
+    }
+}
+
+/// Compresses chunks one at a time with a reused zstd context; one per thread.
+pub struct ChunkCompressor {
+    level: i32,
+    context: Compressor<'static>,
+    /// Output buffer, at least zstd's bound for the largest chunk seen, so that
+    /// compression never fails for want of room (and takes zstd's faster path).
+    out: Vec<u8>,
+}
+
+impl ChunkCompressor {
+    pub fn new(level: i32) -> Result<Self> {
+        let context = Compressor::new(level).map_err(|e| {
+            StoreError::Compression(format!("cannot set up zstd at level {level}: {e}"))
+        })?;
+        Ok(Self {
+            level,
+            context,
+            out: Vec::new(),
+        })
+    }
+
+    pub fn level(&self) -> i32 {
+        self.level
+    }
+
+    /// The zstd frame of `raw` if it is shorter than `raw`; `None` means store it raw.
+    pub fn compress(&mut self, raw: &[u8]) -> Result<Option<&[u8]>> {
+        let bound = zstd::zstd_safe::compress_bound(raw.len());
+        if self.out.len() < bound {
+            self.out.resize(bound, 0);
+        }
+        let written = self
+            .context
+            .compress_to_buffer(raw, &mut self.out[..bound])
+            .map_err(|e| StoreError::Compression(format!("zstd compression failed: {e}")))?;
+        Ok((written < raw.len()).then(|| &self.out[..written]))
+    }
+}
+
+/// Decodes stored chunks; keeps one zstd context, made on the first compressed chunk.
+#[derive(Default)]
+pub struct ChunkDecoder {
+    context: Option<Decompressor<'static>>,
+}
+
+impl ChunkDecoder {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Appends the `raw_len` raw bytes that `stored` encodes to `out`. On any error
+    /// `out` is left as it was. Allocates at most `raw_len` bytes for a raw chunk and
+    /// at most [`MAX_COMPRESSED_RAW_LEN`] for a compressed one (a longer claim is an
+    /// error). The error is a reason, for the caller to wrap with the chunk's name.
+    pub fn decode_into(
+        &mut self,
+        encoding: ChunkEncoding,
+        stored: &[u8],
+        raw_len: u32,
+        out: &mut Vec<u8>,
+    ) -> std::result::Result<(), String> {
+        let raw_len = raw_len as usize;
+        match encoding {
+            ChunkEncoding::Raw if stored.len() == raw_len => {
+                out.extend_from_slice(stored);
+                Ok(())
+            }
+            ChunkEncoding::Raw => Err(format!(
+                "{} stored bytes for a raw chunk of {raw_len}",
+                stored.len()
+            )),
+            ChunkEncoding::Zstd if raw_len > MAX_COMPRESSED_RAW_LEN as usize => Err(format!(
+                "claims {raw_len} raw bytes, more than a compressed chunk may hold"
+            )),
+            ChunkEncoding::Zstd => {
+                let frame_len =
+                    zstd::zstd_safe::find_frame_compressed_size(stored).map_err(|code| {
+                        format!(
+                            "not a zstd frame ({})",
+                            zstd::zstd_safe::get_error_name(code)
+                        )
+                    })?;
+                if frame_len != stored.len() {
+                    return Err(format!(
+                        "the zstd frame is {frame_len} bytes but the chunk stores {}",
+                        stored.len()
+                    ));
+                }
+                if stored
+                    .get(FRAME_HEADER_DESCRIPTOR)
+                    .is_some_and(|d| d & FRAME_HEADER_UNUSED_BIT != 0)
+                {
+                    return Err("the zstd frame header has its unused bit set".into());
+                }
+                let context = match &mut self.context {
+                    Some(c) => c,
+                    empty => empty.insert(
+                        Decompressor::new()
+                            .map_err(|e| format!("cannot set up a zstd decompressor: {e}"))?,
+                    ),
+                };
+                let start = out.len();
+                out.resize(start + raw_len, 0);
+                // The output slice is exactly `raw_len` long: zstd fails rather than
+                // write past it.
+                let result = context.decompress_to_buffer(stored, &mut out[start..]);
+                match result {
+                    Ok(n) if n == raw_len => Ok(()),
+                    Ok(n) => {
+                        out.truncate(start);
+                        Err(format!(
+                            "decompresses to {n} bytes, the table says {raw_len}"
+                        ))
+                    }
+                    Err(e) => {
+                        out.truncate(start);
+                        Err(format!("does not decompress: {e}"))
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Incompressible test data: SplitMix64 output.
+#[cfg(test)]
+pub(crate) fn noise(seed: u64, len: usize) -> Vec<u8> {
+    let mut state = seed;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        out.extend_from_slice(&(z ^ (z >> 31)).to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn text(len: usize) -> Vec<u8> {
+        b"the quick brown fox jumps over the lazy dog; "
+            .iter()
+            .cycle()
+            .take(len)
+            .copied()
+            .collect()
+    }
+
+    #[test]
+    fn parse_accepts_the_documented_forms_and_nothing_else() {
+        assert_eq!(Compression::parse("none"), Ok(Compression::None));
+        assert_eq!(Compression::parse("zstd"), Ok(Compression::DEFAULT));
+        assert_eq!(
+            Compression::parse("ZSTD:19"),
+            Ok(Compression::Zstd { level: 19 })
+        );
+        assert_eq!(
+            Compression::parse("zstd:1"),
+            Ok(Compression::Zstd { level: 1 })
+        );
+        for bad in [
+            "", "lz4", "zstd:", "zstd:0", "zstd:20", "zstd:-1", "zstd:3x", "zstd3", "none:1",
+        ] {
+            let err = Compression::parse(bad).unwrap_err();
+            assert!(err.contains("none, zstd or zstd:LEVEL"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn config_form_is_tagged_and_absent_means_none() {
+        let json = serde_json::to_string(&Compression::Zstd { level: 5 }).unwrap();
+        assert_eq!(json, r#"{"kind":"zstd","level":5}"#);
+        assert_eq!(
+            serde_json::to_string(&Compression::None).unwrap(),
+            r#"{"kind":"none"}"#
+        );
+        assert!(serde_json::from_str::<Compression>(r#"{"kind":"lz4"}"#).is_err());
+        assert_eq!(Compression::default(), Compression::None);
+    }
+
+    #[test]
+    fn compressible_chunks_round_trip_at_every_level() {
+        let raw = text(50_000);
+        for level in ZSTD_LEVELS {
+            let mut c = ChunkCompressor::new(level).unwrap();
+            let frame = c.compress(&raw).unwrap().unwrap().to_vec();
+            assert!(frame.len() < raw.len() / 10, "level {level}");
+            let mut out = b"prefix".to_vec();
+            ChunkDecoder::new()
+                .decode_into(ChunkEncoding::Zstd, &frame, raw.len() as u32, &mut out)
+                .unwrap();
+            assert_eq!(&out[..6], b"prefix");
+            assert_eq!(&out[6..], &raw[..]);
+        }
+    }
+
+    #[test]
+    fn incompressible_and_tiny_chunks_are_left_raw() {
+        let mut c = ChunkCompressor::new(DEFAULT_ZSTD_LEVEL).unwrap();
+        assert_eq!(c.compress(&noise(1, 10_000)).unwrap(), None);
+        assert_eq!(c.compress(b"").unwrap(), None);
+        assert_eq!(c.compress(b"x").unwrap(), None);
+    }
+
+    #[test]
+    fn damaged_frames_are_errors_and_leave_the_output_alone() {
+        let raw = text(20_000);
+        let frame = ChunkCompressor::new(3)
+            .unwrap()
+            .compress(&raw)
+            .unwrap()
+            .unwrap()
+            .to_vec();
+        let mut d = ChunkDecoder::new();
+        let mut caught = 0;
+        for i in 0..frame.len() {
+            for bit in [0x01u8, 0x80] {
+                let mut bad = frame.clone();
+                bad[i] ^= bit;
+                let mut out = vec![7u8; 3];
+                match d.decode_into(ChunkEncoding::Zstd, &bad, raw.len() as u32, &mut out) {
+                    Err(_) => {
+                        caught += 1;
+                        assert_eq!(out, [7, 7, 7]);
+                    }
+                    // Without a frame checksum some flips decode to other bytes of the
+                    // right length; the fingerprint catches those.
+                    Ok(()) => assert_eq!(out.len(), 3 + raw.len()),
+                }
+            }
+        }
+        assert!(caught > 0);
+        let mut out = Vec::new();
+        for (stored, raw_len) in [
+            (&frame[..frame.len() - 1], raw.len()),
+            (&frame[..], raw.len() - 1),
+            (&frame[..], raw.len() + 1),
+        ] {
+            assert!(d
+                .decode_into(ChunkEncoding::Zstd, stored, raw_len as u32, &mut out)
+                .is_err());
+            assert!(out.is_empty());
+        }
+        let mut trailing = frame.clone();
+        trailing.extend_from_slice(&frame);
+        assert!(d
+            .decode_into(ChunkEncoding::Zstd, &trailing, raw.len() as u32, &mut out)
+            .is_err());
+        assert!(d
+            .decode_into(ChunkEncoding::Raw, &raw, raw.len() as u32 + 1, &mut out)
+            .is_err());
+    }
+
+    proptest! {
+        /// The in-CI twin of the `chunk` fuzz target: any stored bytes and raw length,
+        /// no panic, and never more output than the raw length.
+        #[test]
+        fn arbitrary_frames_never_panic(
+            stored in proptest::collection::vec(any::<u8>(), 0..300),
+            raw_len in 0u32..100_000,
+            magic in any::<bool>(),
+        ) {
+            let mut stored = stored;
+            if magic {
+                stored.splice(0..0, [0x28, 0xb5, 0x2f, 0xfd]);
+            }
+            let mut out = Vec::new();
+            if ChunkDecoder::new().decode_into(ChunkEncoding::Zstd, &stored, raw_len, &mut out).is_ok() {
+                prop_assert_eq!(out.len(), raw_len as usize);
+            } else {
+                prop_assert!(out.is_empty());
+            }
+        }
+
+        /// Real frames with random damage: no panic, output bounded.
+        #[test]
+        fn damaged_real_frames_never_panic(
+            len in 1usize..5000,
+            flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..8),
+        ) {
+            let raw = text(len);
+            let mut c = ChunkCompressor::new(1).unwrap();
+            if let Some(frame) = c.compress(&raw).unwrap() {
+                let mut bad = frame.to_vec();
+                for (at, x) in flips {
+                    let i = at % bad.len();
+                    bad[i] ^= x;
+                }
+                let mut out = Vec::new();
+                if ChunkDecoder::new().decode_into(ChunkEncoding::Zstd, &bad, len as u32, &mut out).is_ok() {
+                    prop_assert_eq!(out.len(), len);
+                }
+            }
+        }
+    }
+}
