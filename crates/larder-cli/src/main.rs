@@ -128,7 +128,8 @@ enum Command {
         /// Also list every chunk: its file, offset and length
         #[arg(long)]
         cuts: bool,
-        /// Chunking threads; the cut points are exactly those of one thread [default: one per core]
+        /// Threads for chunking and fingerprinting; the cut points are exactly those of one
+        /// thread [default: one per core]
         #[arg(long, default_value_t = 0)]
         threads: usize,
     },
