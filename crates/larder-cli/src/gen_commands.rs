@@ -89,7 +89,10 @@ pub struct GenArgs {
 impl GenArgs {
     fn config(&self) -> Result<Config, String> {
         let block = BLOCK as usize;
-        if self.pool == 0 || self.pool % block != 0 || self.pool / block > u32::MAX as usize {
+        if self.pool == 0
+            || !self.pool.is_multiple_of(block)
+            || self.pool / block > u32::MAX as usize
+        {
             return Err(format!(
                 "--pool must be a positive multiple of {block} bytes, got {}",
                 self.pool
@@ -169,7 +172,8 @@ pub fn gen(args: &GenArgs, json: bool, out: &Output) -> Result<ExitCode> {
         match (&mut stdout, &args.out) {
             (Some(sink), _) => workload.write(&generation, sink)?,
             (None, Some(dir)) => {
-                let path = generation_path(dir, generation.truth.generation, generation.truth.client);
+                let path =
+                    generation_path(dir, generation.truth.generation, generation.truth.client);
                 let mut file = create_new(&path)?;
                 workload
                     .write(&generation, &mut file)
@@ -209,7 +213,12 @@ fn create_new(path: &Path) -> Result<File> {
         .write(true)
         .create_new(true)
         .open(path)
-        .with_context(|| format!("creating {} (an existing file is never overwritten)", path.display()))
+        .with_context(|| {
+            format!(
+                "creating {} (an existing file is never overwritten)",
+                path.display()
+            )
+        })
 }
 
 fn mode(args: &GenArgs) -> &'static str {

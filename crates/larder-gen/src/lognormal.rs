@@ -216,7 +216,11 @@ mod tests {
             (-3.0, 0.001_349_898_031_630_095),
             (-8.0, 6.220_960_574_271_785e-16),
         ] {
-            assert!((phi(z) / p - 1.0).abs() < 2e-7, "Φ({z}) = {} not {p}", phi(z));
+            assert!(
+                (phi(z) / p - 1.0).abs() < 2e-7,
+                "Φ({z}) = {} not {p}",
+                phi(z)
+            );
         }
     }
 
@@ -264,19 +268,14 @@ mod tests {
     #[test]
     fn impossible_statistics_are_refused() {
         let bad = |mean, median, max| {
-            TruncatedLogNormal::fit(
-                "test",
-                RunStats {
-                    mean,
-                    median,
-                    max,
-                },
-            )
-            .is_err()
+            TruncatedLogNormal::fit("test", RunStats { mean, median, max }).is_err()
         };
         assert!(bad(10.0, 20.0, 100.0), "mean below median");
         assert!(bad(10.0, 5.0, 8.0), "max below mean");
-        assert!(bad(90.0, 1.0, 100.0), "mean too close to max for a lognormal");
+        assert!(
+            bad(90.0, 1.0, 100.0),
+            "mean too close to max for a lognormal"
+        );
     }
 
     #[test]

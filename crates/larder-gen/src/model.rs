@@ -104,14 +104,12 @@ impl Transitions {
         let pi = self.stationary();
         if !pi.iter().all(|x| x.is_finite()) || pi[State::U.index()] <= 0.0 {
             return Err(GenError::Transitions(
-                "the chain never reaches U, so later generations would hold no new data"
-                    .into(),
+                "the chain never reaches U, so later generations would hold no new data".into(),
             ));
         }
         if pi[State::BR.index()] <= 0.0 {
             return Err(GenError::Transitions(
-                "the chain never reaches BR, so no generation would copy the one before"
-                    .into(),
+                "the chain never reaches BR, so no generation would copy the one before".into(),
             ));
         }
         Ok(())

@@ -277,7 +277,11 @@ impl Planner<'_> {
         while self.remaining() > 0 {
             let len = self.draw(state).min(self.remaining());
             self.emit(state, len);
-            state = if state == State::U { State::R } else { State::U };
+            state = if state == State::U {
+                State::R
+            } else {
+                State::U
+            };
         }
         self.truth.bytes = self.layout.len();
     }
