@@ -44,9 +44,9 @@ pub struct Run {
 /// Ground truth of one generation of one client. Every byte is either new (never
 /// written before by this workload) or a copy of bytes written earlier (in this or an
 /// earlier generation, by any client): `bytes == new_bytes + duplicate bytes`.
-/// A duplicate byte is one of: a pool block seen before, a BR copy. New bytes are U
-/// runs, insertions, and pool blocks seen for the first time; a pool block cut short
-/// by the generation's end counts as new (its content is not a whole block).
+/// A duplicate byte is one of: a pool block's byte written before (R runs always
+/// write a block from its start, so what was written of it is a prefix), a BR copy.
+/// New bytes are U runs, insertions, and pool bytes written for the first time.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Truth {
     pub generation: u32,
@@ -101,8 +101,8 @@ pub struct Workload {
     config: Config,
     fitted: Fitted,
     pool: Vec<u8>,
-    /// Whether each pool block has been written whole before.
-    pool_seen: Vec<bool>,
+    /// How many bytes of each pool block have been written before (a prefix).
+    pool_seen: Vec<u16>,
     clients: Vec<Client>,
     /// The next unused unique block id, shared by all clients.
     next_unique: u64,
@@ -133,7 +133,7 @@ impl Workload {
             })
             .collect();
         Ok(Workload {
-            pool_seen: vec![false; blocks],
+            pool_seen: vec![0; blocks],
             fitted,
             pool,
             clients,
@@ -245,7 +245,7 @@ impl Workload {
 struct Planner<'a> {
     fitted: &'a Fitted,
     rng: &'a mut Xoshiro256,
-    pool_seen: &'a mut [bool],
+    pool_seen: &'a mut [u16],
     next_unique: &'a mut u64,
     size: u64,
     layout: Layout,
@@ -381,13 +381,11 @@ impl Planner<'_> {
                     len: if run_start.is_some() { len } else { bytes },
                 });
             }
+            // Invariant: bytes <= BLOCK = 4096, so the prefix length fits a u16.
             let seen = &mut self.pool_seen[index as usize];
-            if bytes == BLOCK && *seen {
-                // A whole block written before: a duplicate.
-            } else {
-                *seen |= bytes == BLOCK;
-                self.truth.new_bytes += bytes;
-            }
+            let bytes16 = bytes as u16;
+            self.truth.new_bytes += u64::from(bytes16.saturating_sub(*seen));
+            *seen = (*seen).max(bytes16);
             done += bytes;
             k += 1;
         }
