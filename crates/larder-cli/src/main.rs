@@ -6,6 +6,7 @@
 
 mod browse_commands;
 mod chunk_commands;
+mod gen_commands;
 mod output;
 mod pattern_args;
 mod size;
@@ -133,6 +134,8 @@ enum Command {
         #[arg(long, default_value_t = 0)]
         threads: usize,
     },
+    /// Synthetic backup generations (no repository): stdout, or --out DIR
+    Gen(gen_commands::GenArgs),
     /// Benchmarks (no repository)
     Bench {
         #[command(subcommand)]
@@ -443,6 +446,7 @@ fn run(cli: Cli, out: &Output) -> Result<ExitCode> {
             }
             chunk_commands::chunk(&files, &config, cuts, threads, out)
         }
+        Command::Gen(args) => gen_commands::gen(&args, cli.json, out),
         Command::Bench {
             bench:
                 BenchCommand::Chunk {
