@@ -82,9 +82,9 @@ fn configs_larder_cannot_use_are_refused_with_the_reason() {
     }
 }
 
-/// A container size whose container would need a table offset beyond 32 bits, or
-/// whose buffer size (`container_size` plus the largest chunk) overflows, was accepted
-/// and only failed (or aborted) when a backup allocated its container buffer.
+/// Any container size was accepted: one past 4 GiB lets a container grow past the
+/// 32-bit offsets of its table, and near `usize::MAX` the backup's container buffer
+/// size (`container_size` plus the largest chunk) overflows.
 #[test]
 fn config_with_a_container_size_past_the_table_offsets_is_refused() {
     for size in [(1 << 30) + 1, u32::MAX as usize, usize::MAX] {
