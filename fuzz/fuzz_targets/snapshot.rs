@@ -1,10 +1,9 @@
-//! Snapshot decoding must never panic, whatever the bytes and the claimed id.
+//! Snapshot decoding must never panic, whatever the bytes. Fuzzing builds skip the
+//! check that the bytes hash to the id, so every input reaches the parser.
 #![no_main]
 use larder_store::Snapshot;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let id = blake3::hash(data).to_hex();
-    let _ = Snapshot::decode(data, id.as_str());
-    let _ = Snapshot::decode(data, "00");
+    let _ = Snapshot::decode(data, "fuzz");
 });

@@ -249,7 +249,8 @@ impl FingerprintIndex for CuckooIndex {
     /// overlap instead of following one another, and a key found in table 0 costs
     /// one bucket read, not two:
     ///
-    /// 1. prefetch the pointer to table 0's bucket segment;
+    /// 1. prefetch the pointers to both tables' bucket segments (table 1's is read
+    ///    in stage 3 for every key table 0 does not settle: all misses);
     /// 2. read it, prefetch table 0's bucket;
     /// 3. scan it for the tag: on a match prefetch the pointer to the entry's block,
     ///    otherwise prefetch table 1's bucket;
@@ -289,8 +290,9 @@ impl FingerprintIndex for CuckooIndex {
                 let key = Key::new(fp);
                 let partition = &self.partitions[key.partition];
                 let bucket_numbers = partition.bucket_numbers(key.tag);
-                if let Some([b0, _]) = bucket_numbers {
+                if let Some([b0, b1]) = bucket_numbers {
                     prefetch_line(partition.segment_of(b0));
+                    prefetch_line(partition.segment_of(b1));
                 }
                 ring[i % PROBE_RING] = Probe {
                     fp,

@@ -207,7 +207,9 @@ impl ParsedContainer {
         let mut hasher = blake3::Hasher::new();
         hasher.update(&bytes[..HEADER_LEN]);
         hasher.update(&bytes[table_offset..footer_start + 16]);
-        if hasher.finalize().as_bytes() != &footer[16..48] {
+        // Fuzzing builds (`cfg(fuzzing)`) go on past a wrong checksum, to reach the
+        // checks below (docs/design/fuzzing.md); every other build stops here.
+        if hasher.finalize().as_bytes() != &footer[16..48] && !cfg!(fuzzing) {
             return Err(bad("checksum mismatch in header, table or footer".into()));
         }
         let version = le_u32(&bytes[8..12]);

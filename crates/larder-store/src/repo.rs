@@ -28,6 +28,11 @@ const LOAD_BATCH: usize = 1 << 16;
 /// 16 per container, which the capacity estimate leaves out (an estimate a little high).
 const SEGMENT_FIXED_BYTES: u64 = 56;
 
+/// The container sizes a config may name (docs/design/format.md, config): a container
+/// holds at most `container_size` plus one chunk of up to 16 MiB, far below the 4 GiB
+/// its 32-bit table offsets reach.
+const CONTAINER_SIZES: std::ops::RangeInclusive<usize> = (64 << 10)..=(1 << 30);
+
 /// The `config` file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RepoConfig {
@@ -68,12 +73,46 @@ impl RepoConfig {
         self
     }
 
-    /// Checks the chunker, the compression, and that a version 1 config does not name
-    /// compression (a version 1 larder would ignore the field and misread the data).
+    /// Parses and validates the bytes of a `config` file; `name` says where they came
+    /// from in errors. The repository version is checked before the fields are, so
+    /// that a newer larder's config is refused as a newer version, not as damage.
+    /// Never panics, whatever `raw` holds (the `config` fuzz target).
+    pub fn decode(raw: &[u8], name: &str) -> Result<Self> {
+        let version = serde_json::from_slice::<serde_json::Value>(raw)
+            .ok()
+            .and_then(|v| v.get("version").and_then(|v| v.as_u64()));
+        match version {
+            Some(1 | 2) => {}
+            Some(v) => {
+                return Err(StoreError::UnsupportedVersion {
+                    what: "repository",
+                    version: v,
+                    supported: "versions 1 and 2",
+                })
+            }
+            None => return Err(StoreError::Config(format!("{name} is not a larder config"))),
+        }
+        let config: Self =
+            serde_json::from_slice(raw).map_err(|e| StoreError::Config(format!("{name}: {e}")))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks the chunker, the container size, the compression, and that a version 1
+    /// config does not name compression (a version 1 larder would ignore the field and
+    /// misread the data).
     pub fn validate(&self) -> Result<()> {
         self.chunker
             .validate()
             .map_err(|e| StoreError::Config(e.to_string()))?;
+        if !CONTAINER_SIZES.contains(&self.container_size) {
+            return Err(StoreError::Config(format!(
+                "container size {} is outside {}..={} bytes",
+                self.container_size,
+                CONTAINER_SIZES.start(),
+                CONTAINER_SIZES.end()
+            )));
+        }
         self.compression.validate()?;
         if self.version < self.compression.format_version() {
             return Err(StoreError::Config(format!(
@@ -195,28 +234,7 @@ impl Repository {
             Err(TryLockError::Error(e)) => return Err(StoreError::io(lock_path, e)),
         }
         let raw = fs::read(&config_path).map_err(io(&config_path))?;
-        let version = serde_json::from_slice::<serde_json::Value>(&raw)
-            .ok()
-            .and_then(|v| v.get("version").and_then(|v| v.as_u64()));
-        match version {
-            Some(1 | 2) => {}
-            Some(v) => {
-                return Err(StoreError::UnsupportedVersion {
-                    what: "repository",
-                    version: v,
-                    supported: "versions 1 and 2",
-                })
-            }
-            None => {
-                return Err(StoreError::Config(format!(
-                    "{} is not a larder config",
-                    config_path.display()
-                )))
-            }
-        }
-        let config: RepoConfig = serde_json::from_slice(&raw)
-            .map_err(|e| StoreError::Config(format!("{}: {e}", config_path.display())))?;
-        config.validate()?;
+        let config = RepoConfig::decode(&raw, &config_path.display().to_string())?;
         let mut repo = Self {
             root: root.to_path_buf(),
             backend: Arc::new(LocalBackend::new(root)),
