@@ -4,8 +4,7 @@
 
 mod support;
 
-use std::fs::{self, File};
-use std::os::fd::AsRawFd;
+use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::Duration;
@@ -390,17 +389,46 @@ fn command_line_usage_errors_exit_2() {
     assert!(!fixture.path.exists());
 }
 
-/// Takes `flock(op | LOCK_NB)` on the repository's lock file; released on drop.
-fn hold_lock(repo: &Path, op: libc::c_int) -> File {
-    let f = File::options()
-        .read(true)
-        .write(true)
-        .open(repo.join("lock"))
-        .expect("open lock file");
-    // SAFETY: flock on a file descriptor we own; no memory is involved.
-    let rc = unsafe { libc::flock(f.as_raw_fd(), op | libc::LOCK_NB) };
-    assert_eq!(rc, 0, "flock: {}", std::io::Error::last_os_error());
-    f
+/// Another process holding `flock` on the repository's lock file, as a second larder
+/// would; the lock is released when the holder is dropped (killed and reaped).
+///
+/// A separate process, not a descriptor of this one: the other tests of this binary
+/// spawn larder processes, and a child between `fork` and `exec` holds a copy of every
+/// descriptor, so a lock taken here could outlive its drop by that window.
+struct LockHolder(std::process::Child);
+
+impl LockHolder {
+    /// Takes the lock (`mode`: `--exclusive` or `--shared`) and returns once it is held.
+    fn take(repo: &Path, mode: &str) -> Self {
+        use std::io::BufRead;
+        // One process from start to end (`sh` becomes `cat`), so killing and reaping
+        // it releases the lock: `flock` exits after locking the descriptor it shares.
+        let mut child = std::process::Command::new("sh")
+            .args([
+                "-c",
+                "exec 9<>\"$1\" && flock \"$2\" --nonblock 9 && echo held && exec cat",
+                "sh",
+            ])
+            .arg(repo.join("lock"))
+            .arg(mode)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("start flock(1) from util-linux");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.as_mut().expect("piped stdout"))
+            .read_line(&mut line)
+            .expect("read from flock");
+        assert_eq!(line, "held\n", "flock {mode} did not take the lock");
+        Self(child)
+    }
+}
+
+impl Drop for LockHolder {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 #[test]
@@ -412,7 +440,7 @@ fn a_second_writer_fails_at_once_while_the_lock_is_held() {
     let run = |args: &[&str]| run_command(repo.command(args), QUICK);
 
     // A writer holds the lock: another writer and readers fail, at once.
-    let lock = hold_lock(&repo.path, libc::LOCK_EX);
+    let lock = LockHolder::take(&repo.path, "--exclusive");
     backup().expect_code(1).expect_stderr(&["locked"]);
     run(&["snapshots"])
         .expect_code(1)
@@ -424,7 +452,7 @@ fn a_second_writer_fails_at_once_while_the_lock_is_held() {
     assert!(repo.snapshots().is_empty());
 
     // A reader holds it: readers go on, a writer fails.
-    let lock = hold_lock(&repo.path, libc::LOCK_SH);
+    let lock = LockHolder::take(&repo.path, "--shared");
     run(&["snapshots"]).expect_ok();
     run(&["check"]).expect_ok();
     backup().expect_code(1).expect_stderr(&["locked"]);
