@@ -2,6 +2,7 @@
 
 use std::fs::{self, File};
 use std::io::ErrorKind;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -42,6 +43,11 @@ impl FileKind {
 /// returns, every earlier `write` of that kind survives a crash.
 pub trait Backend: Send + Sync {
     fn read(&self, kind: FileKind, name: &str) -> Result<Vec<u8>>;
+    /// `len` bytes of the file from `offset`, in one read; an error if the file ends
+    /// before `offset + len`.
+    fn read_range(&self, kind: FileKind, name: &str, offset: u64, len: usize) -> Result<Vec<u8>>;
+    /// The file's length in bytes.
+    fn file_len(&self, kind: FileKind, name: &str) -> Result<u64>;
     fn write(&self, kind: FileKind, name: &str, data: &[u8]) -> Result<()>;
     fn sync(&self, kind: FileKind) -> Result<()>;
     /// Names (without extension) of every file of `kind`, sorted.
@@ -93,6 +99,22 @@ impl Backend for LocalBackend {
     fn read(&self, kind: FileKind, name: &str) -> Result<Vec<u8>> {
         let path = self.path_of(kind, name);
         fs::read(&path).map_err(|e| StoreError::io(path, e))
+    }
+
+    fn read_range(&self, kind: FileKind, name: &str, offset: u64, len: usize) -> Result<Vec<u8>> {
+        let path = self.path_of(kind, name);
+        let mut buf = vec![0u8; len];
+        File::open(&path)
+            .and_then(|f| f.read_exact_at(&mut buf, offset))
+            .map_err(|e| StoreError::io(path, e))?;
+        Ok(buf)
+    }
+
+    fn file_len(&self, kind: FileKind, name: &str) -> Result<u64> {
+        let path = self.path_of(kind, name);
+        fs::metadata(&path)
+            .map(|m| m.len())
+            .map_err(|e| StoreError::io(path, e))
     }
 
     fn write(&self, kind: FileKind, name: &str, data: &[u8]) -> Result<()> {

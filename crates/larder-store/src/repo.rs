@@ -14,7 +14,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::backend::{sync_dir, Backend, FileKind, LocalBackend};
 use crate::compression::Compression;
-use crate::container::ParsedContainer;
+use crate::container::{
+    parse_container_table, ChunkEntry, ParsedContainer, TableLocation, CONTAINER_TAIL_LEN,
+    HEADER_LEN as CONTAINER_HEADER_LEN,
+};
 use crate::error::{error_chain, Result, StoreError};
 use crate::segment::{decode_segment, encode_segment, SegmentContainer};
 use crate::snapshot::Snapshot;
@@ -390,6 +393,35 @@ impl Repository {
             .backend
             .read(FileKind::Container, &format!("{id:016x}"))?;
         ParsedContainer::parse(bytes, id, self.config.hash)
+    }
+
+    /// Reads and verifies container `id`'s header, table and footer, not its chunk
+    /// data (three small reads: footer, table, header). Returns the table and the
+    /// bytes read.
+    pub fn load_container_table(&self, id: u64) -> Result<(Vec<ChunkEntry>, u64)> {
+        let name = format!("{id:016x}");
+        let kind = FileKind::Container;
+        let file_len = self.backend.file_len(kind, &name)?;
+        let tail_at = file_len.saturating_sub(CONTAINER_TAIL_LEN as u64);
+        let tail_len = (file_len - tail_at) as usize;
+        let footer = self.backend.read_range(kind, &name, tail_at, tail_len)?;
+        let loc = TableLocation::parse(&footer, file_len, id)?;
+        let tail = self
+            .backend
+            .read_range(kind, &name, loc.table_offset, loc.tail_len())?;
+        let header = self
+            .backend
+            .read_range(kind, &name, 0, CONTAINER_HEADER_LEN)?;
+        let entries = parse_container_table(&header, &tail, loc, id, self.config.hash)?;
+        let read = footer.len() + tail.len() + header.len();
+        Ok((entries, read as u64))
+    }
+
+    /// `len` bytes of container `id` from `offset`, in one read: chunk data for a
+    /// reader that knows the table (see [`Repository::load_container_table`]).
+    pub fn read_container_range(&self, id: u64, offset: u32, len: usize) -> Result<Vec<u8>> {
+        self.backend
+            .read_range(FileKind::Container, &format!("{id:016x}"), u64::from(offset), len)
     }
 
     /// Makes `written` containers (already written with [`Backend::write`]) and any
