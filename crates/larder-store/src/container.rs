@@ -535,6 +535,63 @@ mod tests {
         assert_eq!(c.verify_chunks(HashAlgo::Blake3).len(), 1);
     }
 
+    /// Parses a container the way a restore reads it: footer, then table, then header.
+    fn parse_in_pieces(bytes: &[u8]) -> Result<Vec<ChunkEntry>> {
+        let len = bytes.len() as u64;
+        let loc = TableLocation::parse(
+            &bytes[bytes.len().saturating_sub(CONTAINER_TAIL_LEN)..],
+            len,
+            7,
+        )?;
+        parse_container_table(
+            &bytes[..HEADER_LEN],
+            &bytes[loc.table_offset as usize..],
+            loc,
+            7,
+            HashAlgo::Blake3,
+        )
+    }
+
+    #[test]
+    fn the_table_read_alone_equals_the_whole_parse_and_every_flip_outside_the_data_is_refused() {
+        let (bytes, entries) = mixed_sample();
+        assert_eq!(parse_in_pieces(&bytes).unwrap(), entries);
+        let data_end = entries.last().map_or(HEADER_LEN, |e| (e.offset + e.stored_len) as usize);
+        for i in (0..HEADER_LEN).chain(data_end..bytes.len()) {
+            for bit in 0..8 {
+                let mut damaged = bytes.clone();
+                damaged[i] ^= 1 << bit;
+                assert!(parse_in_pieces(&damaged).is_err(), "flip of bit {bit} at {i}");
+                assert!(ParsedContainer::parse(damaged, 7, HashAlgo::Blake3).is_err());
+            }
+        }
+        // Chunk data is the fingerprints' to cover: the table still parses.
+        let mut damaged = bytes.clone();
+        damaged[HEADER_LEN] ^= 1;
+        assert_eq!(parse_in_pieces(&damaged).unwrap(), entries);
+        assert!(parse_in_pieces(&bytes[..bytes.len() - 1]).is_err());
+        assert!(parse_in_pieces(&bytes[..40]).is_err());
+    }
+
+    proptest::proptest! {
+        /// The split parse (what restore does) and the whole-file parse (the fuzz
+        /// target's) agree on any bytes.
+        #[test]
+        fn split_and_whole_parses_agree(mut bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..400), valid in proptest::prelude::any::<bool>(), at in proptest::prelude::any::<usize>(), x in proptest::prelude::any::<u8>()) {
+            if valid {
+                bytes = mixed_sample().0;
+                let i = at % bytes.len();
+                bytes[i] ^= x;
+            }
+            let whole = ParsedContainer::parse(bytes.clone(), 7, HashAlgo::Blake3).map(|c| c.entries);
+            let split = parse_in_pieces(&bytes);
+            proptest::prop_assert_eq!(whole.is_ok(), split.is_ok());
+            if let (Ok(a), Ok(b)) = (whole, split) {
+                proptest::prop_assert_eq!(a, b);
+            }
+        }
+    }
+
     #[test]
     fn round_trips() {
         let (bytes, entries) = sample();
