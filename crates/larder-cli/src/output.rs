@@ -197,8 +197,9 @@ impl Output {
             );
             let r = &s.reads;
             println!(
-                "  read {} containers ({} distinct; {} tables, {} for the tree), {}: {:.3} container reads per MB restored",
+                "  read {} containers in {} reads ({} distinct; {} tables, {} for the tree), {}: {:.3} container reads per MB restored",
                 r.container_reads,
+                r.range_reads,
                 r.distinct_containers,
                 r.table_reads,
                 r.tree_container_reads,

@@ -21,8 +21,10 @@ use serde::Serialize;
 /// What a restore read from the containers, for the summary.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct ReadStats {
-    /// Reads of container chunk data: one per container per assembly area that needs it.
+    /// Containers read for chunk data: each once per look-ahead window that needs it.
     pub container_reads: u64,
+    /// Reads those made: one per run of needed chunks (gaps up to 64 KiB read through).
+    pub range_reads: u64,
     /// Containers holding the restored files' chunks: the fewest reads possible.
     pub distinct_containers: u64,
     /// Container tables read (each with its header and footer) to plan the restore.
@@ -172,39 +174,42 @@ impl RestorePlan {
         )
     }
 
-    /// Reads what window `window` (one of [`RestorePlan::windows`]) needs: one byte
-    /// range of each of its containers, one read each, in parallel.
+    /// Reads what window `window` (one of [`RestorePlan::windows`]) needs from each of
+    /// its containers, in parallel: the file is opened once and the needed chunks are
+    /// read in runs, one read per run, a run taking in gaps of up to [`MAX_GAP`] bytes
+    /// between chunks (cheaper to read than to skip with another read).
     pub fn read_window(
         &self,
         repo: &Repository,
         window: Range<usize>,
         stats: &mut ReadStats,
     ) -> WindowData {
-        let mut spans: HashMap<u32, (u32, u64)> = HashMap::new();
+        let mut needed: HashMap<u32, Vec<(u32, u64)>> = HashMap::new();
         for c in &self.chunks[window.clone()] {
-            let span = spans.entry(c.container).or_insert((c.offset, end_of(c)));
-            span.0 = span.0.min(c.offset);
-            span.1 = span.1.max(end_of(c));
+            needed.entry(c.container).or_default().push((c.offset, end_of(c)));
         }
-        let mut spans: Vec<_> = spans.into_iter().collect();
+        let mut needed: Vec<_> = needed.into_iter().collect();
         // Ascending container ids: mostly the order they lie in on disk.
-        spans.sort_unstable_by_key(|(c, _)| self.containers[*c as usize]);
-        let ranges: HashMap<u32, ContainerRange> = spans
+        needed.sort_unstable_by_key(|(c, _)| self.containers[*c as usize]);
+        let ranges: HashMap<u32, ContainerRuns> = needed
             .into_par_iter()
-            .map(|(c, (lo, hi))| {
+            .map(|(c, mut chunks)| {
                 let id = self.containers[c as usize];
-                let bytes = repo
-                    .read_container_range(id, lo, (hi - u64::from(lo)) as usize)
-                    .map_err(|e| error_chain(&e));
-                (c, ContainerRange { id, lo, bytes })
+                let runs = read_runs(chunks, MAX_GAP);
+                let read = repo.read_container_ranges(id, &runs).map(|bytes| {
+                    runs.iter().map(|r| r.start).zip(bytes).collect::<Vec<_>>()
+                });
+                let runs = read.map_err(|e| error_chain(&e));
+                (c, ContainerRuns { id, runs })
             })
             .collect();
         stats.container_reads += ranges.len() as u64;
-        stats.bytes_read += ranges
-            .values()
-            .filter_map(|r| r.bytes.as_ref().ok())
-            .map(|b| b.len() as u64)
-            .sum::<u64>();
+        for r in ranges.values() {
+            if let Ok(runs) = &r.runs {
+                stats.range_reads += runs.len() as u64;
+                stats.bytes_read += runs.iter().map(|(_, b)| b.len() as u64).sum::<u64>();
+            }
+        }
         WindowData { window, ranges }
     }
 
@@ -252,8 +257,10 @@ impl RestorePlan {
         let mut damage: Vec<(Range<usize>, String)> = slots
             .into_par_iter()
             .with_min_len(16)
-            .map_init(ChunkDecoder::new, |decoder, (c, at, slot)| {
-                let reason = decode_chunk(data, c, algo, decoder, slot).err()?;
+            .map(|(c, at, slot)| {
+                let reason = DECODER
+                    .with_borrow_mut(|decoder| decode_chunk(data, c, algo, decoder, slot))
+                    .err()?;
                 Some((at..at + slot.len(), reason))
             })
             .flatten()
@@ -263,18 +270,26 @@ impl RestorePlan {
     }
 }
 
-/// One byte range of a container, read for a window.
-struct ContainerRange {
-    id: u64,
-    /// Offset in the container file of `bytes[0]`.
-    lo: u32,
-    bytes: Result<Vec<u8>, String>,
+thread_local! {
+    /// One zstd context per thread of the pool, reused across slices and windows.
+    static DECODER: std::cell::RefCell<ChunkDecoder> = std::cell::RefCell::new(ChunkDecoder::new());
 }
 
-/// The container ranges a window needs, read.
+/// Largest gap between two needed chunks of a container that one read spans: reading
+/// 64 KiB more from the page cache costs about what another read costs.
+const MAX_GAP: u64 = 64 << 10;
+
+/// The runs of a container that a window needs, read: each with its offset in the
+/// container file, in ascending order.
+struct ContainerRuns {
+    id: u64,
+    runs: Result<Vec<(u64, Vec<u8>)>, String>,
+}
+
+/// The container runs a window needs, read.
 pub struct WindowData {
     window: Range<usize>,
-    ranges: HashMap<u32, ContainerRange>,
+    ranges: HashMap<u32, ContainerRuns>,
 }
 
 /// Decodes chunk `c` from the window's range of its container into `slot` (exactly its
@@ -286,24 +301,45 @@ fn decode_chunk(
     decoder: &mut ChunkDecoder,
     slot: &mut [u8],
 ) -> Result<(), String> {
-    let range = data
+    let container = data
         .ranges
         .get(&c.container)
         .ok_or("the chunk's container was not read")?;
-    let bytes = range.bytes.as_ref().map_err(Clone::clone)?;
-    let at = (c.offset - range.lo) as usize;
-    let stored = &bytes[at..at + c.stored_len as usize];
+    let runs = container.runs.as_ref().map_err(Clone::clone)?;
+    let (run_start, bytes) = runs
+        .partition_point(|(start, _)| *start <= u64::from(c.offset))
+        .checked_sub(1)
+        .map(|i| &runs[i])
+        .ok_or("the chunk's run was not read")?;
+    let at = (u64::from(c.offset) - run_start) as usize;
+    let stored = bytes
+        .get(at..at + c.stored_len as usize)
+        .ok_or("the chunk lies outside its run")?;
     let fp = c.fingerprint;
     decoder
         .decode_to_slice(c.encoding, stored, slot)
-        .map_err(|reason| damaged(range.id, format!("chunk {fp} is damaged: {reason}")))?;
+        .map_err(|reason| damaged(container.id, format!("chunk {fp} is damaged: {reason}")))?;
     if algo.fingerprint(slot) != fp {
         return Err(damaged(
-            range.id,
+            container.id,
             format!("chunk {fp} is damaged (its data no longer matches its fingerprint)"),
         ));
     }
     Ok(())
+}
+
+/// The runs to read for chunks at `chunks` (offset, end) of one container: sorted,
+/// each run covering the chunks whose gaps to the previous one are at most `max_gap`.
+fn read_runs(mut chunks: Vec<(u32, u64)>, max_gap: u64) -> Vec<Range<u64>> {
+    chunks.sort_unstable();
+    let mut runs: Vec<Range<u64>> = Vec::new();
+    for (lo, hi) in chunks {
+        match runs.last_mut() {
+            Some(run) if u64::from(lo) <= run.end + max_gap => run.end = run.end.max(hi),
+            _ => runs.push(u64::from(lo)..hi),
+        }
+    }
+    runs
 }
 
 /// Cuts a stream of chunks, each given as (container, start, end) of its stored bytes,
@@ -382,7 +418,7 @@ fn slice_bounds(raw_lens: impl IntoIterator<Item = u32>, slice_size: u64) -> Vec
 
 #[cfg(test)]
 mod tests {
-    use super::{slice_bounds, window_bounds};
+    use super::{read_runs, slice_bounds, window_bounds};
     use proptest::prelude::*;
 
     #[test]
@@ -392,6 +428,15 @@ mod tests {
         assert_eq!(slice_bounds([4, 6, 4], 10), vec![0..2, 2..3]);
         assert_eq!(slice_bounds([11, 1, 20, 0, 0], 10), vec![0..1, 1..2, 2..3, 3..5]);
         assert_eq!(slice_bounds([0, 0, 0], 0), vec![0..3]);
+    }
+
+    #[test]
+    fn runs_read_through_small_gaps_only() {
+        let chunks = vec![(500, 600), (32, 100), (100, 200), (32, 100), (260, 300)];
+        assert_eq!(read_runs(chunks.clone(), 0), vec![32..200, 260..300, 500..600]);
+        assert_eq!(read_runs(chunks.clone(), 60), vec![32..300, 500..600]);
+        assert_eq!(read_runs(chunks, 200), vec![32..600]);
+        assert_eq!(read_runs(vec![], 10), vec![]);
     }
 
     #[test]

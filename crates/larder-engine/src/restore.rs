@@ -195,6 +195,7 @@ pub fn restore(
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
     });
     r.summary.reads.container_reads = read_stats.container_reads;
+    r.summary.reads.range_reads = read_stats.range_reads;
     r.summary.reads.bytes_read += read_stats.bytes_read;
     // Directory times last, deepest first, so restoring children does not change them.
     // Only directories still in `safe_dirs`: one that a later entry replaced (by a

@@ -2,6 +2,7 @@
 
 use std::fs::{self, File};
 use std::io::ErrorKind;
+use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -43,9 +44,9 @@ impl FileKind {
 /// returns, every earlier `write` of that kind survives a crash.
 pub trait Backend: Send + Sync {
     fn read(&self, kind: FileKind, name: &str) -> Result<Vec<u8>>;
-    /// `len` bytes of the file from `offset`, in one read; an error if the file ends
-    /// before `offset + len`.
-    fn read_range(&self, kind: FileKind, name: &str, offset: u64, len: usize) -> Result<Vec<u8>>;
+    /// The bytes of each range of the file, one read per range, in the order given; an
+    /// error if the file ends before a range does.
+    fn read_ranges(&self, kind: FileKind, name: &str, ranges: &[Range<u64>]) -> Result<Vec<Vec<u8>>>;
     /// The file's length in bytes.
     fn file_len(&self, kind: FileKind, name: &str) -> Result<u64>;
     fn write(&self, kind: FileKind, name: &str, data: &[u8]) -> Result<()>;
@@ -101,13 +102,21 @@ impl Backend for LocalBackend {
         fs::read(&path).map_err(|e| StoreError::io(path, e))
     }
 
-    fn read_range(&self, kind: FileKind, name: &str, offset: u64, len: usize) -> Result<Vec<u8>> {
+    fn read_ranges(&self, kind: FileKind, name: &str, ranges: &[Range<u64>]) -> Result<Vec<Vec<u8>>> {
         let path = self.path_of(kind, name);
-        let mut buf = vec![0u8; len];
+        let read = |f: &File| {
+            ranges
+                .iter()
+                .map(|r| {
+                    let mut buf = vec![0u8; (r.end - r.start) as usize];
+                    f.read_exact_at(&mut buf, r.start)?;
+                    Ok(buf)
+                })
+                .collect()
+        };
         File::open(&path)
-            .and_then(|f| f.read_exact_at(&mut buf, offset))
-            .map_err(|e| StoreError::io(path, e))?;
-        Ok(buf)
+            .and_then(|f| read(&f))
+            .map_err(|e| StoreError::io(path, e))
     }
 
     fn file_len(&self, kind: FileKind, name: &str) -> Result<u64> {
