@@ -193,7 +193,7 @@ impl RestorePlan {
         needed.sort_unstable_by_key(|(c, _)| self.containers[*c as usize]);
         let ranges: HashMap<u32, ContainerRuns> = needed
             .into_par_iter()
-            .map(|(c, mut chunks)| {
+            .map(|(c, chunks)| {
                 let id = self.containers[c as usize];
                 let runs = read_runs(chunks, MAX_GAP);
                 let read = repo.read_container_ranges(id, &runs).map(|bytes| {
