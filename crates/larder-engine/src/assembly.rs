@@ -120,7 +120,9 @@ impl RestorePlan {
                             .ok()
                             .map(|i| table.0[i])
                             .filter(|e| e.stored_len == stored_len && e.fingerprint == *fp)
-                            .ok_or_else(|| damaged(id, format!("chunk {fp} is not in its table")))?;
+                            .ok_or_else(|| {
+                                damaged(id, format!("chunk {fp} is not in its table"))
+                            })?;
                         let encoding = entry.encoding().ok_or_else(|| {
                             damaged(id, format!("chunk {fp} has unknown flags {}", entry.flags))
                         })?;
@@ -186,7 +188,10 @@ impl RestorePlan {
     ) -> WindowData {
         let mut needed: HashMap<u32, Vec<(u32, u64)>> = HashMap::new();
         for c in &self.chunks[window.clone()] {
-            needed.entry(c.container).or_default().push((c.offset, end_of(c)));
+            needed
+                .entry(c.container)
+                .or_default()
+                .push((c.offset, end_of(c)));
         }
         let mut needed: Vec<_> = needed.into_iter().collect();
         // Ascending container ids: mostly the order they lie in on disk.
@@ -196,9 +201,9 @@ impl RestorePlan {
             .map(|(c, chunks)| {
                 let id = self.containers[c as usize];
                 let runs = read_runs(chunks, MAX_GAP);
-                let read = repo.read_container_ranges(id, &runs).map(|bytes| {
-                    runs.iter().map(|r| r.start).zip(bytes).collect::<Vec<_>>()
-                });
+                let read = repo
+                    .read_container_ranges(id, &runs)
+                    .map(|bytes| runs.iter().map(|r| r.start).zip(bytes).collect::<Vec<_>>());
                 let runs = read.map_err(|e| error_chain(&e));
                 (c, ContainerRuns { id, runs })
             })
@@ -426,14 +431,20 @@ mod tests {
         assert_eq!(slice_bounds([], 10), vec![]);
         assert_eq!(slice_bounds([4, 4, 4], 10), vec![0..2, 2..3]);
         assert_eq!(slice_bounds([4, 6, 4], 10), vec![0..2, 2..3]);
-        assert_eq!(slice_bounds([11, 1, 20, 0, 0], 10), vec![0..1, 1..2, 2..3, 3..5]);
+        assert_eq!(
+            slice_bounds([11, 1, 20, 0, 0], 10),
+            vec![0..1, 1..2, 2..3, 3..5]
+        );
         assert_eq!(slice_bounds([0, 0, 0], 0), vec![0..3]);
     }
 
     #[test]
     fn runs_read_through_small_gaps_only() {
         let chunks = vec![(500, 600), (32, 100), (100, 200), (32, 100), (260, 300)];
-        assert_eq!(read_runs(chunks.clone(), 0), vec![32..200, 260..300, 500..600]);
+        assert_eq!(
+            read_runs(chunks.clone(), 0),
+            vec![32..200, 260..300, 500..600]
+        );
         assert_eq!(read_runs(chunks.clone(), 60), vec![32..300, 500..600]);
         assert_eq!(read_runs(chunks, 200), vec![32..600]);
         assert_eq!(read_runs(vec![], 10), vec![]);

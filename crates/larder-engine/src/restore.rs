@@ -102,13 +102,8 @@ pub fn restore(
         .collect();
     let files = entries.iter().filter(|e| e.kind == EntryKind::File);
     let plan = RestorePlan::new(repo, files.map(|e| (e.chunks.as_slice(), e.size)));
-    opts.progress.set_total(
-        plan.files
-            .iter()
-            .flatten()
-            .map(|data| data.len)
-            .sum(),
-    );
+    opts.progress
+        .set_total(plan.files.iter().flatten().map(|data| data.len).sum());
     fs::create_dir_all(target).map_err(|e| EngineError::io(target, e))?;
     let target = fs::canonicalize(target).map_err(|e| EngineError::io(target, e))?;
     let (tree_reads, tree_bytes) = reader.reads();
@@ -155,7 +150,14 @@ pub fn restore(
                     };
                     let damaged = plan.fill_slice(&data, slice, algo, &mut buf);
                     let len = buf.len() as u64;
-                    if full_tx.send(AssembledSlice { start, buf, damaged }).is_err() {
+                    if full_tx
+                        .send(AssembledSlice {
+                            start,
+                            buf,
+                            damaged,
+                        })
+                        .is_err()
+                    {
                         return stats;
                     }
                     start += len;

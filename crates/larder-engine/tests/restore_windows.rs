@@ -40,7 +40,9 @@ fn text(seed: u64, len: usize) -> Vec<u8> {
     let words = noise(seed, len / 6 + 1);
     let mut out = Vec::with_capacity(len + 16);
     for w in words {
-        out.extend_from_slice(["alpha ", "beta ", "gamma ", "delta "][usize::from(w % 4)].as_bytes());
+        out.extend_from_slice(
+            ["alpha ", "beta ", "gamma ", "delta "][usize::from(w % 4)].as_bytes(),
+        );
         if out.len() >= len {
             break;
         }
@@ -90,7 +92,7 @@ impl Source {
     fn change(&mut self, generation: usize) {
         let names: Vec<String> = self.files.keys().cloned().collect();
         for name in &names {
-            if self.next() % 3 != 0 {
+            if !self.next().is_multiple_of(3) {
                 continue;
             }
             let at = (self.next() as usize) % self.files[name].len().max(1);
@@ -102,7 +104,8 @@ impl Source {
         }
         let len = 500 + (self.next() % 20_000) as usize;
         let data = text(self.next(), len);
-        self.files.insert(format!("d{}/new{generation}", generation % 3), data);
+        self.files
+            .insert(format!("d{}/new{generation}", generation % 3), data);
         let victim = names[(self.next() as usize) % names.len()].clone();
         self.files.remove(&victim);
         self.write();
@@ -226,13 +229,16 @@ fn model_reads(repo: &Repository, snapshot: &str, cache: u64) -> (u64, u64) {
     (reads, distinct.len() as u64)
 }
 
+/// A snapshot's id and the files its source held.
+type Generation = (String, BTreeMap<String, Vec<u8>>);
+
 /// Backs up `generations` generations of a changing tree; returns the snapshots with
 /// the files each held.
 fn fragmented_repo(
     dir: &Path,
     generations: usize,
     seed: u64,
-) -> (PathBuf, Source, Vec<(String, BTreeMap<String, Vec<u8>>)>) {
+) -> (PathBuf, Source, Vec<Generation>) {
     let repo_path = dir.join("repo");
     init(&repo_path);
     let mut src = Source::new(dir.join("src"), 12, seed);
@@ -253,7 +259,14 @@ fn fragmented_restores_are_identical_and_read_what_the_model_says() {
     let repo = Repository::open(&repo_path, LockMode::Shared).unwrap();
     let (latest, files) = snapshots.last().unwrap();
     let unlimited = 1usize << 40;
-    let caches = [0, 1, CONTAINER_SIZE, 3 * CONTAINER_SIZE, 64 << 10, unlimited];
+    let caches = [
+        0,
+        1,
+        CONTAINER_SIZE,
+        3 * CONTAINER_SIZE,
+        64 << 10,
+        unlimited,
+    ];
     let mut by_cache = Vec::new();
     for (i, &cache) in caches.iter().enumerate() {
         let target = dir.path().join(format!("out-{i}"));
@@ -288,7 +301,10 @@ fn fragmented_restores_are_identical_and_read_what_the_model_says() {
         let target = dir.path().join(format!("older-{older}"));
         let summary = restore_with(&repo, id, &target, CONTAINER_SIZE);
         assert_identical(&target, &src, files);
-        assert_eq!(summary.reads.container_reads, model_reads(&repo, id, CONTAINER_SIZE as u64).0);
+        assert_eq!(
+            summary.reads.container_reads,
+            model_reads(&repo, id, CONTAINER_SIZE as u64).0
+        );
     }
 }
 

@@ -46,7 +46,12 @@ pub trait Backend: Send + Sync {
     fn read(&self, kind: FileKind, name: &str) -> Result<Vec<u8>>;
     /// The bytes of each range of the file, one read per range, in the order given; an
     /// error if the file ends before a range does.
-    fn read_ranges(&self, kind: FileKind, name: &str, ranges: &[Range<u64>]) -> Result<Vec<Vec<u8>>>;
+    fn read_ranges(
+        &self,
+        kind: FileKind,
+        name: &str,
+        ranges: &[Range<u64>],
+    ) -> Result<Vec<Vec<u8>>>;
     /// The file's length in bytes.
     fn file_len(&self, kind: FileKind, name: &str) -> Result<u64>;
     fn write(&self, kind: FileKind, name: &str, data: &[u8]) -> Result<()>;
@@ -102,7 +107,12 @@ impl Backend for LocalBackend {
         fs::read(&path).map_err(|e| StoreError::io(path, e))
     }
 
-    fn read_ranges(&self, kind: FileKind, name: &str, ranges: &[Range<u64>]) -> Result<Vec<Vec<u8>>> {
+    fn read_ranges(
+        &self,
+        kind: FileKind,
+        name: &str,
+        ranges: &[Range<u64>],
+    ) -> Result<Vec<Vec<u8>>> {
         let path = self.path_of(kind, name);
         let read = |f: &File| {
             ranges

@@ -556,12 +556,17 @@ mod tests {
     fn the_table_read_alone_equals_the_whole_parse_and_every_flip_outside_the_data_is_refused() {
         let (bytes, entries) = mixed_sample();
         assert_eq!(parse_in_pieces(&bytes).unwrap(), entries);
-        let data_end = entries.last().map_or(HEADER_LEN, |e| (e.offset + e.stored_len) as usize);
+        let data_end = entries
+            .last()
+            .map_or(HEADER_LEN, |e| (e.offset + e.stored_len) as usize);
         for i in (0..HEADER_LEN).chain(data_end..bytes.len()) {
             for bit in 0..8 {
                 let mut damaged = bytes.clone();
                 damaged[i] ^= 1 << bit;
-                assert!(parse_in_pieces(&damaged).is_err(), "flip of bit {bit} at {i}");
+                assert!(
+                    parse_in_pieces(&damaged).is_err(),
+                    "flip of bit {bit} at {i}"
+                );
                 assert!(ParsedContainer::parse(damaged, 7, HashAlgo::Blake3).is_err());
             }
         }

@@ -431,9 +431,9 @@ impl Repository {
     }
 
     fn read_one(&self, name: &str, range: Range<u64>) -> Result<Vec<u8>> {
-        let mut read = self
-            .backend
-            .read_ranges(FileKind::Container, name, std::slice::from_ref(&range))?;
+        let mut read =
+            self.backend
+                .read_ranges(FileKind::Container, name, std::slice::from_ref(&range))?;
         read.pop()
             .ok_or_else(|| StoreError::corrupt("container", name, "short read"))
     }
