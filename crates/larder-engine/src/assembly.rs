@@ -1,7 +1,8 @@
 //! Restore planning and assembly (docs/design/restore.md). The restore's whole chunk
 //! sequence is planned from the recipes before any data is read, then cut into
-//! look-ahead windows whose container byte ranges fit the cache. Each window's ranges
-//! are read, one read per container, and the window is assembled in slices: each
+//! look-ahead windows whose container byte ranges fit the cache. Each window's
+//! containers are read once each, in the order the window first needs them, while
+//! the window is assembled in slices as their containers arrive: each
 //! chunk decoded and verified on every core straight into its place in a slice buffer,
 //! which the writer takes as one run of file bytes.
 //!
@@ -11,6 +12,7 @@
 
 use std::collections::HashMap;
 use std::ops::Range;
+use std::sync::OnceLock;
 
 use larder_hash::{Fingerprint, HashAlgo};
 use larder_index::FingerprintIndex;
@@ -176,46 +178,36 @@ impl RestorePlan {
         )
     }
 
-    /// Reads what window `window` (one of [`RestorePlan::windows`]) needs from each of
-    /// its containers, in parallel: the file is opened once and the needed chunks are
-    /// read in runs, one read per run, a run taking in gaps of up to [`MAX_GAP`] bytes
-    /// between chunks (cheaper to read than to skip with another read).
-    pub fn read_window(
-        &self,
-        repo: &Repository,
-        window: Range<usize>,
-        stats: &mut ReadStats,
-    ) -> WindowData {
+    /// What window `window` (one of [`RestorePlan::windows`]) needs from each of its
+    /// containers: the runs of needed chunks, a run taking in gaps of up to
+    /// [`MAX_GAP`] bytes between chunks (cheaper to read than to skip with another
+    /// read). Nothing is read yet: see [`WindowData::read_all`].
+    pub fn window_data(&self, window: Range<usize>) -> WindowData {
+        let mut order = Vec::new();
         let mut needed: HashMap<u32, Vec<(u32, u64)>> = HashMap::new();
         for c in &self.chunks[window.clone()] {
-            needed
-                .entry(c.container)
-                .or_default()
-                .push((c.offset, end_of(c)));
+            let chunks = needed.entry(c.container).or_insert_with(|| {
+                order.push(c.container);
+                Vec::new()
+            });
+            chunks.push((c.offset, end_of(c)));
         }
-        let mut needed: Vec<_> = needed.into_iter().collect();
-        // Ascending container ids: mostly the order they lie in on disk.
-        needed.sort_unstable_by_key(|(c, _)| self.containers[*c as usize]);
-        let ranges: HashMap<u32, ContainerRuns> = needed
-            .into_par_iter()
+        let ranges = needed
+            .into_iter()
             .map(|(c, chunks)| {
-                let id = self.containers[c as usize];
-                let runs = read_runs(chunks, MAX_GAP);
-                let read = repo
-                    .read_container_ranges(id, &runs)
-                    .map(|bytes| runs.iter().map(|r| r.start).zip(bytes).collect::<Vec<_>>());
-                let runs = read.map_err(|e| error_chain(&e));
-                (c, ContainerRuns { id, runs })
+                let runs = ContainerRuns {
+                    id: self.containers[c as usize],
+                    runs: read_runs(chunks, MAX_GAP),
+                    data: OnceLock::new(),
+                };
+                (c, runs)
             })
             .collect();
-        stats.container_reads += ranges.len() as u64;
-        for r in ranges.values() {
-            if let Ok(runs) = &r.runs {
-                stats.range_reads += runs.len() as u64;
-                stats.bytes_read += runs.iter().map(|(_, b)| b.len() as u64).sum::<u64>();
-            }
+        WindowData {
+            window,
+            order,
+            ranges,
         }
-        WindowData { window, ranges }
     }
 
     /// Cuts window `data` into slices of at most `slice_size` raw bytes (or one chunk).
@@ -284,17 +276,46 @@ thread_local! {
 /// 64 KiB more from the page cache costs about what another read costs.
 const MAX_GAP: u64 = 64 << 10;
 
-/// The runs of a container that a window needs, read: each with its offset in the
-/// container file, in ascending order.
+/// The runs of a container that a window needs, and once read, their bytes.
 struct ContainerRuns {
     id: u64,
-    runs: Result<Vec<(u64, Vec<u8>)>, String>,
+    runs: Vec<Range<u64>>,
+    /// Each run's bytes, in the order of `runs`; set once, by [`WindowData::read_all`].
+    data: OnceLock<Result<Vec<Vec<u8>>, String>>,
 }
 
-/// The container runs a window needs, read.
+/// The container runs a window needs.
 pub struct WindowData {
     window: Range<usize>,
+    /// The window's containers in the order its chunks first need them.
+    order: Vec<u32>,
     ranges: HashMap<u32, ContainerRuns>,
+}
+
+impl WindowData {
+    /// Reads every container's runs, one container after another in the order the
+    /// window first needs them (the file opened once, one read per run), and
+    /// publishes each as soon as it is read: assembling a slice waits only for the
+    /// containers that slice needs, so reading overlaps decoding and writing. Every
+    /// container's result is set, error or not, so nothing waits forever.
+    pub fn read_all(&self, repo: &Repository) -> ReadStats {
+        let mut stats = ReadStats::default();
+        for c in &self.order {
+            let Some(runs) = self.ranges.get(c) else {
+                continue;
+            };
+            let read = repo
+                .read_container_ranges(runs.id, &runs.runs)
+                .map_err(|e| error_chain(&e));
+            if let Ok(bytes) = &read {
+                stats.container_reads += 1;
+                stats.range_reads += bytes.len() as u64;
+                stats.bytes_read += bytes.iter().map(|b| b.len() as u64).sum::<u64>();
+            }
+            let _ = runs.data.set(read);
+        }
+        stats
+    }
 }
 
 /// Decodes chunk `c` from the window's range of its container into `slot` (exactly its
@@ -310,12 +331,13 @@ fn decode_chunk(
         .ranges
         .get(&c.container)
         .ok_or("the chunk's container was not read")?;
-    let runs = container.runs.as_ref().map_err(Clone::clone)?;
-    let (run_start, bytes) = runs
-        .partition_point(|(start, _)| *start <= u64::from(c.offset))
+    let data = container.data.wait().as_ref().map_err(Clone::clone)?;
+    let i = container
+        .runs
+        .partition_point(|r| r.start <= u64::from(c.offset))
         .checked_sub(1)
-        .map(|i| &runs[i])
         .ok_or("the chunk's run was not read")?;
+    let (run_start, bytes) = (container.runs[i].start, &data[i]);
     let at = (u64::from(c.offset) - run_start) as usize;
     let stored = bytes
         .get(at..at + c.stored_len as usize)

@@ -143,24 +143,40 @@ pub fn restore(
             let mut stats = ReadStats::default();
             let mut start = 0u64;
             for window in windows {
-                let data = plan.read_window(repo, window, &mut stats);
-                for slice in plan.slices(&data, SLICE_SIZE) {
-                    let Ok(mut buf) = free_rx.recv() else {
-                        return stats;
-                    };
-                    let damaged = plan.fill_slice(&data, slice, algo, &mut buf);
-                    let len = buf.len() as u64;
-                    if full_tx
-                        .send(AssembledSlice {
+                let data = plan.window_data(window);
+                // The reader thread reads the window's containers while this thread
+                // assembles slices from those already read.
+                let (read, more) = std::thread::scope(|scope| {
+                    let reader = scope.spawn(|| data.read_all(repo));
+                    let mut more = true;
+                    for slice in plan.slices(&data, SLICE_SIZE) {
+                        let Ok(mut buf) = free_rx.recv() else {
+                            more = false;
+                            break;
+                        };
+                        let damaged = plan.fill_slice(&data, slice, algo, &mut buf);
+                        let len = buf.len() as u64;
+                        let assembled = AssembledSlice {
                             start,
                             buf,
                             damaged,
-                        })
-                        .is_err()
-                    {
-                        return stats;
+                        };
+                        if full_tx.send(assembled).is_err() {
+                            more = false;
+                            break;
+                        }
+                        start += len;
                     }
-                    start += len;
+                    let read = reader
+                        .join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                    (read, more)
+                });
+                stats.container_reads += read.container_reads;
+                stats.range_reads += read.range_reads;
+                stats.bytes_read += read.bytes_read;
+                if !more {
+                    break;
                 }
             }
             stats
