@@ -2,9 +2,9 @@
 //! sequence is planned from the recipes before any data is read, then cut into
 //! look-ahead windows whose container byte ranges fit the cache. Each window's
 //! containers are read once each, in the order the window first needs them, while
-//! the window is assembled in slices as their containers arrive: each
-//! chunk decoded and verified on every core straight into its place in a slice buffer,
-//! which the writer takes as one run of file bytes.
+//! the window is assembled in slices as their containers arrive: each chunk decoded
+//! and verified on every core straight into its place in a slice buffer, which the
+//! writer takes as one run of file bytes.
 //!
 //! Invariants: a container is read once per window that needs it, so a restore whose
 //! containers' ranges fit the cache reads each container exactly once; every byte
@@ -423,14 +423,14 @@ fn damaged(id: u64, reason: String) -> String {
 /// run of consecutive chunks, from where the last one ended, whose lengths sum to at
 /// most `slice_size`, or a single chunk longer than that. The slices tile the stream.
 fn slice_bounds(raw_lens: impl IntoIterator<Item = u32>, slice_size: u64) -> Vec<Range<usize>> {
-    let mut areas = Vec::new();
+    let mut slices = Vec::new();
     let mut start = 0;
     let mut filled = 0u64;
     let mut n = 0;
     for (i, len) in raw_lens.into_iter().enumerate() {
         let len = u64::from(len);
         if i > start && filled + len > slice_size {
-            areas.push(start..i);
+            slices.push(start..i);
             start = i;
             filled = 0;
         }
@@ -438,9 +438,9 @@ fn slice_bounds(raw_lens: impl IntoIterator<Item = u32>, slice_size: u64) -> Vec
         n = i + 1;
     }
     if n > start {
-        areas.push(start..n);
+        slices.push(start..n);
     }
-    areas
+    slices
 }
 
 #[cfg(test)]
