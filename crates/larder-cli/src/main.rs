@@ -86,6 +86,10 @@ enum Command {
         /// Replace files that already exist in TARGET
         #[arg(long)]
         overwrite: bool,
+        /// Memory for container data: the restore reads ahead in windows whose
+        /// containers' byte ranges fit in this, and reads each container once per window
+        #[arg(long, default_value = "256MiB", value_parser = size::parse)]
+        cache_size: usize,
         #[command(flatten)]
         selection: pattern_args::RestoreSelection,
     },
@@ -337,6 +341,7 @@ fn run(cli: Cli, out: &Output) -> Result<ExitCode> {
             snapshot,
             target,
             overwrite,
+            cache_size,
             selection,
         } => {
             let (include, exclude) = match selection.patterns() {
@@ -350,6 +355,7 @@ fn run(cli: Cli, out: &Output) -> Result<ExitCode> {
                 overwrite,
                 include,
                 exclude,
+                cache_size,
                 progress: bar.clone() as Arc<dyn Progress>,
             };
             let summary = larder_engine::restore(&repo, &snapshot, &target, &opts)?;

@@ -180,7 +180,8 @@ impl Output {
                 "{}",
                 json!({
                     "snapshot": s.snapshot_id, "files": s.files, "dirs": s.dirs, "symlinks": s.symlinks,
-                    "bytes": s.bytes, "filtered_out": s.filtered_out,
+                    "bytes": s.bytes, "filtered_out": s.filtered_out, "reads": s.reads,
+                    "container_reads_per_mb": s.container_reads_per_mb(),
                     "seconds": secs(s.elapsed), "warnings": s.warnings,
                 })
             );
@@ -193,6 +194,17 @@ impl Output {
                 s.symlinks,
                 mb(s.bytes),
                 s.elapsed.as_secs_f64()
+            );
+            let r = &s.reads;
+            println!(
+                "  read {} containers in {} reads ({} distinct; {} tables, {} for the tree), {}: {:.3} container reads per MB restored",
+                r.container_reads,
+                r.range_reads,
+                r.distinct_containers,
+                r.table_reads,
+                r.tree_container_reads,
+                mb(r.bytes_read),
+                s.container_reads_per_mb()
             );
             if s.filtered_out > 0 {
                 println!(

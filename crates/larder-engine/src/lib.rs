@@ -9,6 +9,7 @@
 //! `cat`; `diff`), and the path patterns that select what backup and restore take
 //! (`pattern`, docs/design/patterns.md).
 
+mod assembly;
 mod backup;
 mod browse;
 mod check;
@@ -21,13 +22,14 @@ mod time;
 mod tree_io;
 mod walk;
 
+pub use assembly::ReadStats;
 pub use backup::{backup, BackupOptions, BackupSummary, StageTimes};
 pub use browse::{display_path, escape_name, SnapshotPath, SnapshotTree};
 pub use check::{check, CheckOptions, CheckReport, Damage};
 pub use diff::{diff_snapshots, diff_trees, Change, ChangeKind, ChangedField, TreeDiff};
 pub use error::{EngineError, Result, Warning};
 pub use pattern::{parse_pattern_file, Pattern, PatternList};
-pub use restore::{restore, RestoreOptions, RestoreSummary};
+pub use restore::{restore, RestoreOptions, RestoreSummary, DEFAULT_RESTORE_CACHE};
 pub use time::utc_rfc3339;
 pub use tree_io::{load_tree, ChunkReader};
 

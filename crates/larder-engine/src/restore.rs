@@ -15,19 +15,30 @@ use std::collections::HashSet;
 use std::ffi::{CString, OsStr};
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
+use std::ops::Range;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use larder_store::{error_chain, EntryKind, Repository, TreeEntry};
+use larder_store::{EntryKind, Repository, TreeEntry};
 use serde::Serialize;
 
+use crate::assembly::{FileData, ReadStats, RestorePlan};
 use crate::error::{EngineError, Result, Warning};
 use crate::pattern::PatternList;
 use crate::select::restore_selection;
 use crate::tree_io::{load_tree, ChunkReader};
 use crate::Progress;
+
+/// `RestoreOptions::cache_size` unless told otherwise.
+pub const DEFAULT_RESTORE_CACHE: usize = 256 << 20;
+
+/// Raw bytes assembled at a time: the unit the producer hands the writer. Two are in
+/// memory; small enough that decoding one overlaps writing the other, large enough for
+/// long sequential writes (docs/performance.md, "Restore").
+const SLICE_SIZE: u64 = 8 << 20;
 
 pub struct RestoreOptions {
     /// Replace entries that already exist in the target.
@@ -37,6 +48,10 @@ pub struct RestoreOptions {
     pub include: PatternList,
     /// Do not restore what these patterns select; a selected directory is skipped whole.
     pub exclude: PatternList,
+    /// Bytes of container data held in memory: the look-ahead window's container
+    /// ranges (docs/design/restore.md). A window always takes at least one chunk,
+    /// whatever this says; two slices of assembled data come on top.
+    pub cache_size: usize,
     pub progress: std::sync::Arc<dyn Progress>,
 }
 
@@ -49,8 +64,22 @@ pub struct RestoreSummary {
     pub bytes: u64,
     /// Entries of the snapshot left out by `include` and `exclude`.
     pub filtered_out: u64,
+    /// What was read from the containers.
+    pub reads: ReadStats,
     pub elapsed: Duration,
     pub warnings: Vec<Warning>,
+}
+
+impl RestoreSummary {
+    /// Reads of container chunk data per MB (10^6 bytes) of files restored; 0 when
+    /// nothing was restored.
+    pub fn container_reads_per_mb(&self) -> f64 {
+        if self.bytes == 0 {
+            0.0
+        } else {
+            self.reads.container_reads as f64 / (self.bytes as f64 / 1e6)
+        }
+    }
 }
 
 /// Restores snapshot `name` (an id prefix or `latest`) into `target`. Entries that
@@ -71,15 +100,13 @@ pub fn restore(
         .zip(&wanted)
         .filter_map(|(entry, &wanted)| wanted.then_some(entry))
         .collect();
-    opts.progress.set_total(
-        entries
-            .iter()
-            .filter(|e| e.kind == EntryKind::File)
-            .map(|e| e.size)
-            .sum(),
-    );
+    let files = entries.iter().filter(|e| e.kind == EntryKind::File);
+    let plan = RestorePlan::new(repo, files.map(|e| (e.chunks.as_slice(), e.size)));
+    opts.progress
+        .set_total(plan.files.iter().flatten().map(|data| data.len).sum());
     fs::create_dir_all(target).map_err(|e| EngineError::io(target, e))?;
     let target = fs::canonicalize(target).map_err(|e| EngineError::io(target, e))?;
+    let (tree_reads, tree_bytes) = reader.reads();
     let mut r = Restorer {
         target,
         overwrite: opts.overwrite,
@@ -91,24 +118,103 @@ pub fn restore(
             symlinks: 0,
             bytes: 0,
             filtered_out: (all_entries.len() - entries.len()) as u64,
+            reads: ReadStats {
+                tree_container_reads: tree_reads,
+                bytes_read: plan.stats.bytes_read + tree_bytes,
+                ..plan.stats
+            },
             elapsed: Duration::ZERO,
             warnings: Vec::new(),
         },
     };
+    let windows = plan.windows(opts.cache_size as u64);
+    let algo = repo.algo();
     let mut dirs = Vec::new();
-    for &entry in &entries {
-        let dest = r.target.join(OsStr::from_bytes(&entry.path));
-        let result = match entry.kind {
-            EntryKind::Dir => r.dir(&dest).map(|()| dirs.push((dest.clone(), entry))),
-            EntryKind::File => r.file(&dest, entry, &mut reader, opts.progress.as_ref()),
-            EntryKind::Symlink => r.symlink(&dest, entry),
-        };
-        if let Err(message) = result {
-            let w = Warning::error(&dest, message);
-            opts.progress.warn(&w);
-            r.summary.warnings.push(w);
+    let read_stats = std::thread::scope(|scope| {
+        // Two slice buffers circulate: the producer fills one while the writer (this
+        // thread) writes the other.
+        let (full_tx, full_rx) = mpsc::sync_channel::<AssembledSlice>(1);
+        let (free_tx, free_rx) = mpsc::channel::<Vec<u8>>();
+        for _ in 0..2 {
+            let _ = free_tx.send(Vec::new());
         }
-    }
+        let plan = &plan;
+        let producer = scope.spawn(move || {
+            let mut stats = ReadStats::default();
+            let mut start = 0u64;
+            for window in windows {
+                let data = plan.window_data(window);
+                // The reader thread reads the window's containers while this thread
+                // assembles slices from those already read.
+                let (read, more) = std::thread::scope(|scope| {
+                    let reader = scope.spawn(|| data.read_all(repo));
+                    let mut more = true;
+                    for slice in plan.slices(&data, SLICE_SIZE) {
+                        let Ok(mut buf) = free_rx.recv() else {
+                            more = false;
+                            break;
+                        };
+                        let damaged = plan.fill_slice(&data, slice, algo, &mut buf);
+                        let len = buf.len() as u64;
+                        let assembled = AssembledSlice {
+                            start,
+                            buf,
+                            damaged,
+                        };
+                        if full_tx.send(assembled).is_err() {
+                            more = false;
+                            break;
+                        }
+                        start += len;
+                    }
+                    let read = reader
+                        .join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                    (read, more)
+                });
+                stats.container_reads += read.container_reads;
+                stats.range_reads += read.range_reads;
+                stats.bytes_read += read.bytes_read;
+                if !more {
+                    break;
+                }
+            }
+            stats
+        });
+        let mut stream = SliceStream {
+            full: full_rx,
+            free: free_tx,
+            current: None,
+        };
+        let mut planned = plan.files.iter();
+        for &entry in &entries {
+            let dest = r.target.join(OsStr::from_bytes(&entry.path));
+            let result = match entry.kind {
+                EntryKind::Dir => r.dir(&dest).map(|()| dirs.push((dest.clone(), entry))),
+                EntryKind::File => match planned.next() {
+                    Some(Ok(data)) => {
+                        r.file(&dest, entry, *data, &mut stream, opts.progress.as_ref())
+                    }
+                    Some(Err(reason)) => Err(reason.clone()),
+                    None => Err("the restore plan lost this file".into()),
+                },
+                EntryKind::Symlink => r.symlink(&dest, entry),
+            };
+            if let Err(message) = result {
+                let w = Warning::error(&dest, message);
+                opts.progress.warn(&w);
+                r.summary.warnings.push(w);
+            }
+        }
+        // Dropping the stream stops a producer that is ahead of what is still wanted.
+        drop(stream);
+        producer
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    });
+    r.summary.reads.container_reads = read_stats.container_reads;
+    r.summary.reads.range_reads = read_stats.range_reads;
+    r.summary.reads.bytes_read += read_stats.bytes_read;
     // Directory times last, deepest first, so restoring children does not change them.
     // Only directories still in `safe_dirs`: one that a later entry replaced (by a
     // symlink, say) must not have its metadata set through that replacement.
@@ -126,6 +232,74 @@ pub fn restore(
     }
     r.summary.elapsed = started.elapsed();
     Ok(r.summary)
+}
+
+/// A slice the producer assembled: the restore stream's bytes from `start`.
+struct AssembledSlice {
+    start: u64,
+    buf: Vec<u8>,
+    /// Ranges of `buf` whose chunks failed to read, decode or verify, with the error.
+    damaged: Vec<(Range<usize>, String)>,
+}
+
+impl AssembledSlice {
+    fn end(&self) -> u64 {
+        self.start + self.buf.len() as u64
+    }
+}
+
+/// The writer's side of the restore stream: slices arrive in stream order and go back
+/// to the producer once the writer has moved past them.
+struct SliceStream {
+    full: mpsc::Receiver<AssembledSlice>,
+    free: mpsc::Sender<Vec<u8>>,
+    current: Option<AssembledSlice>,
+}
+
+impl SliceStream {
+    /// Hands the stream's bytes `data` to `sink`, one piece per slice they span. Fails
+    /// before handing over a piece that holds a damaged chunk, with that chunk's
+    /// error. Calls must come in stream order.
+    fn copy(
+        &mut self,
+        data: FileData,
+        mut sink: impl FnMut(&[u8]) -> Result<(), String>,
+    ) -> Result<(), String> {
+        let end = data.start + data.len;
+        let mut pos = data.start;
+        while pos < end {
+            let slice = self.slice_at(pos)?;
+            let piece = (pos - slice.start) as usize..(end.min(slice.end()) - slice.start) as usize;
+            if let Some((_, reason)) = slice
+                .damaged
+                .iter()
+                .find(|(r, _)| r.start < piece.end && piece.start < r.end)
+            {
+                return Err(reason.clone());
+            }
+            sink(&slice.buf[piece.clone()])?;
+            pos += piece.len() as u64;
+        }
+        Ok(())
+    }
+
+    /// The slice holding stream byte `pos`, receiving slices up to it.
+    fn slice_at(&mut self, pos: u64) -> Result<&AssembledSlice, String> {
+        while self.current.as_ref().is_none_or(|a| a.end() <= pos) {
+            if let Some(done) = self.current.take() {
+                let _ = self.free.send(done.buf);
+            }
+            let next = self
+                .full
+                .recv()
+                .map_err(|_| "the restore stream ended before this file".to_string())?;
+            self.current = Some(next);
+        }
+        match &self.current {
+            Some(slice) if slice.start <= pos => Ok(slice),
+            _ => Err("the restore stream went past this file".into()),
+        }
+    }
 }
 
 struct Restorer {
@@ -205,7 +379,8 @@ impl Restorer {
         &mut self,
         dest: &Path,
         entry: &TreeEntry,
-        reader: &mut ChunkReader<'_>,
+        data: FileData,
+        stream: &mut SliceStream,
         progress: &dyn Progress,
     ) -> Result<(), String> {
         self.check_parents(dest)?;
@@ -217,29 +392,24 @@ impl Restorer {
             .mode(0o600)
             .open(dest)
             .map_err(|e| format!("cannot create: {e}"))?;
-        let mut buf = Vec::with_capacity(128 << 10);
-        let mut written = 0u64;
-        for fp in &entry.chunks {
-            buf.clear();
-            reader
-                .read_into(fp, &mut buf)
-                .map_err(|e| error_chain(&e))?;
-            f.write_all(&buf)
+        let copied = stream.copy(data, |piece| {
+            f.write_all(piece)
                 .map_err(|e| format!("cannot write: {e}"))?;
-            written += buf.len() as u64;
-            progress.advance(buf.len() as u64);
-        }
-        if written != entry.size {
-            return Err(format!(
-                "restored {written} bytes but the snapshot recorded {}",
-                entry.size
-            ));
+            progress.advance(piece.len() as u64);
+            Ok(())
+        });
+        if let Err(reason) = copied {
+            // Only what this restore created is removed: the file holds a verified
+            // prefix at most, and leaving it would pass it off as restored.
+            drop(f);
+            let _ = fs::remove_file(dest);
+            return Err(format!("{reason} (not restored)"));
         }
         f.set_permissions(fs::Permissions::from_mode(entry.mode & 0o7777))
             .map_err(|e| e.to_string())?;
         set_file_times(&f, entry).map_err(|e| e.to_string())?;
         self.summary.files += 1;
-        self.summary.bytes += written;
+        self.summary.bytes += data.len;
         Ok(())
     }
 

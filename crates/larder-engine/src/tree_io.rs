@@ -19,6 +19,8 @@ pub struct ChunkReader<'r> {
     cache: HashMap<u64, Arc<ParsedContainer>>,
     order: VecDeque<u64>,
     decoder: ChunkDecoder,
+    containers_read: u64,
+    bytes_read: u64,
 }
 
 impl<'r> ChunkReader<'r> {
@@ -28,7 +30,14 @@ impl<'r> ChunkReader<'r> {
             cache: HashMap::new(),
             order: VecDeque::new(),
             decoder: ChunkDecoder::new(),
+            containers_read: 0,
+            bytes_read: 0,
         }
+    }
+
+    /// Containers read so far (each whole) and their bytes.
+    pub fn reads(&self) -> (u64, u64) {
+        (self.containers_read, self.bytes_read)
     }
 
     fn container(&mut self, id: u64) -> Result<Arc<ParsedContainer>> {
@@ -36,6 +45,8 @@ impl<'r> ChunkReader<'r> {
             return Ok(c.clone());
         }
         let c = Arc::new(self.repo.load_container(id)?);
+        self.containers_read += 1;
+        self.bytes_read += c.file_len() as u64;
         if self.order.len() >= CACHE_CONTAINERS {
             if let Some(old) = self.order.pop_front() {
                 self.cache.remove(&old);

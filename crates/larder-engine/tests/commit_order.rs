@@ -181,6 +181,7 @@ fn assert_restores_identical(repo_root: &Path, id: &str, src: &Path, target: &Pa
             overwrite: false,
             include: PatternList::default(),
             exclude: PatternList::default(),
+            cache_size: larder_engine::DEFAULT_RESTORE_CACHE,
             progress: Arc::new(NoProgress),
         },
     )

@@ -2,6 +2,8 @@
 
 use std::fs::{self, File};
 use std::io::ErrorKind;
+use std::ops::Range;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -42,6 +44,16 @@ impl FileKind {
 /// returns, every earlier `write` of that kind survives a crash.
 pub trait Backend: Send + Sync {
     fn read(&self, kind: FileKind, name: &str) -> Result<Vec<u8>>;
+    /// The bytes of each range of the file, one read per range, in the order given; an
+    /// error if the file ends before a range does.
+    fn read_ranges(
+        &self,
+        kind: FileKind,
+        name: &str,
+        ranges: &[Range<u64>],
+    ) -> Result<Vec<Vec<u8>>>;
+    /// The file's length in bytes.
+    fn file_len(&self, kind: FileKind, name: &str) -> Result<u64>;
     fn write(&self, kind: FileKind, name: &str, data: &[u8]) -> Result<()>;
     fn sync(&self, kind: FileKind) -> Result<()>;
     /// Names (without extension) of every file of `kind`, sorted.
@@ -93,6 +105,35 @@ impl Backend for LocalBackend {
     fn read(&self, kind: FileKind, name: &str) -> Result<Vec<u8>> {
         let path = self.path_of(kind, name);
         fs::read(&path).map_err(|e| StoreError::io(path, e))
+    }
+
+    fn read_ranges(
+        &self,
+        kind: FileKind,
+        name: &str,
+        ranges: &[Range<u64>],
+    ) -> Result<Vec<Vec<u8>>> {
+        let path = self.path_of(kind, name);
+        let read = |f: &File| {
+            ranges
+                .iter()
+                .map(|r| {
+                    let mut buf = vec![0u8; (r.end - r.start) as usize];
+                    f.read_exact_at(&mut buf, r.start)?;
+                    Ok(buf)
+                })
+                .collect()
+        };
+        File::open(&path)
+            .and_then(|f| read(&f))
+            .map_err(|e| StoreError::io(path, e))
+    }
+
+    fn file_len(&self, kind: FileKind, name: &str) -> Result<u64> {
+        let path = self.path_of(kind, name);
+        fs::metadata(&path)
+            .map(|m| m.len())
+            .map_err(|e| StoreError::io(path, e))
     }
 
     fn write(&self, kind: FileKind, name: &str, data: &[u8]) -> Result<()> {

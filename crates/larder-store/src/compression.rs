@@ -186,19 +186,42 @@ impl ChunkDecoder {
         raw_len: u32,
         out: &mut Vec<u8>,
     ) -> std::result::Result<(), String> {
-        let raw_len = raw_len as usize;
+        if encoding == ChunkEncoding::Zstd && raw_len > MAX_COMPRESSED_RAW_LEN {
+            return Err(too_long(raw_len));
+        }
+        if encoding == ChunkEncoding::Raw && stored.len() != raw_len as usize {
+            return Err(raw_mismatch(stored.len(), raw_len));
+        }
+        let start = out.len();
+        out.resize(start + raw_len as usize, 0);
+        let result = self.decode_to_slice(encoding, stored, &mut out[start..]);
+        if result.is_err() {
+            out.truncate(start);
+        }
+        result
+    }
+
+    /// Decodes the chunk that `stored` encodes into `out`, which must be exactly its
+    /// raw length long: a frame that decodes to more or fewer bytes is an error (and
+    /// zstd never writes past `out`). Allocates nothing but the zstd context. On an
+    /// error the contents of `out` are unspecified. The error is a reason, as for
+    /// [`ChunkDecoder::decode_into`].
+    pub fn decode_to_slice(
+        &mut self,
+        encoding: ChunkEncoding,
+        stored: &[u8],
+        out: &mut [u8],
+    ) -> std::result::Result<(), String> {
+        let raw_len = out.len();
         match encoding {
             ChunkEncoding::Raw if stored.len() == raw_len => {
-                out.extend_from_slice(stored);
+                out.copy_from_slice(stored);
                 Ok(())
             }
-            ChunkEncoding::Raw => Err(format!(
-                "{} stored bytes for a raw chunk of {raw_len}",
-                stored.len()
-            )),
-            ChunkEncoding::Zstd if raw_len > MAX_COMPRESSED_RAW_LEN as usize => Err(format!(
-                "claims {raw_len} raw bytes, more than a compressed chunk may hold"
-            )),
+            ChunkEncoding::Raw => Err(raw_mismatch(stored.len(), raw_len as u32)),
+            ChunkEncoding::Zstd if raw_len > MAX_COMPRESSED_RAW_LEN as usize => {
+                Err(too_long(raw_len as u32))
+            }
             ChunkEncoding::Zstd => {
                 let frame_len =
                     zstd::zstd_safe::find_frame_compressed_size(stored).map_err(|code| {
@@ -226,27 +249,26 @@ impl ChunkDecoder {
                             .map_err(|e| format!("cannot set up a zstd decompressor: {e}"))?,
                     ),
                 };
-                let start = out.len();
-                out.resize(start + raw_len, 0);
                 // The output slice is exactly `raw_len` long: zstd fails rather than
                 // write past it.
-                let result = context.decompress_to_buffer(stored, &mut out[start..]);
-                match result {
+                match context.decompress_to_buffer(stored, out) {
                     Ok(n) if n == raw_len => Ok(()),
-                    Ok(n) => {
-                        out.truncate(start);
-                        Err(format!(
-                            "decompresses to {n} bytes, the table says {raw_len}"
-                        ))
-                    }
-                    Err(e) => {
-                        out.truncate(start);
-                        Err(format!("does not decompress: {e}"))
-                    }
+                    Ok(n) => Err(format!(
+                        "decompresses to {n} bytes, the table says {raw_len}"
+                    )),
+                    Err(e) => Err(format!("does not decompress: {e}")),
                 }
             }
         }
     }
+}
+
+fn too_long(raw_len: u32) -> String {
+    format!("claims {raw_len} raw bytes, more than a compressed chunk may hold")
+}
+
+fn raw_mismatch(stored: usize, raw_len: u32) -> String {
+    format!("{stored} stored bytes for a raw chunk of {raw_len}")
 }
 
 /// Incompressible test data: SplitMix64 output.

@@ -166,6 +166,146 @@ impl ContainerBuilder {
     }
 }
 
+/// Where a container's table lies, from its footer: what a reader that reads the
+/// table without the chunk data fetches next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TableLocation {
+    /// From the start of the file: where the chunk data ends.
+    pub table_offset: u64,
+    pub entries: usize,
+}
+
+impl TableLocation {
+    /// Parses the last [`CONTAINER_TAIL_LEN`] bytes of a container file `file_len`
+    /// bytes long: the end magic, and a table that fits between the header and the
+    /// footer.
+    pub fn parse(tail: &[u8], file_len: u64, id: u64) -> Result<Self> {
+        let bad = |reason: String| StoreError::corrupt("container", container_name(id), reason);
+        if file_len < (HEADER_LEN + FOOTER_LEN) as u64 || tail.len() != FOOTER_LEN {
+            return Err(bad(format!("only {file_len} bytes long")));
+        }
+        if &tail[FOOTER_LEN - 8..] != END_MAGIC {
+            return Err(bad("bad end magic: the file is truncated or damaged".into()));
+        }
+        let table_offset = le_u64(&tail[..8]);
+        let count = le_u32(&tail[8..12]) as usize;
+        let footer_start = file_len - FOOTER_LEN as u64;
+        let fits = (count as u64)
+            .checked_mul(ENTRY_LEN as u64)
+            .and_then(|len| table_offset.checked_add(len))
+            == Some(footer_start);
+        if table_offset < HEADER_LEN as u64 || !fits {
+            return Err(bad(format!(
+                "table at {table_offset} with {count} entries does not fit the file"
+            )));
+        }
+        Ok(Self {
+            table_offset,
+            entries: count,
+        })
+    }
+
+    /// Bytes from the table's start to the end of the file: table and footer.
+    pub fn tail_len(&self) -> usize {
+        self.entries * ENTRY_LEN + FOOTER_LEN
+    }
+}
+
+/// Bytes at the end of a container that locate its table: the footer.
+pub const CONTAINER_TAIL_LEN: usize = FOOTER_LEN;
+
+fn container_name(id: u64) -> String {
+    format!("containers/{id:016x}.ctr")
+}
+
+/// Verifies a container's header (its first [`HEADER_LEN`] bytes) and its table and
+/// footer (`tail`, the file from `loc.table_offset` to the end) and returns the
+/// table's entries: everything a container holds but the chunk data, which the
+/// fingerprints cover. Checks the checksum, version, algorithm, id, encodings, and
+/// that the entries tile the data region.
+pub fn parse_container_table(
+    header: &[u8],
+    tail: &[u8],
+    loc: TableLocation,
+    id: u64,
+    algo: HashAlgo,
+) -> Result<Vec<ChunkEntry>> {
+    let bad = |reason: String| StoreError::corrupt("container", container_name(id), reason);
+    if header.len() != HEADER_LEN || tail.len() != loc.tail_len() {
+        return Err(bad("header or table has the wrong length".into()));
+    }
+    if &header[..8] != MAGIC {
+        return Err(bad("bad magic: not a larder container".into()));
+    }
+    let (table, footer) = tail.split_at(loc.entries * ENTRY_LEN);
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(header);
+    hasher.update(table);
+    hasher.update(&footer[..16]);
+    // Fuzzing builds (`cfg(fuzzing)`) go on past a wrong checksum, to reach the checks
+    // below (docs/design/fuzzing.md); every other build stops here.
+    if hasher.finalize().as_bytes() != &footer[16..48] && !cfg!(fuzzing) {
+        return Err(bad("checksum mismatch in header, table or footer".into()));
+    }
+    let version = le_u32(&header[8..12]);
+    if version != VERSION {
+        return Err(StoreError::UnsupportedVersion {
+            what: "container",
+            version: u64::from(version),
+            supported: "version 1",
+        });
+    }
+    if header[12] != algo.code() {
+        return Err(bad(format!(
+            "fingerprint algorithm code {} but the repository uses {}",
+            header[12],
+            algo.name()
+        )));
+    }
+    if le_u64(&header[16..24]) != id {
+        return Err(bad(format!(
+            "header names container {:016x}",
+            le_u64(&header[16..24])
+        )));
+    }
+    let mut entries = Vec::with_capacity(loc.entries);
+    let mut expected_offset = HEADER_LEN as u64;
+    for raw in table.chunks_exact(ENTRY_LEN) {
+        let e = ChunkEntry::decode(raw);
+        let i = entries.len();
+        if u64::from(e.offset) != expected_offset {
+            return Err(bad(format!(
+                "table entry {i} does not tile the data region"
+            )));
+        }
+        let lengths_agree = match e.encoding() {
+            None => {
+                return Err(bad(format!(
+                    "table entry {i} has unknown chunk encoding (flags {}); \
+                     it was written by a newer larder",
+                    e.flags
+                )))
+            }
+            Some(ChunkEncoding::Raw) => e.raw_len == e.stored_len,
+            Some(ChunkEncoding::Zstd) => {
+                e.stored_len < e.raw_len && e.raw_len <= MAX_COMPRESSED_RAW_LEN
+            }
+        };
+        if !lengths_agree {
+            return Err(bad(format!(
+                "table entry {i}: stored length {} and raw length {} do not fit flags {}",
+                e.stored_len, e.raw_len, e.flags
+            )));
+        }
+        expected_offset += u64::from(e.stored_len);
+        entries.push(e);
+    }
+    if expected_offset != loc.table_offset {
+        return Err(bad("chunk data does not end where the table starts".into()));
+    }
+    Ok(entries)
+}
+
 /// A container read back and verified (everything but the chunk data, which the
 /// fingerprints cover: see [`ParsedContainer::verify_chunks`]).
 #[derive(Debug)]
@@ -176,99 +316,33 @@ pub struct ParsedContainer {
 }
 
 impl ParsedContainer {
-    /// Parses and verifies `bytes` as container `id` of a repository using `algo`.
+    /// Parses and verifies `bytes` as container `id` of a repository using `algo`:
+    /// the same checks as [`TableLocation::parse`] and [`parse_container_table`] on
+    /// the pieces of the file.
     pub fn parse(bytes: Vec<u8>, id: u64, algo: HashAlgo) -> Result<Self> {
-        let name = format!("containers/{id:016x}.ctr");
-        let bad = |reason: String| StoreError::corrupt("container", name.clone(), reason);
-        if bytes.len() < HEADER_LEN + FOOTER_LEN {
-            return Err(bad(format!("only {} bytes long", bytes.len())));
+        let len = bytes.len();
+        if len >= HEADER_LEN + FOOTER_LEN && &bytes[..8] != MAGIC {
+            return Err(StoreError::corrupt(
+                "container",
+                container_name(id),
+                "bad magic: not a larder container",
+            ));
         }
-        if &bytes[..8] != MAGIC {
-            return Err(bad("bad magic: not a larder container".into()));
-        }
-        if &bytes[bytes.len() - 8..] != END_MAGIC {
-            return Err(bad("bad end magic: the file is truncated or damaged".into()));
-        }
-        let footer_start = bytes.len() - FOOTER_LEN;
-        let footer = &bytes[footer_start..];
-        let table_offset = le_u64(&footer[..8]);
-        let count = le_u32(&footer[8..12]) as usize;
-        let table_len = count
-            .checked_mul(ENTRY_LEN)
-            .ok_or_else(|| bad("entry count overflows".into()))?;
-        if table_offset < HEADER_LEN as u64
-            || table_offset.checked_add(table_len as u64) != Some(footer_start as u64)
-        {
-            return Err(bad(format!(
-                "table at {table_offset} with {count} entries does not fit the file"
-            )));
-        }
-        let table_offset = table_offset as usize;
-        let mut hasher = blake3::Hasher::new();
-        hasher.update(&bytes[..HEADER_LEN]);
-        hasher.update(&bytes[table_offset..footer_start + 16]);
-        // Fuzzing builds (`cfg(fuzzing)`) go on past a wrong checksum, to reach the
-        // checks below (docs/design/fuzzing.md); every other build stops here.
-        if hasher.finalize().as_bytes() != &footer[16..48] && !cfg!(fuzzing) {
-            return Err(bad("checksum mismatch in header, table or footer".into()));
-        }
-        let version = le_u32(&bytes[8..12]);
-        if version != VERSION {
-            return Err(StoreError::UnsupportedVersion {
-                what: "container",
-                version: u64::from(version),
-                supported: "version 1",
-            });
-        }
-        if bytes[12] != algo.code() {
-            return Err(bad(format!(
-                "fingerprint algorithm code {} but the repository uses {}",
-                bytes[12],
-                algo.name()
-            )));
-        }
-        if le_u64(&bytes[16..24]) != id {
-            return Err(bad(format!(
-                "header names container {:016x}",
-                le_u64(&bytes[16..24])
-            )));
-        }
-        let mut entries = Vec::with_capacity(count);
-        let mut expected_offset = HEADER_LEN;
-        for raw in bytes[table_offset..footer_start].chunks_exact(ENTRY_LEN) {
-            let e = ChunkEntry::decode(raw);
-            let i = entries.len();
-            if e.offset as usize != expected_offset {
-                return Err(bad(format!(
-                    "table entry {i} does not tile the data region"
-                )));
-            }
-            let lengths_agree = match e.encoding() {
-                None => {
-                    return Err(bad(format!(
-                        "table entry {i} has unknown chunk encoding (flags {}); \
-                         it was written by a newer larder",
-                        e.flags
-                    )))
-                }
-                Some(ChunkEncoding::Raw) => e.raw_len == e.stored_len,
-                Some(ChunkEncoding::Zstd) => {
-                    e.stored_len < e.raw_len && e.raw_len <= MAX_COMPRESSED_RAW_LEN
-                }
-            };
-            if !lengths_agree {
-                return Err(bad(format!(
-                    "table entry {i}: stored length {} and raw length {} do not fit flags {}",
-                    e.stored_len, e.raw_len, e.flags
-                )));
-            }
-            expected_offset += e.stored_len as usize;
-            entries.push(e);
-        }
-        if expected_offset != table_offset {
-            return Err(bad("chunk data does not end where the table starts".into()));
-        }
+        let tail = &bytes[len.saturating_sub(FOOTER_LEN)..];
+        let loc = TableLocation::parse(tail, len as u64, id)?;
+        let entries = parse_container_table(
+            &bytes[..HEADER_LEN],
+            &bytes[loc.table_offset as usize..],
+            loc,
+            id,
+            algo,
+        )?;
         Ok(Self { id, entries, bytes })
+    }
+
+    /// Length of the container file.
+    pub fn file_len(&self) -> usize {
+        self.bytes.len()
     }
 
     /// The stored bytes at `offset`, `len` long, if they lie inside the file.
@@ -461,6 +535,68 @@ mod tests {
         );
         assert!(out.is_empty());
         assert_eq!(c.verify_chunks(HashAlgo::Blake3).len(), 1);
+    }
+
+    /// Parses a container the way a restore reads it: footer, then table, then header.
+    fn parse_in_pieces(bytes: &[u8]) -> Result<Vec<ChunkEntry>> {
+        let len = bytes.len() as u64;
+        let loc = TableLocation::parse(
+            &bytes[bytes.len().saturating_sub(CONTAINER_TAIL_LEN)..],
+            len,
+            7,
+        )?;
+        parse_container_table(
+            &bytes[..HEADER_LEN],
+            &bytes[loc.table_offset as usize..],
+            loc,
+            7,
+            HashAlgo::Blake3,
+        )
+    }
+
+    #[test]
+    fn the_table_read_alone_equals_the_whole_parse_and_every_flip_outside_the_data_is_refused() {
+        let (bytes, entries) = mixed_sample();
+        assert_eq!(parse_in_pieces(&bytes).unwrap(), entries);
+        let data_end = entries
+            .last()
+            .map_or(HEADER_LEN, |e| (e.offset + e.stored_len) as usize);
+        for i in (0..HEADER_LEN).chain(data_end..bytes.len()) {
+            for bit in 0..8 {
+                let mut damaged = bytes.clone();
+                damaged[i] ^= 1 << bit;
+                assert!(
+                    parse_in_pieces(&damaged).is_err(),
+                    "flip of bit {bit} at {i}"
+                );
+                assert!(ParsedContainer::parse(damaged, 7, HashAlgo::Blake3).is_err());
+            }
+        }
+        // Chunk data is the fingerprints' to cover: the table still parses.
+        let mut damaged = bytes.clone();
+        damaged[HEADER_LEN] ^= 1;
+        assert_eq!(parse_in_pieces(&damaged).unwrap(), entries);
+        assert!(parse_in_pieces(&bytes[..bytes.len() - 1]).is_err());
+        assert!(parse_in_pieces(&bytes[..40]).is_err());
+    }
+
+    proptest::proptest! {
+        /// The split parse (what restore does) and the whole-file parse (the fuzz
+        /// target's) agree on any bytes.
+        #[test]
+        fn split_and_whole_parses_agree(mut bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..400), valid in proptest::prelude::any::<bool>(), at in proptest::prelude::any::<usize>(), x in proptest::prelude::any::<u8>()) {
+            if valid {
+                bytes = mixed_sample().0;
+                let i = at % bytes.len();
+                bytes[i] ^= x;
+            }
+            let whole = ParsedContainer::parse(bytes.clone(), 7, HashAlgo::Blake3).map(|c| c.entries);
+            let split = parse_in_pieces(&bytes);
+            proptest::prop_assert_eq!(whole.is_ok(), split.is_ok());
+            if let (Ok(a), Ok(b)) = (whole, split) {
+                proptest::prop_assert_eq!(a, b);
+            }
+        }
     }
 
     #[test]

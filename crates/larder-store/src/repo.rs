@@ -3,6 +3,7 @@
 
 use std::collections::BTreeSet;
 use std::fs::{self, File, TryLockError};
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -14,7 +15,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::backend::{sync_dir, Backend, FileKind, LocalBackend};
 use crate::compression::Compression;
-use crate::container::ParsedContainer;
+use crate::container::{
+    parse_container_table, ChunkEntry, ParsedContainer, TableLocation, CONTAINER_TAIL_LEN,
+    HEADER_LEN as CONTAINER_HEADER_LEN,
+};
 use crate::error::{error_chain, Result, StoreError};
 use crate::segment::{decode_segment, encode_segment, SegmentContainer};
 use crate::snapshot::Snapshot;
@@ -408,6 +412,48 @@ impl Repository {
             .backend
             .read(FileKind::Container, &format!("{id:016x}"))?;
         ParsedContainer::parse(bytes, id, self.config.hash)
+    }
+
+    /// Reads and verifies container `id`'s header, table and footer, not its chunk
+    /// data (three small reads: footer, table, header). Returns the table and the
+    /// bytes read.
+    pub fn load_container_table(&self, id: u64) -> Result<(Vec<ChunkEntry>, u64)> {
+        let name = format!("{id:016x}");
+        let kind = FileKind::Container;
+        let file_len = self.backend.file_len(kind, &name)?;
+        let tail_at = file_len.saturating_sub(CONTAINER_TAIL_LEN as u64);
+        let tail_len = (file_len - tail_at) as usize;
+        let footer = self.read_one(&name, tail_at..tail_at + tail_len as u64)?;
+        let loc = TableLocation::parse(&footer, file_len, id)?;
+        let table_end = loc.table_offset + loc.tail_len() as u64;
+        let mut pieces = self.backend.read_ranges(
+            kind,
+            &name,
+            &[loc.table_offset..table_end, 0..CONTAINER_HEADER_LEN as u64],
+        )?;
+        let (header, tail) = match (pieces.pop(), pieces.pop()) {
+            (Some(header), Some(tail)) => (header, tail),
+            _ => return Err(StoreError::corrupt("container", name, "short read")),
+        };
+        let entries = parse_container_table(&header, &tail, loc, id, self.config.hash)?;
+        let read = footer.len() + tail.len() + header.len();
+        Ok((entries, read as u64))
+    }
+
+    /// The bytes of each range of container `id`, one read per range with the file
+    /// opened once: chunk data for a reader that knows the table (see
+    /// [`Repository::load_container_table`]).
+    pub fn read_container_ranges(&self, id: u64, ranges: &[Range<u64>]) -> Result<Vec<Vec<u8>>> {
+        self.backend
+            .read_ranges(FileKind::Container, &format!("{id:016x}"), ranges)
+    }
+
+    fn read_one(&self, name: &str, range: Range<u64>) -> Result<Vec<u8>> {
+        let mut read =
+            self.backend
+                .read_ranges(FileKind::Container, name, std::slice::from_ref(&range))?;
+        read.pop()
+            .ok_or_else(|| StoreError::corrupt("container", name, "short read"))
     }
 
     /// Makes `written` containers (already written with [`Backend::write`]) and any
