@@ -35,7 +35,7 @@ const SEGMENT_FIXED_BYTES: u64 = 56;
 /// The container sizes a config may name (docs/design/format.md, config): a container
 /// holds at most `container_size` plus one chunk of up to 16 MiB, far below the 4 GiB
 /// its 32-bit table offsets reach.
-const CONTAINER_SIZES: std::ops::RangeInclusive<usize> = (64 << 10)..=(1 << 30);
+const CONTAINER_SIZES: std::ops::RangeInclusive<usize> = (4 << 10)..=(1 << 30);
 
 /// The `config` file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -55,7 +55,7 @@ fn configs_larder_cannot_use_are_refused_with_the_reason() {
         ),
         (
             with("container_size", (u64::MAX).into()),
-            "is outside 65536..=1073741824",
+            "is outside 4096..=1073741824",
         ),
         (
             with(
