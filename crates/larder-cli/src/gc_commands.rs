@@ -63,9 +63,7 @@ pub fn forget(args: ForgetArgs, repo: Option<PathBuf>, out: &Output) -> Result<E
             ))
         }
         (false, false) => {
-            return Ok(out.usage(
-                "give either snapshots to forget or a --keep-* policy, not both",
-            ))
+            return Ok(out.usage("give either snapshots to forget or a --keep-* policy, not both"))
         }
         _ => {}
     }
@@ -148,7 +146,11 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         "" | "s" => 1.0,
         "m" | "min" => 60.0,
         "h" => 3600.0,
-        other => return Err(format!("unknown duration unit {other:?} (use ms, s, m or h)")),
+        other => {
+            return Err(format!(
+                "unknown duration unit {other:?} (use ms, s, m or h)"
+            ))
+        }
     };
     Duration::try_from_secs_f64(n * scale).map_err(|e| format!("{s:?}: {e}"))
 }

@@ -219,10 +219,10 @@ mod tests {
         assert_eq!(
             kept,
             vec![
-                (6, vec![Weekly]),           // Sunday 2026-11-22, end of the first week
-                (11, vec![Daily]),           // 2026-11-27
-                (12, vec![Daily]),           // 2026-11-28
-                (13, vec![Last]),            // 2026-11-29 noon
+                (6, vec![Weekly]), // Sunday 2026-11-22, end of the first week
+                (11, vec![Daily]), // 2026-11-27
+                (12, vec![Daily]), // 2026-11-28
+                (13, vec![Last]),  // 2026-11-29 noon
                 (14, vec![Last, Daily, Weekly, Monthly]), // 2026-11-29 13:00
             ]
         );
@@ -248,7 +248,10 @@ mod tests {
             hostname: host.into(),
             username: String::new(),
             paths: vec!["/data".into()],
-            tree: TreeRef { size: 0, chunks: Vec::new() },
+            tree: TreeRef {
+                size: 0,
+                chunks: Vec::new(),
+            },
             summary: SnapshotSummary::default(),
         };
         let snaps: Vec<IdentifiedSnapshot> = vec![
@@ -256,7 +259,10 @@ mod tests {
             ("b".into(), snap("2026-11-20T23:30:00Z", "h1")),
             ("c".into(), snap("2026-11-20T23:45:00Z", "h2")),
         ];
-        let daily = RetentionPolicy { daily: 2, ..Default::default() };
+        let daily = RetentionPolicy {
+            daily: 2,
+            ..Default::default()
+        };
         let kept = |offset: i64| -> Vec<String> {
             plan_forget(&snaps, &daily, |_| offset)
                 .into_iter()

@@ -59,12 +59,20 @@ fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
 /// (`YYYY-MM-DDTHH:MM:SS[.fraction]Z`); `None` for anything else.
 pub fn parse_utc_rfc3339(s: &str) -> Option<i64> {
     let b = s.as_bytes();
-    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' || b[13] != b':' || b[16] != b':' {
+    if b.len() < 20
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || b[10] != b'T'
+        || b[13] != b':'
+        || b[16] != b':'
+    {
         return None;
     }
     let num = |r: std::ops::Range<usize>| -> Option<i64> {
         let t = s.get(r)?;
-        t.bytes().all(|c| c.is_ascii_digit()).then(|| t.parse().ok())?
+        t.bytes()
+            .all(|c| c.is_ascii_digit())
+            .then(|| t.parse().ok())?
     };
     let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
     let (hour, min, sec) = (num(11..13)?, num(14..16)?, num(17..19)?);
@@ -73,7 +81,13 @@ pub fn parse_utc_rfc3339(s: &str) -> Option<i64> {
         Some(f) => !f.is_empty() && f.bytes().all(|c| c.is_ascii_digit()),
         None => rest == "Z",
     };
-    if !fraction_ok || !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || min > 59 || sec > 60 {
+    if !fraction_ok
+        || !(1..=12).contains(&month)
+        || !(1..=31).contains(&day)
+        || hour > 23
+        || min > 59
+        || sec > 60
+    {
         return None;
     }
     Some(days_from_civil(year, month, day) * 86_400 + hour * 3600 + min * 60 + sec)
@@ -100,18 +114,43 @@ mod tests {
 
     #[test]
     fn parse_inverts_format() {
-        for sec in [0, 1, 951_782_400, 1_700_000_000, -1_000_000, 253_402_300_799] {
-            assert_eq!(parse_utc_rfc3339(&utc_rfc3339(sec, 123)), Some(sec), "{sec}");
+        for sec in [
+            0,
+            1,
+            951_782_400,
+            1_700_000_000,
+            -1_000_000,
+            253_402_300_799,
+        ] {
+            assert_eq!(
+                parse_utc_rfc3339(&utc_rfc3339(sec, 123)),
+                Some(sec),
+                "{sec}"
+            );
         }
-        assert_eq!(parse_utc_rfc3339("2023-11-14T22:13:20Z"), Some(1_700_000_000));
-        for bad in ["", "2023-11-14 22:13:20Z", "2023-13-14T22:13:20Z", "2023-11-14T22:13:20", "2023-11-14T22:13:20.Z", "2023-11-14T22:13:20+01:00", "2023-1a-14T22:13:20Z"] {
+        assert_eq!(
+            parse_utc_rfc3339("2023-11-14T22:13:20Z"),
+            Some(1_700_000_000)
+        );
+        for bad in [
+            "",
+            "2023-11-14 22:13:20Z",
+            "2023-13-14T22:13:20Z",
+            "2023-11-14T22:13:20",
+            "2023-11-14T22:13:20.Z",
+            "2023-11-14T22:13:20+01:00",
+            "2023-1a-14T22:13:20Z",
+        ] {
             assert_eq!(parse_utc_rfc3339(bad), None, "{bad}");
         }
     }
 
     #[test]
     fn days_round_trip_through_the_calendar() {
-        for days in (-800_000..800_000).step_by(997).chain([0, -1, 11_016, 11_017]) {
+        for days in (-800_000..800_000)
+            .step_by(997)
+            .chain([0, -1, 11_016, 11_017])
+        {
             let (y, m, d) = civil_from_days(days);
             assert_eq!(days_from_civil(y, m, d), days);
         }

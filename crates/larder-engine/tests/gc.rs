@@ -15,14 +15,12 @@ use std::sync::Arc;
 
 use larder_chunk::ChunkerConfig;
 use larder_engine::{
-    backup, check, forget, gc, mark, restore, BackupOptions, CheckOptions, NoProgress,
-    PatternList, RestoreOptions,
+    backup, check, forget, gc, mark, restore, BackupOptions, CheckOptions, NoProgress, PatternList,
+    RestoreOptions,
 };
 use larder_hash::HashAlgo;
 use larder_index::{ChunkLocation, FingerprintIndex};
-use larder_store::{
-    decode_segment, GcOptions, GcReport, LockMode, RepoConfig, Repository,
-};
+use larder_store::{decode_segment, GcOptions, GcReport, LockMode, RepoConfig, Repository};
 
 const CONTAINER_SIZE: usize = 256 << 10;
 
@@ -114,19 +112,23 @@ fn fixture() -> Fixture {
     for generation in 0..5u64 {
         let src = f.src.clone();
         fs::write(src.join("stable.bin"), bytes(1, 700 << 10)).unwrap();
-        fs::write(
-            src.join("replaced.bin"),
-            bytes(100 + generation, 900 << 10),
-        )
-        .unwrap();
+        fs::write(src.join("replaced.bin"), bytes(100 + generation, 900 << 10)).unwrap();
         if generation % 2 == 0 {
-            fs::write(src.join("sometimes.bin"), bytes(200 + generation, 500 << 10)).unwrap();
+            fs::write(
+                src.join("sometimes.bin"),
+                bytes(200 + generation, 500 << 10),
+            )
+            .unwrap();
         } else {
             let _ = fs::remove_file(src.join("sometimes.bin"));
         }
         for i in 0..20u64 {
             let path = src.join("small").join(format!("{i:02}.dat"));
-            let seed = if i % 4 == generation % 4 { 1000 * generation + i } else { i };
+            let seed = if i % 4 == generation % 4 {
+                1000 * generation + i
+            } else {
+                i
+            };
             fs::write(&path, bytes(seed, 3000 + i as usize * 1500)).unwrap();
             fs::set_permissions(&path, fs::Permissions::from_mode(0o640)).unwrap();
         }
@@ -192,7 +194,10 @@ fn assert_intact(f: &Fixture, root: &Path, kept: &[usize]) {
         };
         restore(&repo, id, target.path(), &opts).unwrap();
         let restored = target.path().join(f.src.strip_prefix("/").unwrap());
-        assert!(image(&restored) == *expected, "snapshot {i} restores different");
+        assert!(
+            image(&restored) == *expected,
+            "snapshot {i} restores different"
+        );
     }
 }
 
@@ -229,7 +234,11 @@ fn gc_after_forget_keeps_the_rest_restorable_and_reclaims_exactly_what_it_report
     // Nothing is left to collect, and every container on disk is indexed.
     let again = run_gc(&f.repo, &GcOptions::default());
     assert_eq!(
-        (again.containers_deleted, again.containers_repacked, again.bytes_reclaimed),
+        (
+            again.containers_deleted,
+            again.containers_repacked,
+            again.bytes_reclaimed
+        ),
         (0, 0, 0)
     );
     let repo = Repository::open(&f.repo, LockMode::Exclusive).unwrap();
@@ -256,8 +265,7 @@ fn live_fractions(root: &Path) -> BTreeMap<u64, (u64, u64)> {
                     offset: e.offset,
                     length: e.stored_len,
                 };
-                if live.contains(&e.fingerprint) && repo.index().get(&e.fingerprint) == Some(here)
-                {
+                if live.contains(&e.fingerprint) && repo.index().get(&e.fingerprint) == Some(here) {
                     live_bytes += u64::from(e.stored_len);
                 }
             }
@@ -295,13 +303,20 @@ fn repack_threshold_decides_between_keeping_and_repacking() {
         };
         let r = run_gc(&f.repo, &opts);
         assert_eq!(
-            (r.containers_deleted, r.containers_repacked, r.containers_kept),
+            (
+                r.containers_deleted,
+                r.containers_repacked,
+                r.containers_kept
+            ),
             (deleted.len(), repacked.len(), kept.len()),
             "threshold {t}"
         );
         distinct.insert(repacked.len());
     }
-    assert!(distinct.len() >= 3, "the fixture should spread live fractions");
+    assert!(
+        distinct.len() >= 3,
+        "the fixture should spread live fractions"
+    );
 
     // For real at 60%: the expected containers go, the kept ones stay untouched.
     let (deleted, repacked, kept) = fate(60);
@@ -371,16 +386,32 @@ fn a_gc_stopped_after_any_file_operation_loses_nothing() {
                 progress: Arc::new(NoProgress),
             };
             let report = check(&repo, &opts).unwrap();
-            assert!(report.is_ok(), "stop {ops}, before recovery: {:?}", report.damage);
+            assert!(
+                report.is_ok(),
+                "stop {ops}, before recovery: {:?}",
+                report.damage
+            );
         }
         // The next writer recovers: finished or rolled back, never both, and only
         // when a plan was written (after the first operation).
         let repo = Repository::open(&root, LockMode::Exclusive).unwrap();
         let open = repo.report();
         let recovered = open.finished_gc.len() + open.rolled_back_gc.len();
-        assert_eq!(recovered, usize::from(ops > 0), "stop after {ops} operations");
-        assert!(open.adopted_containers.is_empty(), "stop {ops}: orphans {:?}", open.adopted_containers);
-        assert_eq!(repo.indexed_containers(), &container_ids(&root), "stop {ops}");
+        assert_eq!(
+            recovered,
+            usize::from(ops > 0),
+            "stop after {ops} operations"
+        );
+        assert!(
+            open.adopted_containers.is_empty(),
+            "stop {ops}: orphans {:?}",
+            open.adopted_containers
+        );
+        assert_eq!(
+            repo.indexed_containers(),
+            &container_ids(&root),
+            "stop {ops}"
+        );
         assert!(repo.pending_gc_plans().unwrap().is_empty());
         drop(repo);
         // Every three stops restore too (each restore takes a while in debug builds);
@@ -399,7 +430,11 @@ fn a_gc_stopped_after_any_file_operation_loses_nothing() {
         }
         // A later gc completes to the same repository size as an uninterrupted one.
         let finished = run_gc(&root, &GcOptions::default());
-        assert_eq!(stored_bytes(&root), stored_bytes(&reference), "stop {ops}: {finished:?}");
+        assert_eq!(
+            stored_bytes(&root),
+            stored_bytes(&reference),
+            "stop {ops}: {finished:?}"
+        );
         fs::remove_dir_all(&root).unwrap();
     }
     // Plan, new containers, segment, old segments, deleted containers, plan removal.

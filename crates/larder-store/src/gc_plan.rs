@@ -94,7 +94,8 @@ impl GcPlan {
         }
         let mut ids = body[HEADER_LEN..].chunks_exact(8).map(le_u64);
         let mut take = |count: u64| ids.by_ref().take(count as usize).collect::<Vec<u64>>();
-        let (old_segments, delete, new_containers) = (take(counts[0]), take(counts[1]), take(counts[2]));
+        let (old_segments, delete, new_containers) =
+            (take(counts[0]), take(counts[1]), take(counts[2]));
         Ok(Self {
             id,
             old_segments,
@@ -136,7 +137,10 @@ mod tests {
     #[test]
     fn a_plan_under_another_name_is_refused() {
         let err = GcPlan::decode(&plan().encode(), "000000000000002b").unwrap_err();
-        assert!(err.to_string().contains("differs from the file name"), "{err}");
+        assert!(
+            err.to_string().contains("differs from the file name"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -26,7 +26,9 @@ use serde::Serialize;
 use super::{ChunkBytes, Repository};
 use crate::backend::{Backend, FileKind};
 use crate::compression::ChunkDecoder;
-use crate::container::{ChunkEntry, ContainerBuilder, ParsedContainer, CONTAINER_OVERHEAD, ENTRY_LEN};
+use crate::container::{
+    ChunkEntry, ContainerBuilder, ParsedContainer, CONTAINER_OVERHEAD, ENTRY_LEN,
+};
 use crate::error::{error_chain, Result, StoreError};
 use crate::gc_plan::GcPlan;
 use crate::segment::{decode_segment, encode_segment, SegmentContainer};
@@ -196,7 +198,9 @@ impl Repository {
         let mut groups: Vec<Vec<(u64, ChunkEntry)>> = Vec::new();
         let mut filled = usize::MAX;
         for (&id, fate) in &fates {
-            let Fate::Repack(entries) = fate else { continue };
+            let Fate::Repack(entries) = fate else {
+                continue;
+            };
             for e in entries {
                 let len = e.stored_len as usize;
                 if filled.saturating_add(len) > self.config.container_size || groups.is_empty() {
@@ -204,7 +208,10 @@ impl Repository {
                     filled = 0;
                 }
                 filled += len;
-                groups.last_mut().expect("a group was pushed").push((id, *e));
+                groups
+                    .last_mut()
+                    .expect("a group was pushed")
+                    .push((id, *e));
             }
         }
 
@@ -260,7 +267,10 @@ impl Repository {
                 .filter_map(|n| u64::from_str_radix(n, 16).ok())
                 .collect(),
             delete,
-            new_containers: groups.iter().map(|_| self.allocate_container_id()).collect(),
+            new_containers: groups
+                .iter()
+                .map(|_| self.allocate_container_id())
+                .collect(),
         };
         let mut crash = CrashPoint(opts.crash_after_ops);
         let kept: Vec<SegmentContainer> = fates
@@ -303,7 +313,8 @@ impl Repository {
         if crash.reached() {
             return Ok(false);
         }
-        self.backend.write(FileKind::GcPlan, &plan.name(), &plan.encode())?;
+        self.backend
+            .write(FileKind::GcPlan, &plan.name(), &plan.encode())?;
         self.backend.sync(FileKind::GcPlan)?;
 
         let mut decoder = ChunkDecoder::new();
@@ -338,8 +349,12 @@ impl Repository {
             if crash.reached() {
                 return Ok(false);
             }
-            self.backend.write(FileKind::Container, &hex(new_id), &bytes)?;
-            segment.push(SegmentContainer { id: new_id, entries });
+            self.backend
+                .write(FileKind::Container, &hex(new_id), &bytes)?;
+            segment.push(SegmentContainer {
+                id: new_id,
+                entries,
+            });
         }
         self.backend.sync(FileKind::Container)?;
         segment.sort_by_key(|c| c.id);
@@ -347,7 +362,8 @@ impl Repository {
             return Ok(false);
         }
         let bytes = encode_segment(algo, &segment);
-        self.backend.write(FileKind::IndexSegment, &plan.name(), &bytes)?;
+        self.backend
+            .write(FileKind::IndexSegment, &plan.name(), &bytes)?;
         self.backend.sync(FileKind::IndexSegment)?;
         Ok(true)
     }
