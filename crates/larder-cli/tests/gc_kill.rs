@@ -169,7 +169,7 @@ fn write_generation(root: &Path, rng: &mut Rng, g: usize, scale: usize) {
         fs::write(root.join("stable.bin"), rng.bytes(scale << 20)).unwrap();
     }
     fs::write(root.join("replaced.bin"), rng.bytes(scale << 20)).unwrap();
-    if g % 2 == 0 {
+    if g.is_multiple_of(2) {
         fs::write(
             root.join(format!("sometimes-{g}.bin")),
             rng.bytes(scale << 19),
@@ -344,7 +344,7 @@ fn two_backups_and_a_gc_started_together_corrupt_nothing() {
             larder(&repo).args(["-q", "forget", "--keep-last", "1"]),
             "forget",
         );
-        let wait = round % 2 == 0;
+        let wait = round.is_multiple_of(2);
         let with_wait = |mut cmd: Command| {
             if wait {
                 cmd.args(["--retry-lock", "60s"]);

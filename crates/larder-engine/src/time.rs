@@ -104,7 +104,7 @@ pub fn local_offset(sec: i64) -> i64 {
         if libc::localtime_r(&t, &mut tm).is_null() {
             return 0;
         }
-        i64::from(tm.tm_gmtoff)
+        tm.tm_gmtoff
     }
 }
 

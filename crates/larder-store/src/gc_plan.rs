@@ -87,7 +87,7 @@ impl GcPlan {
             le_u64(&body[40..48]),
         ];
         let ids = (body.len() - HEADER_LEN) / 8;
-        if (body.len() - HEADER_LEN) % 8 != 0
+        if !(body.len() - HEADER_LEN).is_multiple_of(8)
             || counts.iter().try_fold(0u64, |a, &c| a.checked_add(c)) != Some(ids as u64)
         {
             return Err(bad("the counts do not match the file's length"));
