@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use anyhow::Result;
 use clap::Args;
-use larder_engine::{local_offset, plan_forget, ForgetDecision, KeepReason, RetentionPolicy};
+use larder_engine::{
+    local_offset, plan_forget, plan_forget_named, ForgetDecision, RetentionPolicy,
+};
 use larder_store::{GcOptions, LockMode, RepoLock};
 
 use crate::output::Output;
@@ -80,13 +82,7 @@ pub fn forget(args: ForgetArgs, repo: Option<PathBuf>, out: &Output) -> Result<E
         for name in &args.snapshots {
             named.push(repo.find_snapshot(name)?.0);
         }
-        let mut decisions = plan_forget(&snapshots, &RetentionPolicy::default(), |_| 0);
-        for d in &mut decisions {
-            if !named.contains(&d.id) {
-                d.reasons = KeepReason::ALL.to_vec();
-            }
-        }
-        decisions
+        plan_forget_named(&snapshots, &named)
     };
     let removed: Vec<String> = decisions
         .iter()
@@ -96,7 +92,6 @@ pub fn forget(args: ForgetArgs, repo: Option<PathBuf>, out: &Output) -> Result<E
     if !args.dry_run {
         larder_engine::forget(&repo, &removed)?;
     }
-    let named = !args.snapshots.is_empty();
     let gc = if args.prune && !args.dry_run {
         let opts = GcOptions {
             repack_threshold: args.repack_threshold,
@@ -106,7 +101,7 @@ pub fn forget(args: ForgetArgs, repo: Option<PathBuf>, out: &Output) -> Result<E
     } else {
         None
     };
-    out.forget_done(&decisions, named, args.dry_run, gc.as_ref());
+    out.forget_done(&decisions, args.dry_run, gc.as_ref());
     Ok(ExitCode::SUCCESS)
 }
 

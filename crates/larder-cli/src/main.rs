@@ -412,6 +412,11 @@ fn run(cli: Cli, out: &Output) -> Result<ExitCode> {
             };
             let report = larder_engine::check(&repo, &opts)?;
             bar.finish();
+            for plan in repo.pending_gc_plans()? {
+                out.note(&format!(
+                    "garbage collection {plan} was interrupted; the next writer (backup, gc, ...) finishes or rolls it back (docs/design/gc.md)"
+                ));
+            }
             // The report itself names every problem (one JSON object with --json).
             out.check_done(&report, read_data);
             Ok(if report.is_ok() {

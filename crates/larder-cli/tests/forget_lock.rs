@@ -77,6 +77,12 @@ fn forget_by_policy_lists_and_removes_and_dry_run_changes_nothing() {
 #[test]
 fn forget_named_snapshots_then_gc_text_and_json() {
     let (repo, ids) = repo_with_snapshots(3);
+    let dry = repo.run(["--json", "forget", "--dry-run", &ids[1][..10]]);
+    dry.expect_ok();
+    let v = dry.json();
+    assert_eq!(ids_of(&v["remove"]), [ids[1].clone()]);
+    assert_eq!(v["keep"][1]["reasons"], serde_json::json!(["not named"]));
+    assert_eq!(repo.snapshots().len(), 3);
     let out = repo.run(["forget", &ids[1][..10]]);
     out.expect_ok();
     assert!(

@@ -37,10 +37,15 @@ pub enum KeepReason {
     Daily,
     Weekly,
     Monthly,
+    /// `forget` was given snapshot names, and not this one's.
+    NotNamed,
+    /// Its time does not parse, so no rule can place it.
+    UnknownTime,
 }
 
 impl KeepReason {
-    pub const ALL: [KeepReason; 4] = [Self::Last, Self::Daily, Self::Weekly, Self::Monthly];
+    /// The rules of a policy.
+    pub const RULES: [KeepReason; 4] = [Self::Last, Self::Daily, Self::Weekly, Self::Monthly];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -48,6 +53,8 @@ impl KeepReason {
             Self::Daily => "daily",
             Self::Weekly => "weekly",
             Self::Monthly => "monthly",
+            Self::NotNamed => "not named",
+            Self::UnknownTime => "unknown time",
         }
     }
 
@@ -57,6 +64,7 @@ impl KeepReason {
             Self::Daily => policy.daily,
             Self::Weekly => policy.weekly,
             Self::Monthly => policy.monthly,
+            Self::NotNamed | Self::UnknownTime => 0,
         }
     }
 
@@ -66,7 +74,7 @@ impl KeepReason {
     fn bucket(self, local: i64, index: usize) -> i64 {
         let day = local.div_euclid(86_400);
         match self {
-            Self::Last => index as i64,
+            Self::Last | Self::NotNamed | Self::UnknownTime => index as i64,
             Self::Daily => day,
             Self::Weekly => (day + 3).div_euclid(7),
             Self::Monthly => {
@@ -84,7 +92,7 @@ impl KeepReason {
 /// buckets.
 pub fn apply_policy(local_times: &[i64], policy: &RetentionPolicy) -> Vec<Vec<KeepReason>> {
     let mut reasons = vec![Vec::new(); local_times.len()];
-    for rule in KeepReason::ALL {
+    for rule in KeepReason::RULES {
         let mut left = rule.count(policy);
         let mut last_bucket = None;
         for i in (0..local_times.len()).rev() {
@@ -155,10 +163,32 @@ pub fn plan_forget(
             decisions[i].reasons = reasons;
         }
         for i in untimed {
-            decisions[i].reasons = KeepReason::ALL.to_vec();
+            decisions[i].reasons = vec![KeepReason::UnknownTime];
         }
     }
     decisions
+}
+
+/// The decisions of `forget` given snapshot names: `named` (full ids) are removed,
+/// every other snapshot is kept. Oldest first, like `snapshots`.
+pub fn plan_forget_named(
+    snapshots: &[IdentifiedSnapshot],
+    named: &[String],
+) -> Vec<ForgetDecision> {
+    snapshots
+        .iter()
+        .map(|(id, s)| ForgetDecision {
+            id: id.clone(),
+            time: s.time.clone(),
+            hostname: s.hostname.clone(),
+            paths: s.paths.clone(),
+            reasons: if named.contains(id) {
+                Vec::new()
+            } else {
+                vec![KeepReason::NotNamed]
+            },
+        })
+        .collect()
 }
 
 /// Removes the snapshots `ids` (full ids). Their data stays until `gc`.
@@ -181,7 +211,7 @@ mod tests {
     /// `count` newest buckets, keep the newest snapshot of each.
     fn model(times: &[i64], policy: &RetentionPolicy) -> Vec<BTreeSet<KeepReason>> {
         let mut keep = vec![BTreeSet::new(); times.len()];
-        for rule in KeepReason::ALL {
+        for rule in KeepReason::RULES {
             let mut newest: BTreeMap<i64, usize> = BTreeMap::new();
             for (i, &t) in times.iter().enumerate() {
                 let b = rule.bucket(t, i);

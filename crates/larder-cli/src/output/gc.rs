@@ -14,24 +14,15 @@ fn gc_json(s: &GcSummary) -> serde_json::Value {
 }
 
 impl Output {
-    pub fn forget_done(
-        &self,
-        decisions: &[ForgetDecision],
-        named: bool,
-        dry_run: bool,
-        gc: Option<&GcSummary>,
-    ) {
+    pub fn forget_done(&self, decisions: &[ForgetDecision], dry_run: bool, gc: Option<&GcSummary>) {
         let (keep, remove): (Vec<&ForgetDecision>, Vec<&ForgetDecision>) =
             decisions.iter().partition(|d| !d.reasons.is_empty());
         if self.json {
             let keep: Vec<_> = keep
                 .iter()
                 .map(|d| {
-                    let mut v = json!(d);
-                    if named {
-                        v["reasons"] = json!(["not named"]);
-                    }
-                    v
+                    let reasons: Vec<&str> = d.reasons.iter().map(|r| r.name()).collect();
+                    json!({ "id": d.id, "time": d.time, "hostname": d.hostname, "paths": d.paths, "reasons": reasons })
                 })
                 .collect();
             let remove: Vec<_> = remove
@@ -58,13 +49,8 @@ impl Output {
         };
         println!("keep {} snapshot(s):", keep.len());
         for d in &keep {
-            let why = if named {
-                String::new()
-            } else {
-                let names: Vec<&str> = d.reasons.iter().map(|r| r.name()).collect();
-                format!("  ({})", names.join(", "))
-            };
-            line(d, &why);
+            let names: Vec<&str> = d.reasons.iter().map(|r| r.name()).collect();
+            line(d, &format!("  ({})", names.join(", ")));
         }
         let verb = if dry_run { "would remove" } else { "removed" };
         println!("{verb} {} snapshot(s):", remove.len());

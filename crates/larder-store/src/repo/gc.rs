@@ -196,14 +196,14 @@ impl Repository {
         // The repacked chunks in container and table order (stream order survives),
         // packed into containers by stored bytes as a backup fills them.
         let mut groups: Vec<Vec<(u64, ChunkEntry)>> = Vec::new();
-        let mut filled = usize::MAX;
+        let mut filled = 0;
         for (&id, fate) in &fates {
             let Fate::Repack(entries) = fate else {
                 continue;
             };
             for e in entries {
                 let len = e.stored_len as usize;
-                if filled.saturating_add(len) > self.config.container_size || groups.is_empty() {
+                if groups.is_empty() || filled + len > self.config.container_size {
                     groups.push(Vec::new());
                     filled = 0;
                 }
