@@ -143,6 +143,72 @@ impl Repository {
         Ok(tables)
     }
 
+    /// Each indexed container's fate, counted into `report`.
+    fn decide_fates(
+        &self,
+        tables: &BTreeMap<u64, Vec<ChunkEntry>>,
+        live: &HashSet<Fingerprint>,
+        repack_threshold: u8,
+        report: &mut GcReport,
+    ) -> BTreeMap<u64, Fate> {
+        let mut fates = BTreeMap::new();
+        for (&id, entries) in tables {
+            let is_live = |e: &ChunkEntry| {
+                live.contains(&e.fingerprint)
+                    && self.index.get(&e.fingerprint)
+                        == Some(ChunkLocation {
+                            container: id,
+                            offset: e.offset,
+                            length: e.stored_len,
+                        })
+            };
+            let live_entries: Vec<ChunkEntry> = entries.iter().copied().filter(is_live).collect();
+            let total: u64 = entries.iter().map(|e| u64::from(e.stored_len)).sum();
+            let live_bytes: u64 = live_entries.iter().map(|e| u64::from(e.stored_len)).sum();
+            report.chunks_live += live_entries.len();
+            report.live_bytes += live_bytes;
+            let fate = if live_entries.is_empty() {
+                report.containers_deleted += 1;
+                report.chunks_removed += entries.len();
+                Fate::Delete
+            } else if live_bytes * 100 < u64::from(repack_threshold) * total {
+                report.containers_repacked += 1;
+                report.chunks_removed += entries.len() - live_entries.len();
+                Fate::Repack(live_entries)
+            } else {
+                report.containers_kept += 1;
+                Fate::Keep
+            };
+            fates.insert(id, fate);
+        }
+        fates
+    }
+
+    /// The repacked chunks in container and table order (stream order survives),
+    /// packed into new containers by stored bytes as a backup fills them.
+    fn pack(&self, fates: &BTreeMap<u64, Fate>) -> Vec<Vec<(u64, ChunkEntry)>> {
+        let mut groups: Vec<Vec<(u64, ChunkEntry)>> = Vec::new();
+        let mut filled = 0;
+        for (&id, fate) in fates {
+            let Fate::Repack(entries) = fate else {
+                continue;
+            };
+            for e in entries {
+                let len = e.stored_len as usize;
+                if groups.is_empty() || filled + len > self.config.container_size {
+                    groups.push(Vec::new());
+                    filled = 0;
+                }
+                filled += len;
+                groups
+                    .last_mut()
+                    .expect("a group was pushed")
+                    .push((id, *e));
+            }
+        }
+        groups
+    }
+
     /// Deletes what no snapshot uses: `live` holds every fingerprint the snapshots
     /// reach (their tree streams and file recipes). A chunk is live when its
     /// fingerprint is and it is the indexed copy. Needs the exclusive lock.
@@ -162,59 +228,8 @@ impl Repository {
             dry_run: opts.dry_run,
             ..GcReport::default()
         };
-        let mut fates = BTreeMap::new();
-        for (&id, entries) in &tables {
-            let is_live = |e: &ChunkEntry| {
-                live.contains(&e.fingerprint)
-                    && self.index.get(&e.fingerprint)
-                        == Some(ChunkLocation {
-                            container: id,
-                            offset: e.offset,
-                            length: e.stored_len,
-                        })
-            };
-            let live_entries: Vec<ChunkEntry> = entries.iter().copied().filter(is_live).collect();
-            let total: u64 = entries.iter().map(|e| u64::from(e.stored_len)).sum();
-            let live_bytes: u64 = live_entries.iter().map(|e| u64::from(e.stored_len)).sum();
-            report.chunks_live += live_entries.len();
-            report.live_bytes += live_bytes;
-            let fate = if live_entries.is_empty() {
-                report.containers_deleted += 1;
-                report.chunks_removed += entries.len();
-                Fate::Delete
-            } else if live_bytes * 100 < u64::from(opts.repack_threshold) * total {
-                report.containers_repacked += 1;
-                report.chunks_removed += entries.len() - live_entries.len();
-                Fate::Repack(live_entries)
-            } else {
-                report.containers_kept += 1;
-                Fate::Keep
-            };
-            fates.insert(id, fate);
-        }
-
-        // The repacked chunks in container and table order (stream order survives),
-        // packed into containers by stored bytes as a backup fills them.
-        let mut groups: Vec<Vec<(u64, ChunkEntry)>> = Vec::new();
-        let mut filled = 0;
-        for (&id, fate) in &fates {
-            let Fate::Repack(entries) = fate else {
-                continue;
-            };
-            for e in entries {
-                let len = e.stored_len as usize;
-                if groups.is_empty() || filled + len > self.config.container_size {
-                    groups.push(Vec::new());
-                    filled = 0;
-                }
-                filled += len;
-                groups
-                    .last_mut()
-                    .expect("a group was pushed")
-                    .push((id, *e));
-            }
-        }
-
+        let fates = self.decide_fates(&tables, live, opts.repack_threshold, &mut report);
+        let groups = self.pack(&fates);
         let old_segments: Vec<String> = self.segments.clone();
         let delete: Vec<u64> = fates
             .iter()
