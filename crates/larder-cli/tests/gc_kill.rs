@@ -5,7 +5,8 @@
 //!   `check --read-data`, and every remaining snapshot restores identical."
 //!   `LARDER_GC_KILLS` kills (default 5), each into a fresh copy of a repository where
 //!   snapshots were forgotten, at a seeded random moment within the duration of an
-//!   uninterrupted gc. After each kill, before any writer has recovered, `check
+//!   uninterrupted gc (every other kill within its sweep: after its plan file
+//!   appears). After each kill, before any writer has recovered, `check
 //!   --read-data` passes and every remaining snapshot restores identical; then `gc`
 //!   runs again (recovering first) and leaves a repository of exactly the size an
 //!   uninterrupted gc leaves.
@@ -244,29 +245,49 @@ fn gc_killed_at_random_moments_loses_nothing() {
         .filter(|(id, _)| !forgotten.contains(id))
         .collect();
 
-    // The window: an uninterrupted gc on a copy, and the size it leaves.
+    // The window: an uninterrupted gc on a copy, and the size it leaves. Its plan
+    // file's appearance marks the start of the sweep (before it, gc only reads).
     let reference = base.join("reference");
     copy_tree(&origin, &reference);
     let t0 = Instant::now();
-    run_ok(larder(&reference).args(["-q", "gc"]), "uninterrupted gc");
+    let mut child = larder(&reference).args(["-q", "gc"]).spawn().unwrap();
+    let mut sweep_start = None;
+    while child.try_wait().unwrap().is_none() {
+        if sweep_start.is_none() && fs::read_dir(reference.join("gc")).unwrap().next().is_some() {
+            sweep_start = Some(t0.elapsed());
+        }
+        std::thread::sleep(std::time::Duration::from_micros(500));
+    }
     let window = t0.elapsed();
+    assert!(child.wait().unwrap().success(), "uninterrupted gc");
+    let sweep_start = sweep_start.unwrap_or_default();
     let reference_size = stored_bytes(&reference);
 
     let mut killed = 0;
     for round in 0..kills {
         let repo = base.join(format!("repo-{round}"));
         copy_tree(&origin, &repo);
-        // Process start and the mark take the first part of the window; kills fall in
-        // the rest more often.
-        let delay = window.mul_f64(0.2 + 0.8 * rng.unit());
         let mut child = larder(&repo)
             .args(["-q", "gc"])
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
+        // Even kills fall anywhere in the run; odd ones wait for the plan file (the
+        // sweep's start), then fall anywhere in the rest of the run.
+        let t0 = Instant::now();
+        let delay = if round % 2 == 0 {
+            window.mul_f64(rng.unit())
+        } else {
+            while child.try_wait().unwrap().is_none()
+                && fs::read_dir(repo.join("gc")).unwrap().next().is_none()
+            {
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+            t0.elapsed() + (window.saturating_sub(sweep_start)).mul_f64(rng.unit())
+        };
         // The deliberate random kill moment, not a synchronization.
-        std::thread::sleep(delay);
+        std::thread::sleep(delay.saturating_sub(t0.elapsed()));
         child.kill().unwrap();
         let out = child.wait_with_output().unwrap();
         let was_killed = out.status.signal() == Some(libc::SIGKILL);
@@ -290,9 +311,10 @@ fn gc_killed_at_random_moments_loses_nothing() {
         run_ok(larder(&repo).args(["check"]), "check after the second gc");
         assert_eq!(stored_bytes(&repo), reference_size, "round {round}");
         eprintln!(
-            "kill {round}: after {:.3} s of {:.3} s: {}; {plans} plan(s) left; then: {}",
+            "kill {round}: after {:.3} s of {:.3} s (sweep from {:.3} s): {}; {plans} plan(s) left; then: {}",
             delay.as_secs_f64(),
             window.as_secs_f64(),
+            sweep_start.as_secs_f64(),
             if was_killed {
                 "killed"
             } else {
