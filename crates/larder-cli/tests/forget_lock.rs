@@ -11,6 +11,13 @@ use larder_store::{LockHolder, LockMode, Repository};
 use serde_json::Value;
 use support::{pseudo_random, Repo};
 
+/// Opens the repository in this process, waiting a little: a lock this test process
+/// released may still be held for a moment by a child another test thread is
+/// starting (fork copies the descriptor until exec closes it).
+fn hold(repo: &Repo, mode: LockMode) -> Repository {
+    Repository::open_waiting(&repo.path, mode, Duration::from_secs(10)).unwrap()
+}
+
 fn repo_with_snapshots(n: u64) -> (Repo, Vec<String>) {
     let repo = Repo::init(&[]);
     let src = repo.dir("src");
@@ -120,7 +127,7 @@ fn forget_named_snapshots_then_gc_text_and_json() {
 #[test]
 fn a_second_writer_is_refused_with_the_holders_name() {
     let (repo, _) = repo_with_snapshots(1);
-    let held = Repository::open(&repo.path, LockMode::Exclusive).unwrap();
+    let held = hold(&repo, LockMode::Exclusive);
     let me = format!("pid {}", std::process::id());
     for args in [&["gc"][..], &["forget", "--keep-last", "1"], &["snapshots"]] {
         repo.run(args)
@@ -129,7 +136,7 @@ fn a_second_writer_is_refused_with_the_holders_name() {
     }
     drop(held);
 
-    let reader = Repository::open(&repo.path, LockMode::Shared).unwrap();
+    let reader = hold(&repo, LockMode::Shared);
     repo.run(["gc"])
         .expect_code(1)
         .expect_stderr(&["locked by one or more readers"]);
@@ -140,7 +147,7 @@ fn a_second_writer_is_refused_with_the_holders_name() {
 #[test]
 fn retry_lock_waits_for_the_holder() {
     let (repo, _) = repo_with_snapshots(1);
-    let held = Repository::open(&repo.path, LockMode::Exclusive).unwrap();
+    let held = hold(&repo, LockMode::Exclusive);
     let release = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(700));
         drop(held);
@@ -150,7 +157,7 @@ fn retry_lock_waits_for_the_holder() {
     out.expect_ok();
     assert!(out.elapsed >= Duration::from_millis(600), "{out}");
 
-    let _held = Repository::open(&repo.path, LockMode::Exclusive).unwrap();
+    let _held = hold(&repo, LockMode::Exclusive);
     repo.run(["--retry-lock", "300ms", "gc"])
         .expect_code(1)
         .expect_stderr(&["gave up after waiting 0.3 s"]);
@@ -174,7 +181,7 @@ fn a_stale_lock_note_is_harmless_named_as_stale_and_removable() {
     fs::write(repo.path.join("lock"), serde_json::to_vec(&stale).unwrap()).unwrap();
 
     // A reader holds the lock: the refusal names the readers and calls the note stale.
-    let reader = Repository::open(&repo.path, LockMode::Shared).unwrap();
+    let reader = hold(&repo, LockMode::Shared);
     repo.run(["gc"])
         .expect_code(1)
         .expect_stderr(&["locked by one or more readers", "is stale"]);
