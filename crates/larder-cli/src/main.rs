@@ -6,6 +6,7 @@
 
 mod browse_commands;
 mod chunk_commands;
+mod gc_commands;
 mod gen_commands;
 mod output;
 mod pattern_args;
@@ -13,7 +14,8 @@ mod size;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
@@ -39,6 +41,9 @@ struct Cli {
     /// Print nothing but errors
     #[arg(short, long, global = true)]
     quiet: bool,
+    /// Wait up to DURATION (e.g. 30s, 5m) for a repository lock held by another process
+    #[arg(long, global = true, value_name = "DURATION", value_parser = gc_commands::parse_duration)]
+    retry_lock: Option<Duration>,
     #[command(subcommand)]
     command: Command,
 }
@@ -111,6 +116,13 @@ enum Command {
     Stats,
     /// Rebuild the index from the containers alone
     RebuildIndex,
+    /// Remove snapshots, named or by a retention policy (their data stays until gc)
+    Forget(gc_commands::ForgetArgs),
+    /// Delete the data no snapshot uses, repacking containers that are mostly dead
+    #[command(visible_alias = "prune")]
+    Gc(gc_commands::GcArgs),
+    /// Remove a stale lock note left by a killed process (a lock never outlives its process)
+    Unlock,
     /// Chunk files (no repository): chunk sizes, dedup ratio, chunking speed
     Chunk {
         /// Files to chunk; each is its own stream
@@ -231,9 +243,28 @@ fn repo_path(cli_repo: Option<PathBuf>, out: &Output) -> Result<PathBuf> {
     Ok(path)
 }
 
+/// How long `open` waits for the lock (`--retry-lock`); set once in `run`.
+static RETRY_LOCK: OnceLock<Duration> = OnceLock::new();
+
 fn open(path: &Path, mode: LockMode, out: &Output) -> Result<Repository> {
-    let repo = Repository::open(path, mode)?;
+    let wait = RETRY_LOCK.get().copied().unwrap_or_default();
+    let repo = Repository::open_waiting(path, mode, wait)?;
     let report = repo.report();
+    for id in &report.finished_gc {
+        out.note(&format!(
+            "finished garbage collection {id:016x}, which was interrupted after it committed"
+        ));
+    }
+    for id in &report.rolled_back_gc {
+        out.note(&format!(
+            "rolled back garbage collection {id:016x}, which was interrupted before it committed; nothing was deleted"
+        ));
+    }
+    for (name, reason) in &report.bad_gc_plans {
+        out.warn(&format!(
+            "gc plan {name} is damaged ({reason}); removed it and deleted nothing"
+        ));
+    }
     if !report.adopted_containers.is_empty() {
         out.note(&format!(
             "indexed {} container(s) that no index segment names (left by an interrupted backup); the next backup records them",
@@ -261,6 +292,7 @@ fn hostname() -> String {
 }
 
 fn run(cli: Cli, out: &Output) -> Result<ExitCode> {
+    RETRY_LOCK.get_or_init(|| cli.retry_lock.unwrap_or_default());
     match cli.command {
         Command::Init {
             chunker,
@@ -390,6 +422,11 @@ fn run(cli: Cli, out: &Output) -> Result<ExitCode> {
             };
             let report = larder_engine::check(&repo, &opts)?;
             bar.finish();
+            for plan in repo.pending_gc_plans()? {
+                out.note(&format!(
+                    "garbage collection {plan} was interrupted; the next writer (backup, gc, ...) finishes or rolls it back (docs/design/gc.md)"
+                ));
+            }
             // The report itself names every problem (one JSON object with --json).
             out.check_done(&report, read_data);
             Ok(if report.is_ok() {
@@ -418,6 +455,9 @@ fn run(cli: Cli, out: &Output) -> Result<ExitCode> {
                 ExitCode::from(EXIT_PARTIAL)
             })
         }
+        Command::Forget(args) => gc_commands::forget(args, cli.repo, out),
+        Command::Gc(args) => gc_commands::gc(args, cli.repo, out),
+        Command::Unlock => gc_commands::unlock(cli.repo, out),
         Command::Stats => {
             let path = repo_path(cli.repo, out)?;
             let repo = open(&path, LockMode::Shared, out)?;

@@ -1,6 +1,7 @@
 //! What the CLI prints: text for people, JSON for scripts, progress bars on a terminal.
 
 mod browse;
+mod gc;
 
 use std::io::IsTerminal;
 use std::path::Path;

@@ -5,7 +5,8 @@
 //! several threads and keeps stream order; small files are read and chunked in
 //! parallel across files.
 //!
-//! Besides backup, restore and check: reading snapshots back (`browse`: `ls` and
+//! Besides backup, restore and check: `forget` (retention policies) and `gc`'s mark
+//! (docs/design/gc.md); reading snapshots back (`browse`: `ls` and
 //! `cat`; `diff`), and the path patterns that select what backup and restore take
 //! (`pattern`, docs/design/patterns.md).
 
@@ -15,6 +16,8 @@ mod browse;
 mod check;
 mod diff;
 mod error;
+mod forget;
+mod gc;
 mod pattern;
 mod restore;
 mod select;
@@ -28,9 +31,14 @@ pub use browse::{display_path, escape_name, SnapshotPath, SnapshotTree};
 pub use check::{check, CheckOptions, CheckReport, Damage};
 pub use diff::{diff_snapshots, diff_trees, Change, ChangeKind, ChangedField, TreeDiff};
 pub use error::{EngineError, Result, Warning};
+pub use forget::{
+    apply_policy, forget, plan_forget, plan_forget_named, ForgetDecision, KeepReason,
+    RetentionPolicy,
+};
+pub use gc::{gc, mark, GcSummary};
 pub use pattern::{parse_pattern_file, Pattern, PatternList};
 pub use restore::{restore, RestoreOptions, RestoreSummary, DEFAULT_RESTORE_CACHE};
-pub use time::utc_rfc3339;
+pub use time::{local_offset, parse_utc_rfc3339, utc_rfc3339};
 pub use tree_io::{load_tree, ChunkReader};
 
 /// Receives progress as work advances; the CLI draws a bar from it.

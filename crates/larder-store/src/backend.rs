@@ -15,16 +15,24 @@ pub enum FileKind {
     Container,
     IndexSegment,
     Snapshot,
+    /// A garbage collection's plan (docs/design/gc.md).
+    GcPlan,
 }
 
 impl FileKind {
-    pub const ALL: [FileKind; 3] = [Self::Container, Self::IndexSegment, Self::Snapshot];
+    pub const ALL: [FileKind; 4] = [
+        Self::Container,
+        Self::IndexSegment,
+        Self::Snapshot,
+        Self::GcPlan,
+    ];
 
     pub fn dir(self) -> &'static str {
         match self {
             Self::Container => "containers",
             Self::IndexSegment => "index",
             Self::Snapshot => "snapshots",
+            Self::GcPlan => "gc",
         }
     }
 
@@ -33,6 +41,7 @@ impl FileKind {
             Self::Container => "ctr",
             Self::IndexSegment => "idx",
             Self::Snapshot => "snap",
+            Self::GcPlan => "plan",
         }
     }
 }

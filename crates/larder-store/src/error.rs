@@ -31,8 +31,14 @@ pub enum StoreError {
         /// The versions this larder reads, in words.
         supported: &'static str,
     },
-    #[error("repository {} is locked by another larder process; wait for it to finish and retry", .0.display())]
-    Locked(PathBuf),
+    #[error("repository {} is {holder}{}", path.display(), waited_advice(*.waited))]
+    Locked {
+        path: PathBuf,
+        /// Who holds the lock, in words.
+        holder: String,
+        /// How long this process waited for it.
+        waited: std::time::Duration,
+    },
     #[error("no snapshot matches {0:?} (see `larder snapshots`)")]
     NoSuchSnapshot(String),
     #[error("snapshot prefix {0:?} matches more than one snapshot; give more digits")]
@@ -43,6 +49,14 @@ pub enum StoreError {
     Config(String),
     #[error("compression: {0}")]
     Compression(String),
+}
+
+fn waited_advice(waited: std::time::Duration) -> String {
+    if waited.is_zero() {
+        "; wait for it to finish, or wait for the lock with --retry-lock DURATION".into()
+    } else {
+        format!("; gave up after waiting {} s", waited.as_secs_f64())
+    }
 }
 
 /// `e` and every error behind it, joined by `: ` (Display alone leaves the causes out).
@@ -80,7 +94,7 @@ impl StoreError {
     /// Whether trying the same operation again may succeed.
     pub fn is_retryable(&self) -> bool {
         match self {
-            Self::Locked(_) => true,
+            Self::Locked { .. } => true,
             Self::Io { source, .. } => matches!(
                 source.kind(),
                 io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut

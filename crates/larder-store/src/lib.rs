@@ -7,6 +7,8 @@ mod compression;
 mod container;
 mod direct;
 mod error;
+mod gc_plan;
+mod lock;
 mod repo;
 mod segment;
 mod snapshot;
@@ -22,7 +24,11 @@ pub use container::{
     CONTAINER_OVERHEAD, CONTAINER_TAIL_LEN, HEADER_LEN as CONTAINER_HEADER_LEN,
 };
 pub use error::{error_chain, Result, StoreError};
-pub use repo::{ChunkBytes, IdentifiedSnapshot, LockMode, OpenReport, RepoConfig, Repository};
+pub use gc_plan::GcPlan;
+pub use lock::{LockHolder, LockMode, RepoLock};
+pub use repo::{
+    ChunkBytes, GcOptions, GcReport, IdentifiedSnapshot, OpenReport, RepoConfig, Repository,
+};
 pub use segment::{decode_segment, encode_segment, SegmentContainer};
 pub use snapshot::{Snapshot, SnapshotSummary, TreeRef};
 pub use tree::{encode_tree_header, is_safe_relative_path, EntryKind, TreeDecoder, TreeEntry};

@@ -2,11 +2,12 @@
 //! (docs/design/format.md, "Commit order").
 
 use std::collections::BTreeSet;
-use std::fs::{self, File, TryLockError};
+use std::fs::{self, File};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use larder_chunk::ChunkerConfig;
 use larder_hash::HashAlgo;
@@ -20,6 +21,7 @@ use crate::container::{
     HEADER_LEN as CONTAINER_HEADER_LEN,
 };
 use crate::error::{error_chain, Result, StoreError};
+use crate::lock::{LockMode, RepoLock};
 use crate::segment::{decode_segment, encode_segment, SegmentContainer};
 use crate::snapshot::Snapshot;
 
@@ -36,6 +38,9 @@ const SEGMENT_FIXED_BYTES: u64 = 56;
 /// holds at most `container_size` plus one chunk of up to 16 MiB, far below the 4 GiB
 /// its 32-bit table offsets reach.
 const CONTAINER_SIZES: std::ops::RangeInclusive<usize> = (4 << 10)..=(1 << 30);
+
+mod gc;
+pub use gc::{GcOptions, GcReport};
 
 /// The `config` file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -139,14 +144,6 @@ pub struct ChunkBytes {
     pub stored: u64,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LockMode {
-    /// Readers: restore, check, snapshots, stats.
-    Shared,
-    /// Writers: backup.
-    Exclusive,
-}
-
 /// A snapshot with its id (the BLAKE3 of its encoded bytes, in hex).
 pub type IdentifiedSnapshot = (String, Snapshot);
 
@@ -161,6 +158,12 @@ pub struct OpenReport {
     pub bad_segments: Vec<(String, String)>,
     /// Leftover files removed from `tmp/`.
     pub removed_tmp: usize,
+    /// Interrupted garbage collections that `open` finished (they had committed).
+    pub finished_gc: Vec<u64>,
+    /// Interrupted garbage collections that `open` rolled back (they had not).
+    pub rolled_back_gc: Vec<u64>,
+    /// GC plans that failed verification: removed, nothing deleted (docs/design/gc.md).
+    pub bad_gc_plans: Vec<(String, String)>,
 }
 
 /// An open repository with its index loaded.
@@ -176,7 +179,8 @@ pub struct Repository {
     segments: Vec<String>,
     next_container: AtomicU64,
     report: OpenReport,
-    _lock: File,
+    /// Held for the repository's lifetime; declared last so that it is released last.
+    _lock: RepoLock,
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
@@ -191,7 +195,7 @@ impl Repository {
             return Err(StoreError::AlreadyExists(root.to_path_buf()));
         }
         fs::create_dir_all(root).map_err(io(root))?;
-        for dir in ["tmp", "containers", "index", "snapshots"] {
+        for dir in ["tmp", "containers", "index", "snapshots", "gc"] {
             let p = root.join(dir);
             fs::create_dir_all(&p).map_err(io(&p))?;
         }
@@ -203,7 +207,7 @@ impl Repository {
             .and_then(|f| f.sync_all())
             .map_err(io(&tmp))?;
         fs::rename(&tmp, root.join("config")).map_err(io(root))?;
-        for dir in ["tmp", "containers", "index", "snapshots"] {
+        for dir in ["tmp", "containers", "index", "snapshots", "gc"] {
             sync_dir(&root.join(dir))?;
         }
         sync_dir(root)?;
@@ -214,29 +218,20 @@ impl Repository {
     }
 
     /// Opens `root`, takes the lock, and loads the index (segments, then any container
-    /// no segment names).
+    /// no segment names). Fails at once if the lock is taken.
     pub fn open(root: &Path, mode: LockMode) -> Result<Self> {
+        Self::open_waiting(root, mode, Duration::ZERO)
+    }
+
+    /// Like [`Repository::open`], waiting up to `wait` for the lock. With the exclusive
+    /// lock it first removes what is in `tmp/` and finishes or rolls back an
+    /// interrupted garbage collection (docs/design/gc.md).
+    pub fn open_waiting(root: &Path, mode: LockMode, wait: Duration) -> Result<Self> {
         let config_path = root.join("config");
         if !config_path.is_file() {
             return Err(StoreError::NotARepository(root.to_path_buf()));
         }
-        let lock_path = root.join("lock");
-        let lock = File::options()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&lock_path)
-            .map_err(io(&lock_path))?;
-        let locked = match mode {
-            LockMode::Shared => lock.try_lock_shared(),
-            LockMode::Exclusive => lock.try_lock(),
-        };
-        match locked {
-            Ok(()) => {}
-            Err(TryLockError::WouldBlock) => return Err(StoreError::Locked(root.to_path_buf())),
-            Err(TryLockError::Error(e)) => return Err(StoreError::io(lock_path, e)),
-        }
+        let lock = RepoLock::acquire(root, mode, wait)?;
         let raw = fs::read(&config_path).map_err(io(&config_path))?;
         let config = RepoConfig::decode(&raw, &config_path.display().to_string())?;
         let mut repo = Self {
@@ -254,6 +249,7 @@ impl Repository {
         };
         if mode == LockMode::Exclusive {
             repo.clean_tmp()?;
+            repo.recover_gc()?;
         }
         repo.load_index()?;
         Ok(repo)
@@ -479,13 +475,19 @@ impl Repository {
         Ok(())
     }
 
-    fn next_segment_name(&self) -> String {
+    /// The number of the next segment: above every segment's (never reused while
+    /// any segment remains).
+    fn next_segment_seq(&self) -> u64 {
         let last = self
             .segments
             .last()
             .and_then(|n| u64::from_str_radix(n, 16).ok())
             .unwrap_or(0);
-        format!("{:016x}", last + 1)
+        last + 1
+    }
+
+    fn next_segment_name(&self) -> String {
+        format!("{:016x}", self.next_segment_seq())
     }
 
     /// Merges every segment into one. The merged segment is durable before the old
@@ -526,14 +528,8 @@ impl Repository {
                 Err(e) => bad.push((id, error_chain(&e))),
             }
         }
+        let name = self.next_segment_name();
         let old = std::mem::take(&mut self.segments);
-        let name = format!(
-            "{:016x}",
-            old.last()
-                .and_then(|n| u64::from_str_radix(n, 16).ok())
-                .unwrap_or(0)
-                + 1
-        );
         self.backend.sync(FileKind::Container)?;
         self.backend.write(
             FileKind::IndexSegment,
@@ -561,6 +557,13 @@ impl Repository {
         self.backend.write(FileKind::Snapshot, &id, &bytes)?;
         self.backend.sync(FileKind::Snapshot)?;
         Ok(id)
+    }
+
+    /// Removes snapshot `id` durably (`forget`); its chunks stay until `gc`. Needs the
+    /// exclusive lock.
+    pub fn remove_snapshot(&self, id: &str) -> Result<()> {
+        self.backend.remove(FileKind::Snapshot, id)?;
+        self.backend.sync(FileKind::Snapshot)
     }
 
     /// Every readable snapshot, oldest first, and the errors of unreadable ones.

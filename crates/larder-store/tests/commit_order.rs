@@ -9,8 +9,9 @@
 //! fsyncs themselves (rules 1 to 3) is checked by tracing the system calls of a real
 //! backup in `crates/larder-engine/tests/commit_order.rs`.
 //!
-//! Dropping a `Repository` stands for a killed process: it has no `Drop` that writes,
-//! and dropping it releases the lock exactly as the kernel does when a process dies.
+//! Dropping a `Repository` stands for a killed process: its `Drop` writes no repository
+//! data (it only clears the lock's advisory holder note), and dropping it releases the
+//! lock exactly as the kernel does when a process dies.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -292,7 +293,7 @@ fn rule5_a_live_writers_tmp_files_survive_other_opens() {
     fs::write(&in_flight, b"being written").unwrap();
     for mode in [LockMode::Exclusive, LockMode::Shared] {
         match Repository::open(&root, mode) {
-            Err(StoreError::Locked(_)) => {}
+            Err(StoreError::Locked { .. }) => {}
             Err(e) => panic!("{mode:?} open: {e}"),
             Ok(_) => panic!("{mode:?} open succeeded while a writer holds the lock"),
         }
@@ -308,7 +309,7 @@ fn rule5_a_live_writers_tmp_files_survive_other_opens() {
     let second_reader = open(&root, LockMode::Shared);
     assert!(matches!(
         Repository::open(&root, LockMode::Exclusive),
-        Err(StoreError::Locked(_))
+        Err(StoreError::Locked { .. })
     ));
     assert!(in_flight.exists());
     drop((reader, second_reader));

@@ -1,0 +1,69 @@
+//! Garbage collection's mark (docs/design/gc.md): the fingerprints every snapshot
+//! reaches, through its tree stream and its files' recipes. The sweep is the store's
+//! ([`Repository::collect_garbage`]).
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use larder_hash::Fingerprint;
+use larder_store::{error_chain, GcOptions, GcReport, Repository};
+
+use crate::error::{EngineError, Result};
+use crate::tree_io::{load_tree, ChunkReader};
+
+/// What `gc` did, and how long it took.
+#[derive(Debug, Clone)]
+pub struct GcSummary {
+    /// Snapshots whose chunks were marked live.
+    pub snapshots: usize,
+    pub sweep: GcReport,
+    pub duration: Duration,
+}
+
+/// Every fingerprint the snapshots of `repo` reach. Refuses to answer when a snapshot
+/// or a tree stream cannot be read: what it uses would be unknown, and a sweep would
+/// delete it.
+pub fn mark(repo: &Repository) -> Result<(usize, HashSet<Fingerprint>)> {
+    let (snapshots, unreadable) = repo.snapshots()?;
+    if let Some(e) = unreadable.first() {
+        return Err(EngineError::GcRefused(format!(
+            "a snapshot cannot be read ({}); remove it with `larder forget` or repair the repository first",
+            error_chain(e)
+        )));
+    }
+    let mut live = HashSet::new();
+    let mut reader = ChunkReader::new(repo);
+    for (id, snap) in &snapshots {
+        let tree = snap
+            .tree
+            .fingerprints()
+            .map_err(EngineError::from)
+            .and_then(|fps| {
+                live.extend(fps.iter().copied());
+                load_tree(&mut reader, &fps)
+            })
+            .map_err(|e| {
+                EngineError::GcRefused(format!(
+                    "the tree of snapshot {} cannot be read ({}); see `larder check`",
+                    &id[..8.min(id.len())],
+                    error_chain(&e)
+                ))
+            })?;
+        for entry in tree {
+            live.extend(entry.chunks);
+        }
+    }
+    Ok((snapshots.len(), live))
+}
+
+/// Marks, then sweeps with `opts`. Needs the exclusive lock.
+pub fn gc(repo: &mut Repository, opts: &GcOptions) -> Result<GcSummary> {
+    let start = Instant::now();
+    let (snapshots, live) = mark(repo)?;
+    let sweep = repo.collect_garbage(&live, opts)?;
+    Ok(GcSummary {
+        snapshots,
+        sweep,
+        duration: start.elapsed(),
+    })
+}

@@ -1,0 +1,474 @@
+//! Garbage collection's sweep and its crash recovery (docs/design/gc.md). The mark,
+//! which reads the snapshots' trees, is larder-engine's: it hands the sweep the set of
+//! live fingerprints.
+//!
+//! The protocol, as a must-list (each step durable before the next starts):
+//! 1. the plan `gc/<id>.plan` names the containers to delete, those to write and the
+//!    segments to replace;
+//! 2. the repacked containers are written;
+//! 3. index segment `<id>` names every container kept and written, none deleted: its
+//!    existence is the commit record;
+//! 4. the old segments are removed, so no segment names a deleted container;
+//! 5. only then are the deleted containers' files removed;
+//! 6. the plan is removed.
+//!
+//! `open` with the exclusive lock finds a plan left by a killed collection and rolls
+//! it forward (segment `<id>` exists: steps 4 to 6) or back (it does not: the
+//! containers of step 2 are removed, then the plan).
+
+use std::collections::{BTreeMap, HashSet};
+use std::fs;
+
+use larder_hash::Fingerprint;
+use larder_index::{ChunkLocation, CuckooIndex, FingerprintIndex};
+use serde::Serialize;
+
+use super::{ChunkBytes, Repository};
+use crate::backend::{Backend, FileKind};
+use crate::compression::ChunkDecoder;
+use crate::container::{
+    ChunkEntry, ContainerBuilder, ParsedContainer, CONTAINER_OVERHEAD, ENTRY_LEN,
+};
+use crate::error::{error_chain, Result, StoreError};
+use crate::gc_plan::GcPlan;
+use crate::segment::{decode_segment, encode_segment, SegmentContainer};
+
+/// Bytes of a segment besides its containers: header (24) and checksum (32).
+const SEGMENT_BASE: u64 = 24 + 32;
+/// Bytes of a segment per container besides its entries.
+const SEGMENT_PER_CONTAINER: u64 = 16;
+
+/// How a collection sweeps.
+#[derive(Debug, Clone)]
+pub struct GcOptions {
+    /// A container whose live fraction (of its chunks' stored bytes) is below this
+    /// percentage is repacked; 0 repacks nothing, 100 every container with a dead
+    /// chunk.
+    pub repack_threshold: u8,
+    /// Decide and report, change nothing.
+    pub dry_run: bool,
+    /// For crash tests: stop after this many file operations (writes, fsynced
+    /// removals), as a process killed there would, leaving the repository as it is.
+    /// The repository must then be dropped and opened again.
+    pub crash_after_ops: Option<usize>,
+}
+
+impl Default for GcOptions {
+    fn default() -> Self {
+        Self {
+            repack_threshold: 50,
+            dry_run: false,
+            crash_after_ops: None,
+        }
+    }
+}
+
+/// What a collection did (or, with `dry_run`, would do). Byte counts are of files:
+/// containers and index segments.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct GcReport {
+    pub dry_run: bool,
+    /// Containers with no live chunk: deleted.
+    pub containers_deleted: usize,
+    /// Containers below the threshold: their live chunks copied, then deleted.
+    pub containers_repacked: usize,
+    pub containers_kept: usize,
+    /// New containers holding the repacked chunks.
+    pub containers_written: usize,
+    pub chunks_live: usize,
+    /// Chunks that left the index with their containers.
+    pub chunks_removed: usize,
+    /// Stored bytes of the live chunks.
+    pub live_bytes: u64,
+    /// Bytes of the container and segment files before and after.
+    pub bytes_before: u64,
+    pub bytes_after: u64,
+    /// `bytes_before - bytes_after`.
+    pub bytes_reclaimed: i64,
+    /// Set when `crash_after_ops` stopped the collection part way.
+    #[serde(skip)]
+    pub interrupted: bool,
+}
+
+/// One container's fate.
+enum Fate {
+    Keep,
+    Delete,
+    /// Repack its live entries.
+    Repack(Vec<ChunkEntry>),
+}
+
+/// Counts file operations down to the crash point of a test.
+struct CrashPoint(Option<usize>);
+
+impl CrashPoint {
+    /// Whether the process "dies" before the next operation.
+    fn reached(&mut self) -> bool {
+        match &mut self.0 {
+            Some(0) => true,
+            Some(n) => {
+                *n -= 1;
+                false
+            }
+            None => false,
+        }
+    }
+}
+
+fn hex(id: u64) -> String {
+    format!("{id:016x}")
+}
+
+impl Repository {
+    fn file_len(&self, kind: FileKind, name: &str) -> u64 {
+        fs::metadata(self.backend.path_of(kind, name)).map_or(0, |m| m.len())
+    }
+
+    /// The table of every indexed container, by id: from the segments that verify,
+    /// and the adopted containers no segment names.
+    fn indexed_tables(&self) -> Result<BTreeMap<u64, Vec<ChunkEntry>>> {
+        let mut tables = BTreeMap::new();
+        for name in &self.segments {
+            let bytes = self.backend.read(FileKind::IndexSegment, name)?;
+            if let Ok(containers) = decode_segment(&bytes, name, self.config.hash) {
+                for c in containers {
+                    tables.entry(c.id).or_insert(c.entries);
+                }
+            }
+        }
+        for c in &self.pending {
+            tables.entry(c.id).or_insert_with(|| c.entries.clone());
+        }
+        tables.retain(|id, _| self.indexed_containers.contains(id));
+        Ok(tables)
+    }
+
+    /// Each indexed container's fate, counted into `report`.
+    fn decide_fates(
+        &self,
+        tables: &BTreeMap<u64, Vec<ChunkEntry>>,
+        live: &HashSet<Fingerprint>,
+        repack_threshold: u8,
+        report: &mut GcReport,
+    ) -> BTreeMap<u64, Fate> {
+        let mut fates = BTreeMap::new();
+        for (&id, entries) in tables {
+            let is_live = |e: &ChunkEntry| {
+                live.contains(&e.fingerprint)
+                    && self.index.get(&e.fingerprint)
+                        == Some(ChunkLocation {
+                            container: id,
+                            offset: e.offset,
+                            length: e.stored_len,
+                        })
+            };
+            let live_entries: Vec<ChunkEntry> = entries.iter().copied().filter(is_live).collect();
+            let total: u64 = entries.iter().map(|e| u64::from(e.stored_len)).sum();
+            let live_bytes: u64 = live_entries.iter().map(|e| u64::from(e.stored_len)).sum();
+            report.chunks_live += live_entries.len();
+            report.live_bytes += live_bytes;
+            let fate = if live_entries.is_empty() {
+                report.containers_deleted += 1;
+                report.chunks_removed += entries.len();
+                Fate::Delete
+            } else if live_bytes * 100 < u64::from(repack_threshold) * total {
+                report.containers_repacked += 1;
+                report.chunks_removed += entries.len() - live_entries.len();
+                Fate::Repack(live_entries)
+            } else {
+                report.containers_kept += 1;
+                Fate::Keep
+            };
+            fates.insert(id, fate);
+        }
+        fates
+    }
+
+    /// The repacked chunks in container and table order (stream order survives),
+    /// packed into new containers by stored bytes as a backup fills them.
+    fn pack(&self, fates: &BTreeMap<u64, Fate>) -> Vec<Vec<(u64, ChunkEntry)>> {
+        let mut groups: Vec<Vec<(u64, ChunkEntry)>> = Vec::new();
+        let mut filled = 0;
+        for (&id, fate) in fates {
+            let Fate::Repack(entries) = fate else {
+                continue;
+            };
+            for e in entries {
+                let len = e.stored_len as usize;
+                if groups.is_empty() || filled + len > self.config.container_size {
+                    groups.push(Vec::new());
+                    filled = 0;
+                }
+                filled += len;
+                groups
+                    .last_mut()
+                    .expect("a group was pushed")
+                    .push((id, *e));
+            }
+        }
+        groups
+    }
+
+    /// Deletes what no snapshot uses: `live` holds every fingerprint the snapshots
+    /// reach (their tree streams and file recipes). A chunk is live when its
+    /// fingerprint is and it is the indexed copy. Needs the exclusive lock.
+    pub fn collect_garbage(
+        &mut self,
+        live: &HashSet<Fingerprint>,
+        opts: &GcOptions,
+    ) -> Result<GcReport> {
+        if opts.repack_threshold > 100 {
+            return Err(StoreError::Config(format!(
+                "repack threshold {}% is above 100%",
+                opts.repack_threshold
+            )));
+        }
+        let tables = self.indexed_tables()?;
+        let mut report = GcReport {
+            dry_run: opts.dry_run,
+            ..GcReport::default()
+        };
+        let fates = self.decide_fates(&tables, live, opts.repack_threshold, &mut report);
+        let groups = self.pack(&fates);
+        let old_segments: Vec<String> = self.segments.clone();
+        let delete: Vec<u64> = fates
+            .iter()
+            .filter(|(_, f)| !matches!(f, Fate::Keep))
+            .map(|(&id, _)| id)
+            .collect();
+        let kept_entries: u64 = fates
+            .iter()
+            .filter(|(_, f)| matches!(f, Fate::Keep))
+            .map(|(id, _)| tables[id].len() as u64)
+            .sum();
+        let new_data: u64 = groups
+            .iter()
+            .flatten()
+            .map(|(_, e)| u64::from(e.stored_len) + ENTRY_LEN as u64)
+            .sum();
+        let new_containers_len = new_data + (CONTAINER_OVERHEAD as u64) * groups.len() as u64;
+        let new_entries: u64 = groups.iter().map(|g| g.len() as u64).sum();
+        let new_segment_len = SEGMENT_BASE
+            + SEGMENT_PER_CONTAINER * (report.containers_kept + groups.len()) as u64
+            + ENTRY_LEN as u64 * (kept_entries + new_entries);
+        let old_segments_len: u64 = old_segments
+            .iter()
+            .map(|n| self.file_len(FileKind::IndexSegment, n))
+            .sum();
+        let deleted_len: u64 = delete
+            .iter()
+            .map(|&id| self.file_len(FileKind::Container, &hex(id)))
+            .sum();
+        let all_containers_len: u64 = tables
+            .keys()
+            .map(|&id| self.file_len(FileKind::Container, &hex(id)))
+            .sum();
+        report.containers_written = groups.len();
+        report.bytes_before = all_containers_len + old_segments_len;
+        report.bytes_after = if delete.is_empty() {
+            report.bytes_before
+        } else {
+            all_containers_len - deleted_len + new_containers_len + new_segment_len
+        };
+        report.bytes_reclaimed = report.bytes_before as i64 - report.bytes_after as i64;
+        if opts.dry_run || delete.is_empty() {
+            return Ok(report);
+        }
+
+        let plan = GcPlan {
+            id: self.next_segment_seq(),
+            old_segments: old_segments
+                .iter()
+                .filter_map(|n| u64::from_str_radix(n, 16).ok())
+                .collect(),
+            delete,
+            new_containers: groups
+                .iter()
+                .map(|_| self.allocate_container_id())
+                .collect(),
+        };
+        let mut crash = CrashPoint(opts.crash_after_ops);
+        let kept: Vec<SegmentContainer> = fates
+            .iter()
+            .filter(|(_, f)| matches!(f, Fate::Keep))
+            .map(|(id, _)| SegmentContainer {
+                id: *id,
+                entries: tables[id].clone(),
+            })
+            .collect();
+        match self.gc_prepare(&plan, &groups, kept, &mut crash) {
+            Ok(true) => {}
+            Ok(false) => {
+                report.interrupted = true;
+                return Ok(report);
+            }
+            Err(e) => {
+                // Nothing is committed: undo what was written, as `open` would.
+                self.gc_roll_back(&plan)?;
+                return Err(e);
+            }
+        }
+        if !self.gc_finish(&plan, &mut crash)? {
+            report.interrupted = true;
+            return Ok(report);
+        }
+        self.reload_index()?;
+        Ok(report)
+    }
+
+    /// Steps 1 to 3 of the protocol. Returns `false` if the crash point stopped it.
+    fn gc_prepare(
+        &mut self,
+        plan: &GcPlan,
+        groups: &[Vec<(u64, ChunkEntry)>],
+        mut segment: Vec<SegmentContainer>,
+        crash: &mut CrashPoint,
+    ) -> Result<bool> {
+        let algo = self.config.hash;
+        if crash.reached() {
+            return Ok(false);
+        }
+        self.backend
+            .write(FileKind::GcPlan, &plan.name(), &plan.encode())?;
+        self.backend.sync(FileKind::GcPlan)?;
+
+        let mut decoder = ChunkDecoder::new();
+        let mut raw = Vec::new();
+        let mut source: Option<ParsedContainer> = None;
+        for (group, &new_id) in groups.iter().zip(&plan.new_containers) {
+            let data: usize = group.iter().map(|(_, e)| e.stored_len as usize).sum();
+            let mut builder = ContainerBuilder::new(new_id, algo, data + ENTRY_LEN * group.len());
+            for &(src, e) in group {
+                if source.as_ref().is_none_or(|c| c.id != src) {
+                    source = Some(self.load_container(src)?);
+                }
+                let c = source.as_ref().expect("loaded above");
+                // A live chunk is copied only after it verifies: gc never spreads damage.
+                raw.clear();
+                c.read_raw(&e, &mut decoder, &mut raw)?;
+                if algo.fingerprint(&raw) != e.fingerprint {
+                    return Err(StoreError::corrupt(
+                        "container",
+                        hex(src),
+                        format!(
+                            "live chunk {} is damaged; gc stopped and deleted nothing (run `larder check --read-data`)",
+                            e.fingerprint
+                        ),
+                    ));
+                }
+                let stored = c.chunk(e.offset, e.stored_len).expect("read_raw found it");
+                let encoding = e.encoding().expect("parsed entries have known encodings");
+                builder.push_stored(e.fingerprint, stored, e.raw_len, encoding);
+            }
+            let (bytes, entries) = builder.seal();
+            if crash.reached() {
+                return Ok(false);
+            }
+            self.backend
+                .write(FileKind::Container, &hex(new_id), &bytes)?;
+            segment.push(SegmentContainer {
+                id: new_id,
+                entries,
+            });
+        }
+        self.backend.sync(FileKind::Container)?;
+        segment.sort_by_key(|c| c.id);
+        if crash.reached() {
+            return Ok(false);
+        }
+        let bytes = encode_segment(algo, &segment);
+        self.backend
+            .write(FileKind::IndexSegment, &plan.name(), &bytes)?;
+        self.backend.sync(FileKind::IndexSegment)?;
+        Ok(true)
+    }
+
+    /// Steps 4 to 6: after the commit, each removal is durable before the next kind
+    /// of removal starts. Returns `false` if the crash point stopped it.
+    fn gc_finish(&self, plan: &GcPlan, crash: &mut CrashPoint) -> Result<bool> {
+        let steps = [
+            (FileKind::IndexSegment, &plan.old_segments),
+            (FileKind::Container, &plan.delete),
+        ];
+        for (kind, ids) in steps {
+            for &id in ids {
+                if crash.reached() {
+                    return Ok(false);
+                }
+                self.backend.remove(kind, &hex(id))?;
+            }
+            self.backend.sync(kind)?;
+        }
+        if crash.reached() {
+            return Ok(false);
+        }
+        self.backend.remove(FileKind::GcPlan, &plan.name())?;
+        self.backend.sync(FileKind::GcPlan)?;
+        Ok(true)
+    }
+
+    /// Undoes an uncommitted collection: its segment (if the commit itself failed
+    /// part way it is absent), its new containers, then its plan.
+    fn gc_roll_back(&self, plan: &GcPlan) -> Result<()> {
+        self.backend.remove(FileKind::IndexSegment, &plan.name())?;
+        self.backend.sync(FileKind::IndexSegment)?;
+        for &id in &plan.new_containers {
+            self.backend.remove(FileKind::Container, &hex(id))?;
+        }
+        self.backend.sync(FileKind::Container)?;
+        self.backend.remove(FileKind::GcPlan, &plan.name())?;
+        self.backend.sync(FileKind::GcPlan)
+    }
+
+    /// Finishes or rolls back each collection a killed process left (called by `open`
+    /// with the exclusive lock, before the index is loaded). A plan that fails
+    /// verification is removed and nothing is deleted, which is always safe: what it
+    /// wrote is then adopted like a killed backup's containers, and a later gc
+    /// collects it.
+    pub(super) fn recover_gc(&mut self) -> Result<()> {
+        let dir = self.root.join(FileKind::GcPlan.dir());
+        fs::create_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))?;
+        for name in self.backend.list(FileKind::GcPlan)? {
+            let bytes = self.backend.read(FileKind::GcPlan, &name)?;
+            match GcPlan::decode(&bytes, &name) {
+                Ok(plan) => {
+                    let committed = self
+                        .backend
+                        .list(FileKind::IndexSegment)?
+                        .contains(&plan.name());
+                    if committed {
+                        self.gc_finish(&plan, &mut CrashPoint(None))?;
+                        self.report.finished_gc.push(plan.id);
+                    } else {
+                        self.gc_roll_back(&plan)?;
+                        self.report.rolled_back_gc.push(plan.id);
+                    }
+                }
+                Err(e) => {
+                    self.backend.remove(FileKind::GcPlan, &name)?;
+                    self.backend.sync(FileKind::GcPlan)?;
+                    self.report.bad_gc_plans.push((name, error_chain(&e)));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Names of the plans of interrupted collections (for `check` to mention); empty
+    /// for repositories made before gc existed.
+    pub fn pending_gc_plans(&self) -> Result<Vec<String>> {
+        if !self.root.join(FileKind::GcPlan.dir()).is_dir() {
+            return Ok(Vec::new());
+        }
+        self.backend.list(FileKind::GcPlan)
+    }
+
+    /// Loads the index again from the files, as `open` does.
+    fn reload_index(&mut self) -> Result<()> {
+        self.index = CuckooIndex::new();
+        self.indexed_containers.clear();
+        self.chunk_bytes = ChunkBytes::default();
+        self.pending.clear();
+        self.load_index()
+    }
+}
