@@ -132,13 +132,16 @@ pub fn chunk_files(
 ) -> Result<ChunkFilesReport, BenchError> {
     config.validate()?;
     let chunker = config.build();
-    // Chunking and fingerprinting share this pool: `threads` threads in all, and no
-    // second pool whose threads could still be spinning when a block's chunking starts.
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads.max(1))
-        .build()
-        .map_err(|e| BenchError::Threads(e.to_string()))?;
-    let chunk_pool = (threads > 1).then_some(&pool);
+    let pool = if threads > 1 {
+        Some(
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .map_err(|e| BenchError::Threads(e.to_string()))?,
+        )
+    } else {
+        None
+    };
     let mut parallel = ParallelStats::default();
     let mut totals = SizeStats::default();
     let mut distinct = DistinctChunks::default();
@@ -156,7 +159,7 @@ pub fn chunk_files(
                 slices.push(&data[start..start + len as usize]);
                 start += len as usize;
             }
-            let fingerprints = pool.install(|| HashAlgo::Blake3.fingerprint_batch(&slices));
+            let fingerprints = HashAlgo::Blake3.fingerprint_batch(&slices);
             for (&len, fp) in lengths.iter().zip(fingerprints) {
                 stats.add(u64::from(len));
                 distinct.add(fp, u64::from(len), index);
@@ -172,7 +175,7 @@ pub fn chunk_files(
                 &mut file,
                 chunker.as_ref(),
                 BLOCK_SIZE,
-                chunk_pool,
+                pool.as_ref(),
                 &mut on_chunks,
             )
         });

@@ -145,8 +145,7 @@ enum Command {
         /// Also list every chunk: its file, offset and length
         #[arg(long)]
         cuts: bool,
-        /// Threads for chunking and fingerprinting; the cut points are exactly those of one
-        /// thread [default: one per core]
+        /// Chunking threads; the cut points are exactly those of one thread [default: one per core]
         #[arg(long, default_value_t = 0)]
         threads: usize,
     },
