@@ -16,7 +16,7 @@ use std::sync::Arc;
 use larder_chunk::ChunkerConfig;
 use larder_engine::{
     backup, check, forget, gc, mark, restore, BackupOptions, CheckOptions, NoProgress, PatternList,
-    RestoreOptions,
+    RestoreOptions, DEFAULT_RESTORE_CACHE,
 };
 use larder_hash::HashAlgo;
 use larder_index::{ChunkLocation, FingerprintIndex};
@@ -190,6 +190,7 @@ fn assert_intact(f: &Fixture, root: &Path, kept: &[usize]) {
             overwrite: false,
             include: PatternList::default(),
             exclude: PatternList::default(),
+            cache_size: DEFAULT_RESTORE_CACHE,
             progress: Arc::new(NoProgress),
         };
         restore(&repo, id, target.path(), &opts).unwrap();
