@@ -12,10 +12,12 @@ use serde::Serialize;
 use crate::stats::{Dedup, DistinctChunks, SizeStats, SizeSummary};
 use crate::BenchError;
 
-/// Bytes read at a time (raised to twice the largest chunk where that is more). 32 MiB
-/// rather than 8: with `--threads 2` the parallel chunker's fork-joins per block cost
-/// less (1.70x one thread against about 1.45x, medians of 7 runs of `larder chunk`).
-pub const BLOCK_SIZE: usize = 32 << 20;
+/// Bytes read at a time (raised to twice the largest chunk where that is more). Each
+/// block costs the parallel chunker a fixed price (about 1.5 ms here with 2 threads,
+/// whatever the block's size), so blocks are large: with `--threads 2` on 1 GiB of real
+/// data, 256 MiB blocks give 1.83x one thread, 32 MiB blocks 1.46x (medians of 5 to 7
+/// alternating runs of `larder chunk`, docs/performance.md). Memory: one block.
+pub const BLOCK_SIZE: usize = 256 << 20;
 
 /// Chunks everything `reader` yields as one stream. A chunk is cut only when at least
 /// `max_size` bytes follow its start or the stream has ended (the [`Chunker`]
