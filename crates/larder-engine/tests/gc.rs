@@ -22,21 +22,11 @@ use larder_hash::HashAlgo;
 use larder_index::{ChunkLocation, FingerprintIndex};
 use larder_store::{decode_segment, GcOptions, GcReport, LockMode, RepoConfig, Repository};
 
-const CONTAINER_SIZE: usize = 256 << 10;
+#[path = "support/bytes.rs"]
+mod seeded;
+use seeded::bytes;
 
-fn bytes(seed: u64, len: usize) -> Vec<u8> {
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xD1B5_4A32_D192_ED03;
-    let mut out = Vec::with_capacity(len + 8);
-    while out.len() < len {
-        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        out.extend_from_slice(&(z ^ (z >> 31)).to_le_bytes());
-    }
-    out.truncate(len);
-    out
-}
+const CONTAINER_SIZE: usize = 256 << 10;
 
 /// A file's content (or a symlink's target) and permission bits, by relative path.
 type TreeImage = BTreeMap<PathBuf, (Vec<u8>, u32)>;
