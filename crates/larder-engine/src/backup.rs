@@ -14,7 +14,7 @@
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashSet};
 use std::fs::File;
-use std::io::{ErrorKind, Read};
+use std::io::Read;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -31,6 +31,7 @@ use larder_store::{
 use rayon::prelude::*;
 use serde::Serialize;
 
+use crate::block_buf::{block_buffer, read_append};
 use crate::error::{EngineError, Result, Warning};
 use crate::pattern::PatternList;
 use crate::time::rfc3339;
@@ -423,10 +424,13 @@ struct BufferPool {
 }
 
 impl BufferPool {
-    /// A buffer of exactly `size` initialized bytes.
+    /// An empty buffer with room for `size` bytes.
     fn get(&self) -> Vec<u8> {
-        let mut buf = self.free.try_recv().unwrap_or_default();
-        buf.resize(self.size, 0);
+        let mut buf = self
+            .free
+            .try_recv()
+            .unwrap_or_else(|_| block_buffer(self.size));
+        buf.clear();
         buf
     }
 }
@@ -546,21 +550,19 @@ fn chunk_large(
     let mut total = 0u64;
     loop {
         let mut buf = pool.get();
-        buf[..carry.len()].copy_from_slice(&carry);
-        let mut filled = carry.len();
+        buf.extend_from_slice(&carry);
         let mut eof = false;
-        while filled < BLOCK {
-            match file.read(&mut buf[filled..BLOCK]) {
+        while buf.len() < BLOCK {
+            let room = BLOCK - buf.len();
+            match read_append(&mut file, &mut buf, room) {
                 Ok(0) => {
                     eof = true;
                     break;
                 }
-                Ok(n) => filled += n,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Ok(_) => {}
                 Err(e) => return send(fail(e), started, busy),
             }
         }
-        buf.truncate(filled);
         let block = chunker.chunk_block(&buf, eof);
         // A chunk is at most 16 MiB (`ChunkerConfig`'s largest maximum).
         let lens = block.lengths.iter().map(|&len| len as u32).collect();

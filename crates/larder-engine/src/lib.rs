@@ -12,6 +12,7 @@
 
 mod assembly;
 mod backup;
+mod block_buf;
 mod browse;
 mod check;
 mod diff;
