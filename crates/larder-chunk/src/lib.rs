@@ -12,6 +12,7 @@
 
 mod adler;
 mod ae;
+mod candidates;
 mod config;
 mod fastcdc2016;
 mod fastcdc2020;
@@ -25,6 +26,7 @@ mod rabin;
 
 pub use adler::{AdlerCdc, ADLER_MODULUS, ADLER_RESIDUE, ADLER_TABLE, ADLER_WINDOW};
 pub use ae::{ae_window, AsymmetricExtremum, AE_VALUE_BYTES};
+pub use candidates::{Candidate, CandidateChunker, WINDOW};
 pub use config::{ChunkerConfig, ChunkerKind, ConfigError};
 pub use fastcdc2016::FastCdc2016;
 pub use fastcdc2020::FastCdc2020;
