@@ -358,6 +358,7 @@ fn run(cli: Cli, out: &Output) -> Result<ExitCode> {
                 username: std::env::var("USER").unwrap_or_default(),
                 exclude,
                 progress: bar.clone() as Arc<dyn Progress>,
+                serial: false,
             };
             let summary = larder_engine::backup(&mut repo, &paths, &opts)?;
             bar.finish();
