@@ -13,9 +13,15 @@
 
 pub mod chunk;
 pub mod corpus;
+pub mod gen_truth;
+pub mod index;
 mod error;
+pub mod pipeline;
 pub mod plot;
 pub mod report;
+pub mod report_all;
+mod report_plots;
+mod report_text;
 pub mod stats;
 pub mod stream;
 
