@@ -85,9 +85,8 @@ type Op<'a> = Box<dyn FnMut() -> (f64, usize) + 'a>;
 /// Every structure and operation at one size, the rounds interleaved. Panics if a
 /// structure answers wrongly: a benchmark of a broken index would be meaningless.
 fn measure_size(size: usize, plan: &IndexPlan, progress: &mut dyn FnMut(&str)) -> Vec<IndexRate> {
-    let items: Vec<(Fingerprint, ChunkLocation)> = (0..size as u64)
-        .map(|i| (key(i), location(i)))
-        .collect();
+    let items: Vec<(Fingerprint, ChunkLocation)> =
+        (0..size as u64).map(|i| (key(i), location(i))).collect();
     let hits: Vec<Fingerprint> = items.iter().map(|(k, _)| *k).collect();
     let misses: Vec<Fingerprint> = (size as u64..2 * size as u64).map(key).collect();
     // Filled by the insert runs, read by the lookup runs.
@@ -145,8 +144,18 @@ fn measure_size(size: usize, plan: &IndexPlan, progress: &mut dyn FnMut(&str)) -
                 })
             }),
         ),
-        (CUCKOO, HIT, size, Box::new(|| timed(&mut || get_batch(&hits)))),
-        (CUCKOO, MISS, 0, Box::new(|| timed(&mut || get_batch(&misses)))),
+        (
+            CUCKOO,
+            HIT,
+            size,
+            Box::new(|| timed(&mut || get_batch(&hits))),
+        ),
+        (
+            CUCKOO,
+            MISS,
+            0,
+            Box::new(|| timed(&mut || get_batch(&misses))),
+        ),
         (
             CUCKOO_PARALLEL,
             HIT,

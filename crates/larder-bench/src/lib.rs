@@ -13,9 +13,9 @@
 
 pub mod chunk;
 pub mod corpus;
+mod error;
 pub mod gen_truth;
 pub mod index;
-mod error;
 pub mod pipeline;
 pub mod plot;
 pub mod report;

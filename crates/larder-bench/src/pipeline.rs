@@ -532,7 +532,12 @@ mod tests {
             seconds: Vec::new(),
             stages: Vec::new(),
         };
-        let modes = [mode(1, true), mode(1, false), mode(2, false), mode(8, false)];
+        let modes = [
+            mode(1, true),
+            mode(1, false),
+            mode(2, false),
+            mode(8, false),
+        ];
         let rows = model_rows(&modes, &t, 8_000_000, 2);
         let model: Vec<f64> = rows.iter().map(|r| r.model_mb_per_sec).collect();
         // 8 MB over 8 s, over max 4 s, over max(2, 1, 1, 1), over max(0.5, 0.25, 1, 1).
@@ -559,7 +564,8 @@ mod tests {
             segment_sizes: vec![256 << 10],
             segment_threads: vec![1, 2],
         };
-        let (segments, table, chunks, ratio) = measure_segments(&corpus, &plan, &mut |_| {}).unwrap();
+        let (segments, table, chunks, ratio) =
+            measure_segments(&corpus, &plan, &mut |_| {}).unwrap();
         assert!(chunks > 500);
         assert!(ratio > 1.9, "{ratio}");
         assert!(segments.iter().all(|p| p.differing_cuts == 0));

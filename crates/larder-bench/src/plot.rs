@@ -73,6 +73,8 @@ pub(crate) enum XScale {
     Log2Bytes,
     /// x is linear, in the unit its axis label names.
     Linear,
+    /// x counts something (generations): ticks only at whole numbers.
+    Count,
 }
 
 pub(crate) struct LineChart<'a> {
@@ -327,6 +329,8 @@ fn draw_lines(
         XScale::Log2Bytes if (x - x.round()).abs() < 1e-6 => format_size(x.round().exp2()),
         XScale::Log2Bytes => String::new(),
         XScale::Linear => kib_format(x),
+        XScale::Count if (x - x.round()).abs() < 1e-6 => format!("{x:.0}"),
+        XScale::Count => String::new(),
     };
     let linear_format = tick_format(y_high - y_low);
     let log_axis = matches!(spec.y_scale, YScale::Log10Drawn);
@@ -531,8 +535,8 @@ pub(crate) fn bar_chart(spec: &BarChart<'_>) -> Result<String, BenchError> {
             .draw()
             .map_err(&fail)?;
         let width = 0.8 / spec.series.len().max(1) as f64;
-        let label_style = TextStyle::from((FONT, 12).into_font())
-            .pos(Pos::new(HPos::Center, VPos::Bottom));
+        let label_style =
+            TextStyle::from((FONT, 12).into_font()).pos(Pos::new(HPos::Center, VPos::Bottom));
         for (j, series) in spec.series.iter().enumerate() {
             let c = colour(j);
             for (i, value) in series.values.iter().enumerate() {

@@ -158,7 +158,10 @@ fn scratch_dir() -> Result<(tempfile::TempDir, String), BenchError> {
     }
     let base = std::env::temp_dir();
     let dir = make(&base).map_err(|e| BenchError::io(&base, e))?;
-    let shown = format!("{} (not tmpfs: disk writes are in the figures)", dir.path().display());
+    let shown = format!(
+        "{} (not tmpfs: disk writes are in the figures)",
+        dir.path().display()
+    );
     Ok((dir, shown))
 }
 
@@ -209,7 +212,11 @@ pub fn run_report(
     if !paths.is_empty() {
         let (corpus, s) = Corpus::load(paths, plan.max_input)?;
         skipped = s;
-        let files = corpus.streams.iter().map(|s| PathBuf::from(&s.name)).collect();
+        let files = corpus
+            .streams
+            .iter()
+            .map(|s| PathBuf::from(&s.name))
+            .collect();
         let name = paths
             .iter()
             .map(|p| p.display().to_string())

@@ -174,7 +174,7 @@ pub fn gen_truth_plot(r: &GenTruthReport) -> Result<(PlotFile, String), BenchErr
         title: title.clone(),
         x_desc: "generation (1 is the first full backup)",
         y_desc: "dedup ratio (bytes / new bytes, log scale)",
-        x_scale: XScale::Linear,
+        x_scale: XScale::Count,
         y_scale: YScale::Log10,
         marker_every: 1,
         lines,
