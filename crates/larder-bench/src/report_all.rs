@@ -31,12 +31,21 @@ pub struct ReportPlan {
 }
 
 impl ReportPlan {
-    /// `--quick`: fewer runs and sizes, 64 MiB generations; otherwise the chunking
-    /// bench's full plan and 256 MiB generations. `cores` sets the thread counts.
+    /// `--quick`: three runs, fewer sizes, 64 MiB generations; otherwise the chunking
+    /// bench's full plan, five runs and 256 MiB generations. `cores` sets the thread
+    /// counts.
     pub fn new(quick: bool, cores: usize) -> Self {
         Self {
             quick,
-            chunk: if quick { Plan::quick() } else { Plan::full() },
+            // Three runs even when quick, so that every speed has a spread.
+            chunk: if quick {
+                Plan {
+                    runs: 3,
+                    ..Plan::quick()
+                }
+            } else {
+                Plan::full()
+            },
             pipeline: PipelinePlan::new(quick, cores),
             generated: GenPlan {
                 seed: 0,
@@ -195,20 +204,9 @@ pub fn run_report(
     let started = Instant::now();
     let machine = Machine::this();
     std::fs::create_dir_all(out).map_err(|e| BenchError::io(out, e))?;
-    let (scratch, scratch_shown) = scratch_dir()?;
-    progress(&format!(
-        "generating {} generations of {}",
-        plan.generated.generations,
-        format_size(plan.generated.generation_size as f64)
-    ));
-    let generated = generate(&plan.generated, &scratch.path().join("generations"))?;
+    // The user's files first: a bad path fails before anything long has run.
     let mut skipped = Vec::new();
-    let mut inputs = vec![Dataset {
-        name: "generated".into(),
-        prefix: "generated-".into(),
-        corpus: generated.corpus.clone(),
-        files: generated.files.clone(),
-    }];
+    let mut given = None;
     if !paths.is_empty() {
         let (corpus, s) = Corpus::load(paths, plan.max_input)?;
         skipped = s;
@@ -222,13 +220,27 @@ pub fn run_report(
             .map(|p| p.display().to_string())
             .collect::<Vec<_>>()
             .join(", ");
-        inputs.push(Dataset {
+        given = Some(Dataset {
             name,
             prefix: "paths-".into(),
             corpus,
             files,
         });
     }
+    let (scratch, scratch_shown) = scratch_dir()?;
+    progress(&format!(
+        "generating {} generations of {}",
+        plan.generated.generations,
+        format_size(plan.generated.generation_size as f64)
+    ));
+    let generated = generate(&plan.generated, &scratch.path().join("generations"))?;
+    let mut inputs = vec![Dataset {
+        name: "generated".into(),
+        prefix: "generated-".into(),
+        corpus: generated.corpus.clone(),
+        files: generated.files.clone(),
+    }];
+    inputs.extend(given);
     let mut datasets = Vec::new();
     for d in inputs {
         progress(&format!("FastCDC experiments on {}", d.name));

@@ -222,7 +222,7 @@ pub fn index_plot(rates: &[IndexRate]) -> Result<(PlotFile, String), BenchError>
     let svg = bar_chart(&BarChart {
         name: &file,
         title: title.clone(),
-        y_desc: "million operations per second",
+        y_desc: "rate (million operations per second)",
         categories,
         series,
     })?;

@@ -30,7 +30,7 @@ pub struct ReportArgs {
     /// Keys of the index experiment, one size [default: 1 and 10 million, or 1 million with --quick]
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub index_keys: Option<u64>,
-    /// Runs of every timed configuration [default: 5, or 3 with --quick (1 for chunking)]
+    /// Runs of every timed configuration [default: 5, or 3 with --quick]
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub runs: Option<u32>,
     /// Most input loaded into memory from PATHs (KiB/MiB/GiB suffixes accepted)
