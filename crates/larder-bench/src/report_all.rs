@@ -7,6 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use larder_chunk::ChunkerConfig;
 use serde::Serialize;
 
 use crate::chunk::{run_chunk_bench, ChunkBenchReport, Plan};
@@ -245,7 +246,19 @@ pub fn run_report(
     for d in inputs {
         progress(&format!("FastCDC experiments on {}", d.name));
         let chunk = run_chunk_bench(&d.corpus, &plan.chunk, progress)?;
-        let mut plots = write_plots(out, render_all(&chunk)?, &d.prefix)?;
+        // Of the per-kind histograms, only larder's default chunker's: the cumulative
+        // plot shows every kind's distribution, and `bench chunk` draws them all.
+        let default_histogram = format!(
+            "size-distribution-{}.svg",
+            ChunkerConfig::default().kind.name()
+        );
+        let chunk_plots = render_all(&chunk)?
+            .into_iter()
+            .filter(|(p, _)| {
+                !p.file.starts_with("size-distribution-") || p.file == default_histogram
+            })
+            .collect();
+        let mut plots = write_plots(out, chunk_plots, &d.prefix)?;
         progress(&format!("P-Dedupe experiments on {}", d.name));
         let repos = scratch.path().join("repositories");
         std::fs::create_dir_all(&repos).map_err(|e| BenchError::io(&repos, e))?;
