@@ -201,33 +201,20 @@ fn measure_modes(
     plan: &PipelinePlan,
     progress: &mut dyn FnMut(&str),
 ) -> Result<(Vec<Mode>, u64, f64), BenchError> {
+    let mode = |label: String, threads, serial| Mode {
+        label,
+        threads,
+        serial,
+        mb_per_sec: Spread::exact(0.0),
+        seconds: Vec::new(),
+        stages: Vec::new(),
+    };
     let mut modes = vec![
-        Mode {
-            label: "serial (1 thread, stages in turn)".into(),
-            threads: 1,
-            serial: true,
-            mb_per_sec: Spread::exact(0.0),
-            seconds: Vec::new(),
-            stages: Vec::new(),
-        },
-        Mode {
-            label: "pipelined (1 thread a stage)".into(),
-            threads: 1,
-            serial: false,
-            mb_per_sec: Spread::exact(0.0),
-            seconds: Vec::new(),
-            stages: Vec::new(),
-        },
+        mode("serial (1 thread, stages in turn)".into(), 1, true),
+        mode("pipelined (1 thread a stage)".into(), 1, false),
     ];
     for &t in &plan.parallel_threads {
-        modes.push(Mode {
-            label: format!("pipelined + parallel, {t} threads"),
-            threads: t,
-            serial: false,
-            mb_per_sec: Spread::exact(0.0),
-            seconds: Vec::new(),
-            stages: Vec::new(),
-        });
+        modes.push(mode(format!("pipelined + parallel, {t} threads"), t, false));
     }
     let (mut bytes, mut ratio) = (0, 1.0);
     let runs = plan.runs.max(1);
