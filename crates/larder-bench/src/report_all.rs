@@ -234,13 +234,18 @@ pub fn run_report(
         plan.generated.generations,
         format_size(plan.generated.generation_size as f64)
     ));
-    let generated = generate(&plan.generated, &scratch.path().join("generations"))?;
+    let mut generated = generate(&plan.generated, &scratch.path().join("generations"))?;
+    // The ground truth first, so that the generations' bytes then move into their
+    // dataset instead of being held twice.
+    progress("generator ground truth");
+    let gen_truth = run_gen_truth(&generated, scratch.path(), progress)?;
     let mut inputs = vec![Dataset {
         name: "generated".into(),
         prefix: "generated-".into(),
-        corpus: generated.corpus.clone(),
-        files: generated.files.clone(),
+        corpus: std::mem::take(&mut generated.corpus),
+        files: std::mem::take(&mut generated.files),
     }];
+    drop(generated);
     inputs.extend(given);
     let mut datasets = Vec::new();
     for d in inputs {
@@ -289,9 +294,6 @@ pub fn run_report(
             plots,
         });
     }
-    progress("generator ground truth");
-    let gen_truth = run_gen_truth(&generated, scratch.path(), progress)?;
-    drop(generated);
     let gen_plot = write_plots(out, vec![gen_truth_plot(&gen_truth)?], "")?.remove(0);
     let index = run_index_bench(&plan.index, progress);
     let index_plot = write_plots(out, vec![index_plot(&index)?], "")?.remove(0);
