@@ -25,6 +25,14 @@ pub enum BenchError {
     Plot { plot: String, reason: String },
     #[error("cannot start the chunking threads: {0}")]
     Threads(String),
+    #[error("a benchmark backup could not read its input: {0}")]
+    Backup(String),
+    #[error(transparent)]
+    Engine(#[from] larder_engine::EngineError),
+    #[error(transparent)]
+    Store(#[from] larder_store::StoreError),
+    #[error(transparent)]
+    Gen(#[from] larder_gen::GenError),
 }
 
 impl BenchError {

@@ -1,12 +1,17 @@
-//! Chunking experiments for larder: the FastCDC paper's comparisons (chunking speed,
+//! Experiments for larder: the FastCDC paper's chunking comparisons (chunking speed,
 //! dedup ratio and average chunk size against the expected chunk size, the effect of
-//! the minimum chunk size, chunk-size distributions) on any input, and `larder chunk`'s
-//! streaming statistics.
+//! the minimum chunk size, chunk-size distributions), `larder chunk`'s streaming
+//! statistics, and `larder bench report`'s experiments beyond them.
 //!
-//! - [`chunk`]: the experiments, pure functions over an in-memory [`Corpus`];
+//! - [`chunk`]: the chunking experiments, pure functions over an in-memory [`Corpus`];
 //! - [`stream`]: files chunked block by block in bounded memory (`larder chunk`);
 //! - [`stats`]: chunk-size statistics and dedup ratios shared by both;
-//! - [`plot`]: SVG plots; [`report`]: Markdown tables and report.md;
+//! - [`pipeline`]: P-Dedupe's serial, pipelined and parallel backups against its model,
+//!   and parallel against sequential chunking;
+//! - [`gen_truth`]: larder's dedup against the workload generator's ground truth;
+//! - [`index`]: the fingerprint index's insert and lookup rates;
+//! - [`report_all`]: `larder bench report`, every experiment in one report.md;
+//! - [`plot`]: SVG plots; [`report`]: Markdown tables and report.md of `bench chunk`;
 //! - [`corpus`]: loading the experiments' input files.
 //!
 //! `docs/design/bench.md` describes the experiments and their settings.
@@ -14,8 +19,14 @@
 pub mod chunk;
 pub mod corpus;
 mod error;
+pub mod gen_truth;
+pub mod index;
+pub mod pipeline;
 pub mod plot;
 pub mod report;
+pub mod report_all;
+mod report_plots;
+mod report_text;
 pub mod stats;
 pub mod stream;
 

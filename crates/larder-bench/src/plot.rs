@@ -10,6 +10,7 @@ use std::path::Path;
 use plotters::coord::Shift;
 use plotters::element::{Drawable, PointCollection};
 use plotters::prelude::*;
+use plotters_backend::text_anchor::{HPos, Pos, VPos};
 use plotters_backend::{BackendCoord, DrawingErrorKind};
 use serde::Serialize;
 
@@ -58,31 +59,34 @@ fn failed<E: Display>(plot: &str) -> impl Fn(E) -> BenchError + '_ {
 }
 
 /// One line: `(x, y)` points and, optionally, a vertical bar `(x, low, high)` at each.
-struct Line {
-    label: String,
-    points: Vec<(f64, f64)>,
-    bars: Vec<(f64, f64, f64)>,
+#[derive(Clone)]
+pub(crate) struct Line {
+    pub label: String,
+    pub points: Vec<(f64, f64)>,
+    pub bars: Vec<(f64, f64, f64)>,
 }
 
 /// How x values are shown.
 #[derive(Clone, Copy)]
-enum XScale {
+pub(crate) enum XScale {
     /// x is log2 of a size in bytes; ticks at whole powers of two.
     Log2Bytes,
-    /// x is a size in KiB, linear.
-    KiB,
+    /// x is linear, in the unit its axis label names.
+    Linear,
+    /// x counts something (generations): ticks only at whole numbers.
+    Count,
 }
 
-struct LineChart<'a> {
-    name: &'a str,
-    title: String,
-    x_desc: &'a str,
-    y_desc: &'a str,
-    x_scale: XScale,
-    y_scale: YScale,
+pub(crate) struct LineChart<'a> {
+    pub name: &'a str,
+    pub title: String,
+    pub x_desc: &'a str,
+    pub y_desc: &'a str,
+    pub x_scale: XScale,
+    pub y_scale: YScale,
     /// Draw a marker on every this many points (1: all of them).
-    marker_every: usize,
-    lines: Vec<Line>,
+    pub marker_every: usize,
+    pub lines: Vec<Line>,
 }
 
 /// A size in bytes as people write it: `512 B`, `8 KiB`, `1.5 MiB`.
@@ -229,7 +233,7 @@ fn draw_legend(
 
 /// How y values are laid out.
 #[derive(Clone, Copy)]
-enum YScale {
+pub(crate) enum YScale {
     /// Linear, from zero (sizes).
     FromZero,
     /// Linear, fitted to the values (dedup ratios, which differ by little).
@@ -238,6 +242,45 @@ enum YScale {
     /// the median line's peak (speeds: fixed-size chunking does no per-byte work and
     /// would flatten every content-defined line); the legend names them off scale.
     FromZeroWithoutOutliers,
+    /// Logarithmic (values that span orders of magnitude, all positive): drawn as
+    /// log10, ticks labelled with the values at whole powers of ten.
+    Log10,
+    /// What `Log10` is drawn as: the values are already log10.
+    Log10Drawn,
+}
+
+/// `spec` with every y value (points and bars) replaced by its log10, to be drawn as
+/// [`YScale::Log10Drawn`]. Values that are not positive are left out.
+fn log10_lines<'a>(spec: &LineChart<'a>) -> LineChart<'a> {
+    let lines = spec
+        .lines
+        .iter()
+        .map(|l| Line {
+            label: l.label.clone(),
+            points: l
+                .points
+                .iter()
+                .filter(|p| p.1 > 0.0)
+                .map(|&(x, y)| (x, y.log10()))
+                .collect(),
+            bars: l
+                .bars
+                .iter()
+                .filter(|b| b.1 > 0.0)
+                .map(|&(x, lo, hi)| (x, lo.log10(), hi.log10()))
+                .collect(),
+        })
+        .collect();
+    LineChart {
+        name: spec.name,
+        title: spec.title.clone(),
+        x_desc: spec.x_desc,
+        y_desc: spec.y_desc,
+        x_scale: spec.x_scale,
+        y_scale: YScale::Log10Drawn,
+        marker_every: spec.marker_every,
+        lines,
+    }
 }
 
 const OFF_SCALE: f64 = 20.0;
@@ -285,9 +328,25 @@ fn draw_lines(
     let x_format = move |x: &f64| match x_scale {
         XScale::Log2Bytes if (x - x.round()).abs() < 1e-6 => format_size(x.round().exp2()),
         XScale::Log2Bytes => String::new(),
-        XScale::KiB => kib_format(x),
+        XScale::Linear => kib_format(x),
+        XScale::Count if (x - x.round()).abs() < 1e-6 => format!("{x:.0}"),
+        XScale::Count => String::new(),
     };
-    let y_format = tick_format(y_high - y_low);
+    let linear_format = tick_format(y_high - y_low);
+    let log_axis = matches!(spec.y_scale, YScale::Log10Drawn);
+    let y_format = move |y: &f64| match log_axis {
+        // Ticks at whole powers of ten and at 2x and 5x them; others unlabelled.
+        true => {
+            let decade = 10f64.powf(y.floor());
+            let lead = 10f64.powf(*y) / decade;
+            match [1.0, 2.0, 5.0].iter().find(|&&m| (lead - m).abs() < 0.02) {
+                Some(m) if m * decade >= 1.0 => format!("{:.0}", m * decade),
+                Some(m) => format!("{}", m * decade),
+                None => String::new(),
+            }
+        }
+        false => linear_format(y),
+    };
     chart
         .configure_mesh()
         .x_desc(spec.x_desc)
@@ -326,7 +385,10 @@ fn draw_lines(
     Ok(())
 }
 
-fn line_chart(spec: &LineChart<'_>) -> Result<String, BenchError> {
+pub(crate) fn line_chart(spec: &LineChart<'_>) -> Result<String, BenchError> {
+    if matches!(spec.y_scale, YScale::Log10) {
+        return line_chart(&log10_lines(spec));
+    }
     let fail = failed(spec.name);
     let hidden = off_scale(spec);
     let shown = || {
@@ -354,7 +416,8 @@ fn line_chart(spec: &LineChart<'_>) -> Result<String, BenchError> {
     let y_range = if y_low > y_high {
         (0.0, 1.0)
     } else {
-        padded(y_low, y_high, !matches!(spec.y_scale, YScale::Fitted))
+        let from_zero = !matches!(spec.y_scale, YScale::Fitted | YScale::Log10Drawn);
+        padded(y_low, y_high, from_zero)
     };
 
     let mut svg = String::new();
@@ -376,6 +439,151 @@ fn line_chart(spec: &LineChart<'_>) -> Result<String, BenchError> {
                 (label, LegendMark::Series(i))
             })
             .collect();
+        draw_legend(&legend_area, &entries, spec.name)?;
+        root.present().map_err(&fail)?;
+    }
+    Ok(svg)
+}
+
+/// One series of a bar chart: a value per category (`None`: not measured), each a
+/// median with the smallest and largest of its runs.
+pub(crate) struct BarSeries {
+    pub label: String,
+    pub values: Vec<Option<Spread>>,
+}
+
+/// A median and the range of the runs around it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Spread {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+impl Spread {
+    /// The median, smallest and largest of `values` (all 0 when there are none).
+    pub fn of(values: &[f64]) -> Self {
+        let mut v = values.to_vec();
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        let median = match n {
+            0 => 0.0,
+            _ if n % 2 == 1 => v[n / 2],
+            _ => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+        };
+        Self {
+            median,
+            min: v.first().copied().unwrap_or(0.0),
+            max: v.last().copied().unwrap_or(0.0),
+        }
+    }
+
+    /// A single value (a model's prediction, a count): no spread.
+    pub fn exact(value: f64) -> Self {
+        Self {
+            median: value,
+            min: value,
+            max: value,
+        }
+    }
+}
+
+/// Grouped bars: one group per category along x, one bar per series in each group,
+/// a whisker from the smallest to the largest run and the median written on top.
+pub(crate) struct BarChart<'a> {
+    pub name: &'a str,
+    pub title: String,
+    pub y_desc: &'a str,
+    pub categories: Vec<String>,
+    pub series: Vec<BarSeries>,
+}
+
+pub(crate) fn bar_chart(spec: &BarChart<'_>) -> Result<String, BenchError> {
+    let fail = failed(spec.name);
+    let groups = spec.categories.len().max(1) as f64;
+    let high = spec
+        .series
+        .iter()
+        .flat_map(|s| s.values.iter().flatten())
+        .map(|v| v.max.max(v.median))
+        .fold(0.0, f64::max);
+    // Room above the tallest bar for its label.
+    let (_, y_high) = padded(0.0, if high > 0.0 { high * 1.06 } else { 1.0 }, true);
+    let value_format = tick_format(y_high / 10.0);
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
+        root.fill(&WHITE).map_err(&fail)?;
+        let (plot_area, legend_area) = root.split_horizontally(WIDTH - LEGEND_WIDTH);
+        let mut chart = ChartBuilder::on(&plot_area)
+            .caption(&spec.title, (FONT, 20))
+            .margin(14)
+            .x_label_area_size(52)
+            .y_label_area_size(78)
+            .build_cartesian_2d(0.0..groups, 0.0..y_high)
+            .map_err(&fail)?;
+        let y_format = tick_format(y_high);
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(0)
+            .y_desc(spec.y_desc)
+            .axis_desc_style((FONT, 16))
+            .label_style((FONT, 14))
+            .y_label_formatter(&y_format)
+            .light_line_style(RGBColor(235, 235, 235))
+            .draw()
+            .map_err(&fail)?;
+        let width = 0.8 / spec.series.len().max(1) as f64;
+        let label_style =
+            TextStyle::from((FONT, 12).into_font()).pos(Pos::new(HPos::Center, VPos::Bottom));
+        for (j, series) in spec.series.iter().enumerate() {
+            let c = colour(j);
+            for (i, value) in series.values.iter().enumerate() {
+                let Some(v) = value else { continue };
+                let left = i as f64 + 0.1 + j as f64 * width;
+                let mid = left + width / 2.0;
+                chart
+                    .draw_series(std::iter::once(Rectangle::new(
+                        [(left, 0.0), (left + width * 0.92, v.median)],
+                        c.mix(0.85).filled(),
+                    )))
+                    .map_err(&fail)?;
+                if v.max > v.min {
+                    chart
+                        .draw_series(std::iter::once(PathElement::new(
+                            vec![(mid, v.min), (mid, v.max)],
+                            BLACK.stroke_width(2),
+                        )))
+                        .map_err(&fail)?;
+                }
+                let (x, y) = chart.backend_coord(&(mid, v.median.max(v.max)));
+                plot_area
+                    .draw(&Text::new(
+                        value_format(&v.median),
+                        (x, y - 3),
+                        label_style.clone(),
+                    ))
+                    .map_err(&fail)?;
+            }
+        }
+        // Category names under their groups (plotters' own x labels fall at round
+        // numbers, not at the groups' centres).
+        let name_style =
+            TextStyle::from((FONT, 14).into_font()).pos(Pos::new(HPos::Center, VPos::Top));
+        for (i, name) in spec.categories.iter().enumerate() {
+            let (x, y) = chart.backend_coord(&(i as f64 + 0.5, 0.0));
+            plot_area
+                .draw(&Text::new(name.as_str(), (x, y + 8), name_style.clone()))
+                .map_err(&fail)?;
+        }
+        let mut entries: Vec<(String, LegendMark)> = spec
+            .series
+            .iter()
+            .enumerate()
+            .map(|(j, s)| (s.label.clone(), LegendMark::Bar(colour(j))))
+            .collect();
+        entries.push(("min to max of the runs".into(), LegendMark::Line(BLACK)));
         draw_legend(&legend_area, &entries, spec.name)?;
         root.present().map_err(&fail)?;
     }
@@ -471,7 +679,7 @@ fn sweep_plots(report: &ChunkBenchReport) -> Vec<(PlotFile, LineChart<'static>)>
                 title,
                 x_desc: min_x_desc,
                 y_desc,
-                x_scale: XScale::KiB,
+                x_scale: XScale::Linear,
                 y_scale: metric.y_scale(),
                 marker_every: 1,
                 lines: metric_lines(&report.min_sweep, min_x, metric),
@@ -571,7 +779,7 @@ fn distribution_overlay(report: &ChunkBenchReport) -> (PlotFile, LineChart<'stat
             title,
             x_desc: "chunk size (KiB)",
             y_desc: "chunks smaller than the size (% of all chunks)",
-            x_scale: XScale::KiB,
+            x_scale: XScale::Linear,
             y_scale: YScale::FromZero,
             marker_every: 8,
             lines,
@@ -789,7 +997,7 @@ mod tests {
             title: "t".into(),
             x_desc: "x (KiB)",
             y_desc: "y (MB/s)",
-            x_scale: XScale::KiB,
+            x_scale: XScale::Linear,
             y_scale,
             marker_every: 1,
             lines: vec![

@@ -4,6 +4,7 @@
 //! 2 usage error; 3 partial success (a snapshot was saved or a restore finished, but
 //! some files could not be read or restored).
 
+mod bench_commands;
 mod browse_commands;
 mod chunk_commands;
 mod gc_commands;
@@ -181,6 +182,11 @@ enum BenchCommand {
         #[arg(long, default_value = "2GiB", value_parser = size::parse)]
         max_input: usize,
     },
+    /// The papers' key experiments in one run, on generated backup generations and on
+    /// PATHs: FastCDC's chunking comparisons, P-Dedupe's serial, pipelined and parallel
+    /// backups against its model, parallel against sequential chunking, larder's dedup
+    /// against the generator's ground truth, index rates. report.md and SVG plots in --out
+    Report(bench_commands::ReportArgs),
 }
 
 fn main() -> ExitCode {
@@ -358,6 +364,7 @@ fn run(cli: Cli, out: &Output) -> Result<ExitCode> {
                 username: std::env::var("USER").unwrap_or_default(),
                 exclude,
                 progress: bar.clone() as Arc<dyn Progress>,
+                serial: false,
             };
             let summary = larder_engine::backup(&mut repo, &paths, &opts)?;
             bar.finish();
@@ -507,6 +514,12 @@ fn run(cli: Cli, out: &Output) -> Result<ExitCode> {
                 plan.runs = runs as usize;
             }
             chunk_commands::bench_chunk(&paths, &plan, &dir, max_input as u64, out)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench {
+            bench: BenchCommand::Report(args),
+        } => {
+            bench_commands::report(&args, out)?;
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -11,6 +11,7 @@ use std::time::Duration;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use larder_bench::plot::{format_size, PlotFile};
 use larder_bench::report;
+use larder_bench::report_all::ReportResults;
 use larder_bench::stream::ChunkFilesReport;
 use larder_bench::ChunkBenchReport;
 use larder_engine::{BackupSummary, CheckReport, Progress, RestoreSummary, Warning};
@@ -396,6 +397,23 @@ impl Output {
         println!("sizes       chunks per power-of-two size range:");
         for line in report::histogram_lines(&s.histogram, 40) {
             println!("  {line}");
+        }
+    }
+
+    pub fn bench_report_done(&self, r: &ReportResults) {
+        let plots: Vec<&str> = r.plots().iter().map(|p| p.file.as_str()).collect();
+        if self.json {
+            println!(
+                "{}",
+                json!({ "report_md": r.report_path, "plots": plots, "seconds": r.seconds })
+            );
+        } else if self.text() {
+            println!(
+                "{} plots and the report in {:.0} s: {}",
+                plots.len(),
+                r.seconds,
+                r.report_path.display()
+            );
         }
     }
 

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use crossbeam_channel::{bounded, Receiver, Sender};
+use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use larder_chunk::{Chunker, ParallelChunker};
 use larder_hash::{Fingerprint, HashAlgo};
 use larder_index::{CuckooIndex, FingerprintIndex};
@@ -59,6 +59,43 @@ pub struct BackupOptions {
     /// (docs/design/patterns.md). `.larderignore` files are honoured as well.
     pub exclude: PatternList,
     pub progress: Arc<dyn Progress>,
+    /// The stages take turns instead of overlapping: at most one stage works at any
+    /// moment, each batch passing through chunk, fingerprint, index and write in turn.
+    /// With `threads` 1 this is P-Dedupe's serial baseline, which `larder bench
+    /// report` measures against the pipeline; it only ever slows a backup down. The
+    /// queue to the container syncers is then unbounded (a bounded one could fill
+    /// while the writer holds the turn the syncers wait for), so memory is bounded by
+    /// the backup's new data rather than by the queue depths. Off by default.
+    pub serial: bool,
+}
+
+/// Whether stages take turns ([`BackupOptions::serial`]): a stage takes the turn before
+/// it works and gives it back before it waits on a queue, so no stage ever waits on a
+/// queue while holding it. Without turns, beginning a spell only reads the clock.
+struct Turns(Option<Mutex<()>>);
+
+/// A stage's spell of work: the turn it holds (serial mode) and when it began, after
+/// the turn was taken.
+struct Spell<'t> {
+    _turn: Option<std::sync::MutexGuard<'t, ()>>,
+    started: Instant,
+}
+
+impl Turns {
+    fn begin(&self) -> Spell<'_> {
+        // Fields are evaluated in order: the clock starts once the turn is held.
+        Spell {
+            _turn: self.0.as_ref().map(lock),
+            started: Instant::now(),
+        }
+    }
+}
+
+impl Spell<'_> {
+    /// Ends the spell, giving the turn back; returns how long it worked.
+    fn end(self) -> Duration {
+        self.started.elapsed()
+    }
 }
 
 /// Time each stage spent working (not waiting on its queues).
@@ -445,17 +482,18 @@ fn recycle(pool: &Sender<Vec<u8>>, pieces: Vec<Piece>) {
 }
 
 /// Stage 1: reads every file, cuts it into chunks and sends batches in stream order.
-fn chunk_stage(
+fn chunk_stage<'t>(
     items: &[Item],
     chunker: &dyn Chunker,
     threads: &rayon::ThreadPool,
     pool: &BufferPool,
+    turns: &'t Turns,
     tx: &Sender<Batch>,
 ) -> Duration {
     let mut busy = Duration::ZERO;
     let mut seq = 0u64;
-    let mut send = |pieces: Vec<Piece>, started: Instant, busy: &mut Duration| -> bool {
-        *busy += started.elapsed();
+    let mut send = |pieces: Vec<Piece>, spell: Spell<'t>, busy: &mut Duration| -> bool {
+        *busy += spell.end();
         let ok = tx
             .send(Batch {
                 seq,
@@ -472,11 +510,15 @@ fn chunk_stage(
         .iter()
         .enumerate()
         .filter(|(_, it)| it.entry.kind == EntryKind::File);
+    // Small files are read and chunked on the stage's own threads, so that `threads`
+    // bounds stage 1 as it bounds the others.
     let flush = |group: &mut Vec<usize>| -> Vec<Piece> {
-        let pieces = group
-            .par_iter()
-            .map(|&i| read_small(i, &items[i].abs, chunker))
-            .collect();
+        let pieces = threads.install(|| {
+            group
+                .par_iter()
+                .map(|&i| read_small(i, &items[i].abs, chunker))
+                .collect()
+        });
         group.clear();
         pieces
     };
@@ -485,20 +527,20 @@ fn chunk_stage(
             group.push(i);
             group_bytes += item.entry.size;
             if group.len() >= GROUP_FILES || group_bytes >= GROUP_BYTES {
-                let started = Instant::now();
+                let spell = turns.begin();
                 let pieces = flush(&mut group);
                 group_bytes = 0;
-                if !send(pieces, started, &mut busy) {
+                if !send(pieces, spell, &mut busy) {
                     return busy;
                 }
             }
             continue;
         }
         if !group.is_empty() {
-            let started = Instant::now();
+            let spell = turns.begin();
             let pieces = flush(&mut group);
             group_bytes = 0;
-            if !send(pieces, started, &mut busy) {
+            if !send(pieces, spell, &mut busy) {
                 return busy;
             }
         }
@@ -507,16 +549,17 @@ fn chunk_stage(
             &item.abs,
             &ParallelChunker::new(chunker, threads),
             pool,
-            &mut |piece, started, busy| send(vec![piece], started, busy),
+            turns,
+            &mut |piece, spell, busy| send(vec![piece], spell, busy),
             &mut busy,
         ) {
             return busy;
         }
     }
     if !group.is_empty() {
-        let started = Instant::now();
+        let spell = turns.begin();
         let pieces = flush(&mut group);
-        send(pieces, started, &mut busy);
+        send(pieces, spell, &mut busy);
     }
     busy
 }
@@ -526,15 +569,16 @@ fn chunk_stage(
 /// the whole file at once; the uncut tail is carried into the next block. Each block
 /// is chunked on several threads with exactly the sequential cut points
 /// (docs/design/chunking-parallel.md).
-fn chunk_large(
+fn chunk_large<'t>(
     item: usize,
     path: &Path,
     chunker: &ParallelChunker<'_, dyn Chunker + '_>,
     pool: &BufferPool,
-    send: &mut dyn FnMut(Piece, Instant, &mut Duration) -> bool,
+    turns: &'t Turns,
+    send: &mut dyn FnMut(Piece, Spell<'t>, &mut Duration) -> bool,
     busy: &mut Duration,
 ) -> bool {
-    let mut started = Instant::now();
+    let mut spell = turns.begin();
     let fail = |e: std::io::Error| Piece {
         item,
         data: Vec::new(),
@@ -543,7 +587,7 @@ fn chunk_large(
     };
     let (mut file, before) = match File::open(path).and_then(|f| f.metadata().map(|m| (f, m))) {
         Ok(x) => x,
-        Err(e) => return send(fail(e), started, busy),
+        Err(e) => return send(fail(e), spell, busy),
     };
     // `carry` holds the uncut tail of the previous block, less than `max_size` bytes.
     let mut carry: Vec<u8> = Vec::new();
@@ -560,7 +604,7 @@ fn chunk_large(
                     break;
                 }
                 Ok(_) => {}
-                Err(e) => return send(fail(e), started, busy),
+                Err(e) => return send(fail(e), spell, busy),
             }
         }
         let block = chunker.chunk_block(&buf, eof);
@@ -590,7 +634,7 @@ fn chunk_large(
                 lens,
                 end,
             },
-            started,
+            spell,
             busy,
         ) {
             return false;
@@ -598,15 +642,20 @@ fn chunk_large(
         if eof {
             return true;
         }
-        started = Instant::now();
+        spell = turns.begin();
     }
 }
 
 /// Stage 2: fingerprints every chunk of a batch.
-fn fingerprint_stage(algo: HashAlgo, rx: &Receiver<Batch>, tx: &Sender<Batch>) -> Duration {
+fn fingerprint_stage(
+    algo: HashAlgo,
+    turns: &Turns,
+    rx: &Receiver<Batch>,
+    tx: &Sender<Batch>,
+) -> Duration {
     let mut busy = Duration::ZERO;
     for mut batch in rx {
-        let started = Instant::now();
+        let spell = turns.begin();
         let mut fps = Vec::with_capacity(batch.pieces.iter().map(|p| p.lens.len()).sum());
         for piece in &batch.pieces {
             let mut start = 0;
@@ -617,7 +666,7 @@ fn fingerprint_stage(algo: HashAlgo, rx: &Receiver<Batch>, tx: &Sender<Batch>) -
             }
         }
         batch.fps = fps;
-        busy += started.elapsed();
+        busy += spell.end();
         if tx.send(batch).is_err() {
             break;
         }
@@ -633,6 +682,7 @@ fn index_stage(
     pool: &Sender<Vec<u8>>,
     progress: &dyn Progress,
     warnings: &Mutex<Vec<Warning>>,
+    turns: &Turns,
 ) -> Duration {
     let mut busy = Duration::ZERO;
     let mut pending = BTreeMap::new();
@@ -641,9 +691,9 @@ fn index_stage(
         pending.insert(batch.seq, batch);
         while let Some(batch) = pending.remove(&next) {
             next += 1;
-            let started = Instant::now();
+            let spell = turns.begin();
             let out = indexer.process(batch, progress, warnings);
-            busy += started.elapsed();
+            busy += spell.end();
             if out.chunks.is_empty() {
                 recycle(pool, out.pieces);
             } else if tx.send(out).is_err() {
@@ -660,14 +710,15 @@ fn write_stage(
     writer: &mut ContainerWriter<'_>,
     rx: &Receiver<WriteBatch>,
     pool: &Sender<Vec<u8>>,
+    turns: &Turns,
 ) -> Result<Duration> {
     let mut busy = Duration::ZERO;
     for mut batch in rx {
-        let started = Instant::now();
+        let spell = turns.begin();
         let data: Vec<&[u8]> = batch.pieces.iter().map(|p| p.data.as_slice()).collect();
         writer.store(&mut batch.chunks, &data)?;
         recycle(pool, batch.pieces);
-        busy += started.elapsed();
+        busy += spell.end();
     }
     Ok(busy)
 }
@@ -680,6 +731,7 @@ fn spawn_syncers<'s>(
     backend: Arc<dyn Backend>,
     rx: Receiver<(u64, Vec<u8>, Vec<larder_store::ChunkEntry>)>,
     reuse: Sender<Vec<u8>>,
+    turns: &'s Turns,
 ) -> Vec<std::thread::ScopedJoinHandle<'s, SyncResult>> {
     (0..SYNC_THREADS)
         .map(|_| {
@@ -690,9 +742,9 @@ fn spawn_syncers<'s>(
                 let mut done = Vec::new();
                 let mut busy = Duration::ZERO;
                 for (id, bytes, entries) in rx {
-                    let started = Instant::now();
+                    let spell = turns.begin();
                     let result = backend.write(FileKind::Container, &format!("{id:016x}"), &bytes);
-                    busy += started.elapsed();
+                    busy += spell.end();
                     if let Err(e) = result {
                         return (done, busy, Some(e.into()));
                     }
@@ -769,7 +821,12 @@ pub fn backup(
             Some((level, threads))
         }
     };
-    let (sync_tx, sync_rx) = bounded(SYNC_THREADS);
+    let turns = Turns(opts.serial.then(|| Mutex::new(())));
+    let (sync_tx, sync_rx) = if opts.serial {
+        unbounded()
+    } else {
+        bounded(SYNC_THREADS)
+    };
     let (reuse_tx, reuse_rx) = bounded(SYNC_THREADS);
     let mut writer = ContainerWriter {
         repo,
@@ -793,7 +850,8 @@ pub fn backup(
         .build()
         .map_err(|e| EngineError::Pipeline(format!("cannot start chunking threads: {e}")))?;
     let outcome = std::thread::scope(|s| -> Result<_> {
-        let syncers = spawn_syncers(s, backend.clone(), sync_rx, reuse_tx);
+        let turns = &turns;
+        let syncers = spawn_syncers(s, backend.clone(), sync_rx, reuse_tx, turns);
         let (chunk_tx, chunk_rx) = bounded::<Batch>(QUEUE_DEPTH);
         let (fp_tx, fp_rx) = bounded::<Batch>(QUEUE_DEPTH + threads);
         let (write_tx, write_rx) = bounded::<WriteBatch>(QUEUE_DEPTH);
@@ -805,11 +863,12 @@ pub fn backup(
             size: BLOCK + chunker.max_size(),
         };
         let chunk_threads = &chunk_threads;
-        let chunk = s.spawn(move || chunk_stage(items, chunker, chunk_threads, &pool, &chunk_tx));
+        let chunk =
+            s.spawn(move || chunk_stage(items, chunker, chunk_threads, &pool, turns, &chunk_tx));
         let hashers: Vec<_> = (0..threads)
             .map(|_| {
                 let (rx, tx) = (chunk_rx.clone(), fp_tx.clone());
-                s.spawn(move || fingerprint_stage(algo, &rx, &tx))
+                s.spawn(move || fingerprint_stage(algo, turns, &rx, &tx))
             })
             .collect();
         drop((chunk_rx, fp_tx));
@@ -824,11 +883,12 @@ pub fn backup(
                 &index_pool,
                 progress,
                 warnings,
+                turns,
             );
             (indexer, busy)
         });
         let write = s.spawn(move || {
-            let result = write_stage(&mut writer, &write_rx, &pool_tx);
+            let result = write_stage(&mut writer, &write_rx, &pool_tx, turns);
             (writer, result)
         });
 

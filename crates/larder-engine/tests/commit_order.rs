@@ -97,6 +97,7 @@ fn opts() -> BackupOptions {
         username: "test".into(),
         exclude: PatternList::default(),
         progress: Arc::new(NoProgress),
+        serial: false,
     }
 }
 

@@ -77,6 +77,7 @@ fn backup_now(f: &mut Fixture) {
         username: "test".into(),
         exclude: PatternList::default(),
         progress: Arc::new(NoProgress),
+        serial: false,
     };
     let summary = backup(&mut repo, std::slice::from_ref(&f.src), &opts).unwrap();
     assert!(!summary.is_partial(), "{:?}", summary.warnings);

@@ -42,6 +42,7 @@ fn recipe(dir: &Path, config: ChunkerConfig, threads: usize, src: &Path) -> Vec<
         username: "test".into(),
         exclude: PatternList::default(),
         progress: Arc::new(NoProgress),
+        serial: false,
     };
     let summary = backup(&mut repo, &[src.to_path_buf()], &opts).unwrap();
     assert!(!summary.is_partial(), "{:?}", summary.warnings);

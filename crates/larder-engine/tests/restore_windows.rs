@@ -144,6 +144,7 @@ fn backup_source(repo_path: &Path, src: &Source) -> String {
         username: "test".into(),
         exclude: PatternList::default(),
         progress: Arc::new(NoProgress),
+        serial: false,
     };
     let summary = backup(&mut repo, std::slice::from_ref(&src.root), &opts).unwrap();
     assert!(!summary.is_partial(), "{:?}", summary.warnings);
