@@ -21,7 +21,7 @@ impl BloomFilter {
         let expected = expected.max(1) as f64;
         let ln2 = std::f64::consts::LN_2;
         let wanted = (-expected * target.clamp(1e-12, 0.5).ln() / (ln2 * ln2)).ceil() as u64;
-        let cap = (max_bytes * 8 / BLOOM_BITS_PER_PAGE).max(1) * BLOOM_BITS_PER_PAGE;
+        let cap = (max_bytes.saturating_mul(8) / BLOOM_BITS_PER_PAGE).max(1) * BLOOM_BITS_PER_PAGE;
         let bits = wanted
             .div_ceil(BLOOM_BITS_PER_PAGE)
             .max(1)
