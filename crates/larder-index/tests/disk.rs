@@ -542,3 +542,30 @@ fn real_files_round_trip_through_a_directory() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Writes the `disk_index` fuzz target's seed (fuzz/seeds/disk_index/seed-index): a
+/// small synced index with overflow chains, as one byte giving the table's length in
+/// pages, then the table file, then the metadata file. Run by hand when the format changes:
+/// `cargo test -p larder-index --test disk -- --ignored write_the_fuzz_seed`.
+#[test]
+#[ignore = "writes fuzz/seeds/disk_index; run by hand"]
+fn write_the_fuzz_seed() {
+    let config = config(64 << 10, 100, 4);
+    let mut driver = Driver::new(
+        DiskIndex::create(MemIo::new(), config, Lookup::Lazy).unwrap(),
+        0,
+    );
+    for id in 0..200 {
+        driver.submit(id, id).unwrap();
+    }
+    driver.finish().unwrap();
+    let mut io = driver.index.close().unwrap();
+    let table = io.file_mut(IndexFile::Table).unwrap().clone();
+    let meta = io.file_mut(IndexFile::Meta).unwrap().clone();
+    let mut seed = vec![u8::try_from(table.len() / PAGE).unwrap()];
+    seed.extend_from_slice(&table);
+    seed.extend_from_slice(&meta);
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds/disk_index");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("seed-index"), seed).unwrap();
+}
