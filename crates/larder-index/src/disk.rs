@@ -71,6 +71,10 @@ pub struct DiskIndexConfig {
     /// Whether the lazy lookup looks in the cache before buffering (the paper's Table V
     /// compares with and without).
     pub prelookup: bool,
+    /// A lazy batch reads the primary pages it needs in runs, starting another read
+    /// only where more than this many unneeded pages lie between two needed ones.
+    /// `u64::MAX` (the default) reads each batch in one read, as the paper does.
+    pub batch_gap_pages: u64,
 }
 
 impl Default for DiskIndexConfig {
@@ -86,6 +90,7 @@ impl Default for DiskIndexConfig {
             max_cycle_length: 2048,
             max_cache_lookups: 10,
             prelookup: true,
+            batch_gap_pages: u64::MAX,
         }
     }
 }
@@ -239,7 +244,8 @@ impl<I: IndexIo, T> DiskIndex<I, T> {
         Ok(Self::around(store, config, lookup))
     }
 
-    fn around(store: DiskStore<I>, config: DiskIndexConfig, lookup: Lookup) -> Self {
+    fn around(mut store: DiskStore<I>, config: DiskIndexConfig, lookup: Lookup) -> Self {
+        store.set_batch_gap_pages(config.batch_gap_pages);
         let budget = config.budget(lookup, store.bloom().bytes());
         let lazy = (lookup == Lookup::Lazy)
             .then(|| LazyBuffer::new(store.buckets(), budget.buffer_buckets, &config));

@@ -25,67 +25,10 @@ fn loc(token: u64) -> ChunkLocation {
     }
 }
 
-/// A small deterministic generator (xorshift*), so that a proptest seed names a workload.
-struct Rng(u64);
+#[path = "../benches/common/generations.rs"]
+mod generations;
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
-
-/// Backup generations of chunk ids: the first mostly new; each later one copies runs
-/// of the one before in order (locality), with new runs inserted, runs deleted, and
-/// chunks repeated a few positions later (repeats inside one buffer).
-fn generations(seed: u64, generations: usize, len: usize) -> Vec<Vec<u64>> {
-    let mut rng = Rng(seed | 1);
-    let mut next_id = 0u64;
-    let mut fresh = |rng: &mut Rng, out: &mut Vec<u64>, n: u64| {
-        for _ in 0..n {
-            out.push(next_id);
-            next_id += 1;
-            if rng.below(10) == 0 && out.len() > 2 {
-                let back = 1 + rng.below(out.len().min(40) as u64 - 1) as usize;
-                out.push(out[out.len() - back]);
-            }
-        }
-    };
-    let mut gens: Vec<Vec<u64>> = Vec::new();
-    let mut first = Vec::new();
-    fresh(&mut rng, &mut first, len as u64);
-    gens.push(first);
-    for _ in 1..generations {
-        let prev = gens.last().expect("one generation").clone();
-        let mut out = Vec::new();
-        let mut at = 0;
-        while at < prev.len() {
-            let run = 1 + rng.below(120) as usize;
-            match rng.below(10) {
-                0 => fresh(&mut rng, &mut out, run as u64 / 4 + 1),
-                1 => at += run,
-                2 if !gens.is_empty() => {
-                    // A run from an older generation, out of place.
-                    let g = &gens[rng.below(gens.len() as u64) as usize];
-                    let from = rng.below(g.len() as u64) as usize;
-                    out.extend_from_slice(&g[from..(from + run).min(g.len())]);
-                }
-                _ => {
-                    out.extend_from_slice(&prev[at..(at + run).min(prev.len())]);
-                    at += run;
-                }
-            }
-        }
-        gens.push(out);
-    }
-    gens
-}
+use generations::generations;
 
 /// Drives an index like the engine will: submits, drains answers, inserts each `New`
 /// after `delay` more answers, and keeps every answer for the oracle.
@@ -220,10 +163,12 @@ proptest! {
         delay in 0usize..20,
         reopen in any::<bool>(),
         prelookup in any::<bool>(),
+        batch_gap_pages in prop_oneof![Just(0u64), Just(3), Just(u64::MAX)],
     ) {
         let workload = generations(seed, gens, len);
         let mut config = config(budget_kib << 10, expected, bft);
         config.prelookup = prelookup;
+        config.batch_gap_pages = batch_gap_pages;
         // Small prefetches and cycles too, so that cycles end and prefetches miss.
         if seed % 3 == 0 {
             config.prefetch = 16;
@@ -349,7 +294,8 @@ fn copies_of_a_buffered_fingerprint_follow_its_answer() {
 fn lazy_batches_lookups_that_eager_makes_one_by_one() {
     let workload = generations(7, 4, 20_000);
     let config = DiskIndexConfig {
-        memory_budget: 4 << 20,
+        // The eager cache holds about 8000 fingerprints of the 22 000 indexed.
+        memory_budget: 1 << 20,
         expected_fingerprints: 25_000,
         average_chunk: 1024,
         ..DiskIndexConfig::default()

@@ -23,6 +23,23 @@ use crate::{ChunkLocation, IndexError, Result};
 
 /// Pages read at once when the Bloom filter is rebuilt from the metadata array.
 const SCAN_PAGES: u64 = 256;
+/// A flush reads, extends and writes back the primary pages of the buckets it touches
+/// in runs, merging two touched pages into one run when at most this many untouched
+/// pages lie between them (reading 256 KiB more costs less than another seek).
+const FLUSH_GAP_PAGES: u64 = 64;
+
+/// Sorted, distinct page numbers cut into runs `start..end`: a new run starts where
+/// more than `gap` pages lie between two of them.
+fn runs(pages: &[u64], gap: u64) -> Vec<Range<u64>> {
+    let mut out: Vec<Range<u64>> = Vec::new();
+    for &p in pages {
+        match out.last_mut() {
+            Some(run) if p - run.end <= gap => run.end = p + 1,
+            _ => out.push(p..p + 1),
+        }
+    }
+    out
+}
 
 /// Where an indexed fingerprint is: its record's position and its chunk's location.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,6 +64,8 @@ pub struct DiskStore<I> {
     meta_tail: Vec<Record>,
     insert_buffer: HashMap<Fingerprint, Found, FingerprintHasher>,
     insert_buffer_capacity: usize,
+    /// Untouched pages a batch lookup reads rather than start another read.
+    batch_gap_pages: u64,
     bloom: BloomFilter,
     pub metrics: DiskIndexMetrics,
 }
@@ -82,6 +101,7 @@ impl<I: IndexIo> DiskStore<I> {
             meta_tail: Vec::new(),
             insert_buffer: HashMap::with_hasher(FingerprintHasher),
             insert_buffer_capacity: insert_buffer_capacity.max(1),
+            batch_gap_pages: u64::MAX,
             bloom,
             metrics: DiskIndexMetrics::default(),
         };
@@ -128,6 +148,7 @@ impl<I: IndexIo> DiskStore<I> {
             meta_tail: Vec::new(),
             insert_buffer: HashMap::with_hasher(FingerprintHasher),
             insert_buffer_capacity: insert_buffer_capacity.max(1),
+            batch_gap_pages: u64::MAX,
             bloom: bloom_if_rebuilt,
             metrics: DiskIndexMetrics::default(),
         };
@@ -180,6 +201,10 @@ impl<I: IndexIo> DiskStore<I> {
     /// Gives the I/O back without writing anything (what a crash leaves).
     pub fn into_io(self) -> I {
         self.io
+    }
+
+    pub fn set_batch_gap_pages(&mut self, gap: u64) {
+        self.batch_gap_pages = gap;
     }
 
     pub fn io_mut(&mut self) -> &mut I {
@@ -297,11 +322,28 @@ impl<I: IndexIo> DiskStore<I> {
             .map(|(fp, f)| (bucket_of(fp, self.header.buckets), *fp, *f))
             .collect();
         by_bucket.sort_unstable_by_key(|&(b, _, f)| (b, f.position));
-        for group in by_bucket.chunk_by(|a, b| a.0 == b.0) {
-            let bucket = group[0].0;
-            self.append_to_bucket(bucket, group)?;
-            for (_, fp, _) in group {
-                self.insert_buffer.remove(fp);
+        let groups: Vec<&[(u64, Fingerprint, Found)]> =
+            by_bucket.chunk_by(|a, b| a.0 == b.0).collect();
+        let buckets: Vec<u64> = groups.iter().map(|g| g[0].0).collect();
+        let mut next_group = 0;
+        for run in runs(&buckets, FLUSH_GAP_PAGES) {
+            let mut pages =
+                self.read_pages(IndexFile::Table, 1 + run.start, run.end - run.start)?;
+            self.metrics.flush_reads += 1;
+            let first_group = next_group;
+            while next_group < groups.len() && groups[next_group][0].0 < run.end {
+                let group = groups[next_group];
+                let at = (group[0].0 - run.start) as usize * PAGE;
+                self.extend_chain(group, &mut pages[at..at + PAGE])?;
+                next_group += 1;
+            }
+            self.write(IndexFile::Table, page_offset(1 + run.start), &pages)?;
+            self.metrics.flush_writes += 1;
+            self.metrics.flush_bytes_written += pages.len() as u64;
+            for group in &groups[first_group..next_group] {
+                for (_, fp, _) in group.iter() {
+                    self.insert_buffer.remove(fp);
+                }
             }
         }
         self.metrics.flushes += 1;
@@ -309,12 +351,22 @@ impl<I: IndexIo> DiskStore<I> {
         Ok(())
     }
 
-    fn append_to_bucket(&mut self, bucket: u64, group: &[(u64, Fingerprint, Found)]) -> Result<()> {
-        let mut page_number = 1 + bucket;
-        let mut page = self.read_bucket_page(page_number, bucket, false)?;
+    /// Appends `group` (entries of one bucket) to the bucket's chain. `primary` is the
+    /// bucket's primary page, in the caller's buffer, which the caller writes back;
+    /// overflow pages are read and written here, one I/O each.
+    fn extend_chain(
+        &mut self,
+        group: &[(u64, Fingerprint, Found)],
+        primary: &mut [u8],
+    ) -> Result<()> {
+        let bucket = group[0].0;
+        let mut page = decode_bucket(primary, 1 + bucket, bucket, &self.header)?;
+        // `None`: the page being filled is the primary one.
+        let mut page_number = None;
         while page.next != 0 {
-            page_number = page.next;
-            page = self.read_bucket_page(page_number, bucket, false)?;
+            let next = page.next;
+            page = self.read_bucket_page(next, bucket, false)?;
+            page_number = Some(next);
         }
         let mut pending = group.iter().map(|&(_, fp, f)| BucketEntry {
             fp,
@@ -335,14 +387,19 @@ impl<I: IndexIo> DiskStore<I> {
                 self.header.pages += 1;
                 page.next = self.header.pages;
             }
-            page.encode_into(&mut buf);
-            self.write(IndexFile::Table, page_offset(page_number), &buf)?;
-            self.metrics.flush_writes += 1;
-            self.metrics.flush_bytes_written += PAGE as u64;
+            match page_number {
+                None => page.encode_into(primary),
+                Some(number) => {
+                    page.encode_into(&mut buf);
+                    self.write(IndexFile::Table, page_offset(number), &buf)?;
+                    self.metrics.flush_writes += 1;
+                    self.metrics.flush_bytes_written += PAGE as u64;
+                }
+            }
             if !more {
                 return Ok(());
             }
-            page_number = page.next;
+            page_number = Some(page.next);
             page = BucketPage::default();
         }
     }
@@ -381,9 +438,11 @@ impl<I: IndexIo> DiskStore<I> {
         Ok(result)
     }
 
-    /// Looks a batch of fingerprints up on disk in one read of the primary pages from
-    /// the lowest to the highest bucket they need, then the overflow pages of the
-    /// buckets that still miss some (one read each). Nothing changes on an error.
+    /// Looks a batch of fingerprints up on disk: the primary pages of the buckets they
+    /// need, read in runs (one read from the lowest to the highest unless
+    /// `batch_gap_pages` splits it where needed pages are further apart), then the
+    /// overflow pages of the buckets that still miss some (one read each). Nothing
+    /// changes on an error.
     pub fn lookup_batch(&mut self, fps: &[Fingerprint]) -> Result<Vec<Option<Found>>> {
         let started = Instant::now();
         let buckets = self.header.buckets;
@@ -396,15 +455,20 @@ impl<I: IndexIo> DiskStore<I> {
             v.sort_unstable();
             v
         };
-        if let (Some(&(low, _)), Some(&(high, _))) = (needed.first(), needed.last()) {
-            let run = self.read_pages(IndexFile::Table, 1 + low, high - low + 1)?;
+        let groups: Vec<&[(u64, usize)]> = needed.chunk_by(|a, b| a.0 == b.0).collect();
+        let buckets: Vec<u64> = groups.iter().map(|g| g[0].0).collect();
+        let mut next_group = 0;
+        for run in runs(&buckets, self.batch_gap_pages) {
+            let pages = self.read_pages(IndexFile::Table, 1 + run.start, run.end - run.start)?;
             self.metrics.lookup_ios += 1;
-            self.metrics.lookup_bytes += run.len() as u64;
-            for group in needed.chunk_by(|a, b| a.0 == b.0) {
+            self.metrics.lookup_bytes += pages.len() as u64;
+            while next_group < groups.len() && groups[next_group][0].0 < run.end {
+                let group = groups[next_group];
+                next_group += 1;
                 let bucket = group[0].0;
-                let at = (bucket - low) as usize * PAGE;
+                let at = (bucket - run.start) as usize * PAGE;
                 let mut page =
-                    decode_bucket(&run[at..at + PAGE], 1 + bucket, bucket, &self.header)?;
+                    decode_bucket(&pages[at..at + PAGE], 1 + bucket, bucket, &self.header)?;
                 loop {
                     for &(_, i) in group {
                         if let Some(e) = page.entries.iter().find(|e| e.fp == fps[i]) {
@@ -585,5 +649,19 @@ fn corrupt(file: IndexFile, offset: u64, reason: impl Into<String>) -> IndexErro
         file: file.name(),
         offset,
         reason: reason.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::runs;
+
+    #[test]
+    fn runs_merge_pages_at_most_gap_apart() {
+        assert_eq!(runs(&[], 3), vec![]);
+        assert_eq!(runs(&[5], 0), vec![5..6]);
+        assert_eq!(runs(&[1, 2, 4, 9, 10], 1), vec![1..5, 9..11]);
+        assert_eq!(runs(&[1, 2, 4, 9, 10], 0), vec![1..3, 4..5, 9..11]);
+        assert_eq!(runs(&[1, 2, 4, 9, 10], u64::MAX), vec![1..11]);
     }
 }
