@@ -181,9 +181,10 @@ proptest! {
     }
 
     /// I/O failures at random moments lose nothing: the calls are retried after the
-    /// failure heals, and every answer is still exact.
+    /// failure heals, every answer is still exact, and the index then syncs and
+    /// reopens with every fingerprint once.
     #[test]
-    fn injected_read_failures_lose_nothing(seed in any::<u64>(), fail_after in 0u64..60, bft in 1usize..8) {
+    fn injected_io_failures_lose_nothing(seed in any::<u64>(), fail_after in 0u64..60, bft in 1usize..8, writes in any::<bool>()) {
         let workload = generations(seed, 3, 600);
         let config = config(16 << 10, 100, bft);
         for lookup in [Lookup::Eager, Lookup::Lazy] {
@@ -191,7 +192,11 @@ proptest! {
             let mut driver = Driver::new(DiskIndex::create(MemIo::new(), config.clone(), lookup).unwrap(), 3);
             let mut token = 0;
             let mut failures = 0;
-            driver.index.io_mut().fail_reads_after(fail_after);
+            if writes {
+                driver.index.io_mut().fail_writes_after(fail_after);
+            } else {
+                driver.index.io_mut().fail_reads_after(fail_after);
+            }
             for gen in &workload {
                 for &id in gen {
                     oracle.submit(id, token);
@@ -210,6 +215,19 @@ proptest! {
             for (t, expected) in &oracle.expected {
                 prop_assert_eq!(driver.answers.get(t), Some(expected), "token {}", t);
             }
+            // Everything inserted is found after a sync and a reopen, exactly once.
+            let io = driver.index.close().unwrap();
+            let mut reopened = Driver::new(DiskIndex::open(io, config.clone(), lookup).unwrap(), 0);
+            let ids: Vec<u64> = oracle.first.keys().copied().collect();
+            for &id in &ids {
+                reopened.submit(id, 1_000_000 + id).unwrap();
+            }
+            reopened.finish().unwrap();
+            for &id in &ids {
+                let first = oracle.first[&id];
+                prop_assert_eq!(reopened.answers[&(1_000_000 + id)], Answer::Duplicate(loc(first)));
+            }
+            prop_assert_eq!(reopened.index.len(), ids.len() as u64);
         }
     }
 }

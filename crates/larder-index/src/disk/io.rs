@@ -168,12 +168,15 @@ impl IndexIo for DirIo {
     }
 }
 
-/// The files in memory. Reads can be made to fail, to test that errors lose nothing.
+/// The files in memory. Reads and writes can be made to fail, to test that errors lose
+/// nothing.
 #[derive(Default)]
 pub struct MemIo {
     files: [Option<Vec<u8>>; 3],
     /// Reads that succeed before every later one fails; `None`: none fails.
     reads_before_failure: Option<u64>,
+    /// The same for writes.
+    writes_before_failure: Option<u64>,
 }
 
 impl MemIo {
@@ -187,8 +190,15 @@ impl MemIo {
         self.reads_before_failure = Some(reads);
     }
 
+    /// After `writes` more successful writes, every write fails until
+    /// [`MemIo::heal`].
+    pub fn fail_writes_after(&mut self, writes: u64) {
+        self.writes_before_failure = Some(writes);
+    }
+
     pub fn heal(&mut self) {
         self.reads_before_failure = None;
+        self.writes_before_failure = None;
     }
 
     /// The bytes of a file, for tests that damage them.
@@ -216,6 +226,12 @@ impl IndexIo for MemIo {
     }
 
     fn write_at(&mut self, file: IndexFile, offset: u64, buf: &[u8]) -> io::Result<()> {
+        if let Some(left) = self.writes_before_failure.as_mut() {
+            if *left == 0 {
+                return Err(io::Error::other("injected write failure"));
+            }
+            *left -= 1;
+        }
         let data = self.files[file.number()]
             .as_mut()
             .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;

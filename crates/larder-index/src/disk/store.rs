@@ -361,18 +361,27 @@ impl<I: IndexIo> DiskStore<I> {
     ) -> Result<()> {
         let bucket = group[0].0;
         let mut page = decode_bucket(primary, 1 + bucket, bucket, &self.header)?;
+        // What the chain holds already: a flush retried after a failure may find some
+        // of the group written, and must not add them twice.
+        let mut present: Vec<Fingerprint> = page.entries.iter().map(|e| e.fp).collect();
         // `None`: the page being filled is the primary one.
         let mut page_number = None;
         while page.next != 0 {
             let next = page.next;
             page = self.read_bucket_page(next, bucket, false)?;
+            present.extend(page.entries.iter().map(|e| e.fp));
             page_number = Some(next);
         }
-        let mut pending = group.iter().map(|&(_, fp, f)| BucketEntry {
-            fp,
-            position: f.position,
-            location: f.location,
-        });
+        let mut pending = group
+            .iter()
+            .filter(|(_, fp, _)| !present.contains(fp))
+            .map(|&(_, fp, f)| BucketEntry {
+                fp,
+                position: f.position,
+                location: f.location,
+            })
+            .collect::<Vec<_>>()
+            .into_iter();
         let mut buf = PageBuf::zeroed(PAGE);
         loop {
             while page.entries.len() < BUCKET_SLOTS {
