@@ -304,6 +304,19 @@ impl<I: IndexIo, T> DiskIndex<I, T> {
         )
     }
 
+    /// The memory the budget covers, at full use: the Bloom filter, the cache, the
+    /// insert buffer and the lazy buffer with its waiting chunks (at the configured
+    /// average size), plus 16 bytes per lazy bucket for the bucket vectors.
+    pub fn memory_estimate(&self) -> u64 {
+        let budget = self.config.budget(self.lookup, self.bloom().bytes());
+        let buffer_buckets = self.lazy.as_ref().map_or(0, |l| l.bucket_count());
+        self.bloom().bytes()
+            + self.cache.capacity() as u64 * LruCache::BYTES_PER_ENTRY
+            + budget.insert_buffer_entries as u64 * INSERT_BUFFER_ENTRY_BYTES
+            + buffer_buckets
+                * (self.config.bft as u64 * (BUFFERED_ENTRY_BYTES + self.config.average_chunk) + 16)
+    }
+
     pub fn cache_capacity(&self) -> usize {
         self.cache.capacity()
     }

@@ -325,6 +325,29 @@ fn lazy_batches_lookups_that_eager_makes_one_by_one() {
     assert!(l.prelookup_hits > 0 && l.postlookup_hits > 0, "{l}");
 }
 
+/// Whatever the budget, the parts it covers fit in it (the lazy buffer's chunks
+/// included), down to the smallest parts the index can have.
+#[test]
+fn the_parts_fit_in_the_memory_budget() {
+    for budget in [1u64 << 20, 32 << 20, 256 << 20] {
+        for lookup in [Lookup::Eager, Lookup::Lazy] {
+            let config = DiskIndexConfig {
+                memory_budget: budget,
+                expected_fingerprints: 10_000_000,
+                ..DiskIndexConfig::default()
+            };
+            let index: DiskIndex<MemIo, u64> =
+                DiskIndex::create(MemIo::new(), config, lookup).unwrap();
+            let used = index.memory_estimate();
+            assert!(used <= budget, "{lookup:?} at {budget}: {used}");
+            assert!(
+                used > budget / 2,
+                "{lookup:?} at {budget}: only {used} used"
+            );
+        }
+    }
+}
+
 #[test]
 fn abandon_hands_back_every_unresolved_token() {
     let config = config(1 << 20, 100, 32);
