@@ -563,3 +563,52 @@ fn write_the_fuzz_seed() {
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("seed-index"), seed).unwrap();
 }
+
+/// A crash at any write of a sync (simulated by failing every write from the k-th on
+/// and dropping the index) leaves either a dirty table, which `open` refuses, or the
+/// state of the last completed sync, which answers exactly as before.
+#[test]
+fn a_crash_at_any_write_of_a_sync_is_refused_or_invisible() {
+    let (synced, config) = filled_index(Lookup::Eager);
+    let (mut refused, mut completed) = (0, 0);
+    for k in (0..40).step_by(3) {
+        let mut index: DiskIndex<MemIo, u64> =
+            DiskIndex::open(synced.clone(), config.clone(), Lookup::Eager).unwrap();
+        let mut driver = Driver::new(index, 0);
+        for id in 3000..3400 {
+            driver.submit(id, id).unwrap();
+        }
+        driver.finish().unwrap();
+        index = driver.index;
+        index.io_mut().fail_writes_after(k);
+        let synced_now = index.sync().is_ok();
+        let mut io = index.into_io_unsynced();
+        io.heal();
+        match DiskIndex::<_, u64>::open(io, config.clone(), Lookup::Eager) {
+            Err(IndexError::NeedsRebuild) => {
+                assert!(!synced_now, "k = {k}");
+                refused += 1;
+            }
+            Err(e) => panic!("k = {k}: {e}"),
+            Ok(index) => {
+                completed += usize::from(synced_now);
+                let expected_len = if synced_now { 3400 } else { 3000 };
+                assert_eq!(index.len(), expected_len, "k = {k}");
+                let mut driver = Driver::new(index, 0);
+                for id in 0..expected_len {
+                    driver.submit(id, 10_000 + id).unwrap();
+                }
+                driver.finish().unwrap();
+                assert!(
+                    (0..expected_len)
+                        .all(|id| driver.answers[&(10_000 + id)] == Answer::Duplicate(loc(id))),
+                    "k = {k}"
+                );
+            }
+        }
+    }
+    assert!(
+        refused > 0 && completed > 0,
+        "{refused} refused, {completed} completed"
+    );
+}

@@ -170,7 +170,7 @@ impl IndexIo for DirIo {
 
 /// The files in memory. Reads and writes can be made to fail, to test that errors lose
 /// nothing.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct MemIo {
     files: [Option<Vec<u8>>; 3],
     /// Reads that succeed before every later one fails; `None`: none fails.
