@@ -571,7 +571,7 @@ fn write_the_fuzz_seed() {
 fn a_crash_at_any_write_of_a_sync_is_refused_or_invisible() {
     let (synced, config) = filled_index(Lookup::Eager);
     let (mut refused, mut completed) = (0, 0);
-    for k in (0..40).step_by(3) {
+    for k in (0..40).step_by(6) {
         let mut index: DiskIndex<MemIo, u64> =
             DiskIndex::open(synced.clone(), config.clone(), Lookup::Eager).unwrap();
         let mut driver = Driver::new(index, 0);
