@@ -87,6 +87,8 @@ struct Run {
     wall: Duration,
     disk_bytes: u64,
     news: u64,
+    /// The Bloom filter's predicted false-positive rate at the end.
+    bloom_rate: f64,
 }
 
 fn run(o: &Options, gens: &[Vec<u64>], unique: u64, lookup: Lookup) -> Run {
@@ -149,6 +151,7 @@ fn run(o: &Options, gens: &[Vec<u64>], unique: u64, lookup: Lookup) -> Run {
         wall: started.elapsed(),
         disk_bytes: index.disk_bytes(),
         news,
+        bloom_rate: index.bloom_false_positive_rate(),
     }
 }
 
@@ -182,10 +185,13 @@ fn main() {
     for &lookup in &o.lookups {
         let r = run(&o, &gens, unique, lookup);
         println!(
-            "\n{lookup:?}: index {:.1} MiB on disk = {:.1}x the budget; {} new; wall {:.1} s",
+            "\n{lookup:?}: index {:.1} MiB on disk = {:.1}x the budget; {} new; Bloom false-positive rate {:.2e} predicted at the end, {:.2e} met over the run; wall {:.1} s",
             r.disk_bytes as f64 / (1 << 20) as f64,
             r.disk_bytes as f64 / (o.memory_mib << 20) as f64,
             r.news,
+            r.bloom_rate,
+            r.total.bloom_false_positives as f64
+                / (r.total.bloom_new + r.total.bloom_false_positives).max(1) as f64,
             r.wall.as_secs_f64()
         );
         println!("| gen | chunks | disk lookups | lookup I/Os | lookup MiB | prefetch I/Os | prefetch MiB | index s | on-disk lookup s | prefetch s | wall s |");
