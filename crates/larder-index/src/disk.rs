@@ -218,7 +218,8 @@ pub struct DiskIndex<I, T> {
     /// Fingerprints answered `New`, awaiting their insert, with the tokens of later copies.
     pending: HashMap<Fingerprint, Vec<T>, FingerprintHasher>,
     output: VecDeque<Resolved<T>>,
-    /// Eager lookups whose disk read failed, for `finish` to retry.
+    /// Eager lookups whose disk read failed, and those submitted after them, in
+    /// submission order, for the next submit or `finish` to retry.
     retry: VecDeque<(Fingerprint, T)>,
 }
 
@@ -359,7 +360,13 @@ impl<I: IndexIo, T> DiskIndex<I, T> {
             return Ok(());
         }
         match self.lookup {
-            Lookup::Eager => self.submit_eager(fp, token),
+            Lookup::Eager if self.retry.is_empty() => self.submit_eager(fp, token),
+            // Behind a failed lookup: answered in submission order, so that of the
+            // copies of a new fingerprint the first submitted is the one answered `New`.
+            Lookup::Eager => {
+                self.retry.push_back((fp, token));
+                self.finish_eager()
+            }
             Lookup::Lazy => self.submit_lazy(fp, token),
         }
     }

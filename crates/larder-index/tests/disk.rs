@@ -612,3 +612,36 @@ fn a_crash_at_any_write_of_a_sync_is_refused_or_invisible() {
         "{refused} refused, {completed} completed"
     );
 }
+
+/// Regression: an eager lookup that failed was retried after later submits, so a later
+/// copy of a new fingerprint could be answered `New` and the first `Duplicate` of it.
+/// Submits behind a failed lookup now wait in order.
+#[test]
+fn eager_answers_stay_in_submission_order_after_a_failed_lookup() {
+    let config = config(16 << 10, 10, 8);
+    let mut driver = Driver::new(
+        DiskIndex::create(MemIo::new(), config, Lookup::Eager).unwrap(),
+        0,
+    );
+    // Saturate the one-page Bloom filter so that new fingerprints pass it.
+    for id in 0..10_000 {
+        driver.submit(id, id).unwrap();
+    }
+    driver.finish().unwrap();
+    let mut tested = 0;
+    for id in 1_000_000..1_000_040u64 {
+        if !driver.index.bloom().may_contain(&fp(id)) {
+            continue;
+        }
+        tested += 1;
+        let (first, second) = (2 * id, 2 * id + 1);
+        driver.index.io_mut().fail_reads_after(0);
+        assert!(driver.submit(id, first).is_err());
+        driver.index.io_mut().heal();
+        driver.submit(id, second).unwrap();
+        driver.finish().unwrap();
+        assert_eq!(driver.answers[&first], Answer::New);
+        assert_eq!(driver.answers[&second], Answer::Duplicate(loc(first)));
+    }
+    assert!(tested > 10);
+}

@@ -9,10 +9,16 @@ use super::DiskIndex;
 use crate::Result;
 
 impl<I: IndexIo, T> DiskIndex<I, T> {
-    /// Looks up again the fingerprints whose disk lookup failed.
+    /// Looks up again, in submission order, the fingerprints queued behind a failed
+    /// disk lookup; stops at the first error, leaving the queue in order.
     pub(super) fn finish_eager(&mut self) -> Result<()> {
         while let Some((fp, token)) = self.retry.pop_front() {
-            self.submit_unsubmitted(fp, token)?;
+            if let Some(waiters) = self.pending.get_mut(&fp) {
+                waiters.push(token);
+                self.store.metrics.waited += 1;
+                continue;
+            }
+            self.submit_eager(fp, token)?;
         }
         Ok(())
     }
@@ -28,8 +34,9 @@ impl<I: IndexIo, T> DiskIndex<I, T> {
         }
         match self.store.lookup_one(&fp) {
             Err(e) => {
-                // Kept for `finish` to retry or `abandon` to hand back.
-                self.retry.push_back((fp, token));
+                // Kept at the head of the queue, for `finish` (or the next submit) to
+                // retry or `abandon` to hand back.
+                self.retry.push_front((fp, token));
                 return Err(e);
             }
             Ok(Some(found)) => {
