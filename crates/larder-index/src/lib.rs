@@ -4,10 +4,15 @@
 //! found, and one that was not is never reported. [`CuckooIndex`] keeps everything in
 //! memory (docs/design/index.md); the repository persists it as index segments (see
 //! docs/design/format.md) and can rebuild it from the containers alone.
+//! [`disk::DiskIndex`] keeps the fingerprints on disk within a memory budget, with eager
+//! or lazy lookup (docs/design/disk-index.md).
 
 mod cuckoo;
+pub mod disk;
+mod error;
 
 pub use cuckoo::{CuckooIndex, IndexStats};
+pub use error::{IndexError, Result};
 
 use larder_hash::Fingerprint;
 
