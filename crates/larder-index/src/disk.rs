@@ -377,8 +377,9 @@ impl<I: IndexIo, T> DiskIndex<I, T> {
     }
 
     /// Records the location where the caller stored a chunk answered `New`; later copies
-    /// waiting on it are answered `Duplicate(location)`. The location must be of a
-    /// chunk in a durable container (docs/design/disk-index.md, "Crash safety"). An
+    /// waiting on it are answered `Duplicate(location)`. Call `sync` only once the
+    /// containers named by the inserts are durable (docs/design/disk-index.md, "Crash
+    /// safety"). An
     /// `Io` error comes from the flush of a full insert buffer: the insert itself is
     /// kept (do not repeat it), and the flush is retried by the next one or by `sync`.
     pub fn insert(&mut self, fp: Fingerprint, location: ChunkLocation) -> Result<()> {
