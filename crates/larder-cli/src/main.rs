@@ -7,6 +7,7 @@
 mod bench_commands;
 mod browse_commands;
 mod chunk_commands;
+mod device_commands;
 mod gc_commands;
 mod gen_commands;
 mod output;
@@ -82,6 +83,9 @@ enum Command {
         /// Fingerprinting threads [default: one per core]
         #[arg(long, default_value_t = 0)]
         threads: usize,
+        /// Where chunking and fingerprinting run (gpu needs a build with the `gpu` feature)
+        #[arg(long, value_enum, default_value = "auto")]
+        device: device_commands::DeviceArg,
         #[command(flatten)]
         excludes: pattern_args::BackupExcludes,
     },
@@ -149,6 +153,9 @@ enum Command {
         /// Chunking threads; the cut points are exactly those of one thread [default: one per core]
         #[arg(long, default_value_t = 0)]
         threads: usize,
+        /// Where chunking runs (gpu: fastcdc only, needs a build with the `gpu` feature)
+        #[arg(long, value_enum, default_value = "auto")]
+        device: device_commands::DeviceArg,
     },
     /// Synthetic backup generations (no repository): stdout, or --out DIR
     Gen(gen_commands::GenArgs),
@@ -187,6 +194,27 @@ enum BenchCommand {
     /// backups against its model, parallel against sequential chunking, larder's dedup
     /// against the generator's ground truth, index rates. report.md and SVG plots in --out
     Report(bench_commands::ReportArgs),
+    /// Chunking (FastCDC 2020, default sizes) plus fingerprints on the GPU, transfers
+    /// included, against the CPU path on all cores: throughput, each host stage's share,
+    /// PCIe bytes (built with the `gpu` feature only)
+    #[cfg(feature = "gpu")]
+    Gpu {
+        /// Bytes of generated input (KiB/MiB/GiB suffixes accepted)
+        #[arg(long, default_value = "4GiB", value_parser = size::parse)]
+        size: usize,
+        /// Fingerprint: blake3, sha256 or sha1
+        #[arg(long, default_value = "blake3")]
+        hash: String,
+        /// Bytes per block (upload, scan and hash launch)
+        #[arg(long, default_value = "64MiB", value_parser = size::parse)]
+        block_size: usize,
+        /// Blocks in flight, one stream each (at least 2)
+        #[arg(long, default_value_t = 2)]
+        streams: usize,
+        /// Timed runs; medians are printed
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+    },
 }
 
 fn main() -> ExitCode {
@@ -349,8 +377,10 @@ fn run(cli: Cli, out: &Output) -> Result<ExitCode> {
         Command::Backup {
             paths,
             threads,
+            device,
             excludes,
         } => {
+            device_commands::backup_device(device, out)?;
             let exclude = match excludes.patterns() {
                 Ok(list) => list,
                 Err(msg) => return Ok(out.usage(&msg)),
@@ -479,6 +509,7 @@ fn run(cli: Cli, out: &Output) -> Result<ExitCode> {
             level,
             cuts,
             threads,
+            device,
         } => {
             let Some(kind) = ChunkerKind::from_name(&algo) else {
                 return Ok(out.usage(&format!(
@@ -495,6 +526,13 @@ fn run(cli: Cli, out: &Output) -> Result<ExitCode> {
             };
             if let Err(e) = config.validate() {
                 return Ok(out.usage(&e.to_string()));
+            }
+            if device_commands::chunk_on_gpu(device, &config, out)? {
+                #[cfg(feature = "gpu")]
+                {
+                    device_commands::chunk_files(&files, &config, cuts, out)?;
+                    return Ok(ExitCode::SUCCESS);
+                }
             }
             chunk_commands::chunk(&files, &config, cuts, threads, out)
         }
@@ -520,6 +558,30 @@ fn run(cli: Cli, out: &Output) -> Result<ExitCode> {
             bench: BenchCommand::Report(args),
         } => {
             bench_commands::report(&args, out)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        #[cfg(feature = "gpu")]
+        Command::Bench {
+            bench:
+                BenchCommand::Gpu {
+                    size,
+                    hash,
+                    block_size,
+                    streams,
+                    runs,
+                },
+        } => {
+            let Some(algo) = HashAlgo::from_name(&hash) else {
+                return Ok(out.usage(&format!(
+                    "unknown hash {hash:?}: use blake3, sha256 or sha1"
+                )));
+            };
+            let config = larder_gpu::GpuConfig {
+                block_size,
+                streams,
+                ..larder_gpu::GpuConfig::default()
+            };
+            device_commands::bench_gpu(size, algo, config, runs, out)?;
             Ok(ExitCode::SUCCESS)
         }
     }
