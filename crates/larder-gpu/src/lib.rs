@@ -10,10 +10,14 @@
 //! [`Error::NoNvrtc`] instead of panicking.
 
 mod device;
+mod emulated;
 pub mod kernels;
+mod pipeline;
 pub mod stretch;
 
-pub use device::{Gpu, GpuChunk, GpuChunkerHasher, GpuConfig, StageTimes};
+pub use device::{CudaSlot, Gpu, GpuChunkerHasher};
+pub use emulated::{EmulatedDevice, EmulatedSlot};
+pub use pipeline::{Backend, ChunkerHasher, GpuChunk, GpuConfig, StageTimes};
 
 use cudarc::nvrtc::{CompileOptions, Ptx};
 
