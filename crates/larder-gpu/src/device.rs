@@ -47,8 +47,7 @@ impl Gpu {
         // module replace the tracking.
         unsafe { ctx.disable_event_tracking() };
         let (major, minor) = ctx.compute_capability()?;
-        let arch: &'static str = Box::leak(format!("compute_{major}{minor}").into_boxed_str());
-        let ptx = compile_kernels(Some(arch))?;
+        let ptx = compile_kernels(Some(&format!("compute_{major}{minor}")))?;
         let module = ctx.load_module(ptx)?;
         Ok(Self {
             name: ctx.name()?,
@@ -111,6 +110,15 @@ pub struct CudaSlot {
     fp_dev: CudaSlice<u8>,
     /// Recorded after the last device-to-device copy out of `dev` (rule 3).
     reuse_after: Option<CudaEvent>,
+}
+
+impl Drop for CudaSlot {
+    /// Pinned and device buffers are freed only once no copy or kernel uses them: a
+    /// hasher dropped mid-stream (after an error) must not free memory under a DMA.
+    fn drop(&mut self) {
+        // An error here means the context is already broken; nothing is left to order.
+        let _ = self.stream.synchronize();
+    }
 }
 
 impl CudaSlot {
