@@ -161,7 +161,9 @@ impl ContainerRuns {
         }
         let body = &raw[..16 + 16 * n];
         let sum = u64::from_le_bytes(raw[16 + 16 * n..].try_into().expect("8 bytes"));
-        if checksum(body) != sum {
+        // Fuzzing builds (`cfg(fuzzing)`) go on past a wrong checksum, to reach the
+        // checks below (docs/design/fuzzing.md).
+        if checksum(body) != sum && !cfg!(fuzzing) {
             return Err(bad("checksum mismatch"));
         }
         let mut runs: Vec<(u64, u64)> = Vec::with_capacity(n);
