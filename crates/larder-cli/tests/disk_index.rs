@@ -284,3 +284,65 @@ fn readers_fall_back_to_memory_and_writers_rebuild_a_damaged_disk_index() {
     out.expect_ok();
     assert!(!out.stderr.contains("disk index"), "{out}");
 }
+
+/// Acceptance 5, short form: `larder backup` into a lazy disk repository (a 1 MiB
+/// budget, so fingerprints wait in the buffer and batches in stage 3) SIGKILLed at
+/// three moments of its run; after each kill `check --read-data` passes and the first
+/// snapshot restores; after `index rebuild` the backup completes, and the repository
+/// holds exactly the chunk bytes of one uninterrupted run: nothing was stored twice.
+#[test]
+fn a_killed_lazy_backup_leaves_a_repository_that_checks_and_stores_nothing_twice() {
+    let stable = StableDir::new("disk-index-kill");
+    let sources = sources(&stable.0);
+    fs::write(stable.0.join("tree/new.bin"), pseudo_random(9, 24 << 20)).unwrap();
+    let first = [sources[0].as_path()];
+    let all: Vec<&Path> = sources.iter().map(PathBuf::as_path).collect();
+    let reference = init(MODES[0]);
+    reference.backup(&first);
+    let started = std::time::Instant::now();
+    reference.backup(&all);
+    let duration = started.elapsed();
+
+    let repo = init(MODES[3]);
+    repo.backup(&first);
+    let mut killed_mid_backup = 0;
+    for fraction in [0.3, 0.6, 0.9] {
+        let mut args = vec!["backup".to_string()];
+        args.extend(all.iter().map(|p| p.display().to_string()));
+        let mut child = repo
+            .command(&args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(duration.mul_f64(fraction));
+        let _ = child.kill();
+        child.wait().unwrap();
+        let check = repo.check(true);
+        check.expect_ok();
+        killed_mid_backup += usize::from(check.stderr.contains("no index segment names"));
+        let target = repo.new_path(&format!("restore-{fraction}"));
+        let snaps = repo.snapshots();
+        repo.restore(snaps[0]["id"].as_str().unwrap(), &target, &[])
+            .expect_ok();
+        assert_same_tree(&sources[0], &restored(&target, &sources[0]));
+    }
+    // At least one kill left containers that no segment names.
+    assert!(killed_mid_backup > 0);
+    repo.run(["index", "rebuild"]).expect_ok();
+    repo.backup(&all);
+    repo.check(true).expect_ok();
+    let unique = |r: &Repo| {
+        let out = r.run(["--json", "stats"]);
+        out.expect_ok();
+        out.json()["unique_bytes"].as_u64().unwrap()
+    };
+    assert_eq!(unique(&repo), unique(&reference));
+    let snaps = repo.snapshots();
+    let last = snaps.last().unwrap()["id"].as_str().unwrap();
+    let target = repo.new_path("restore-last");
+    repo.restore(last, &target, &[]).expect_ok();
+    for source in &sources {
+        assert_same_tree(source, &restored(&target, source));
+    }
+}
