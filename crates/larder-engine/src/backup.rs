@@ -749,10 +749,10 @@ struct StageOut<'a> {
 }
 
 impl StageOut<'_> {
-    /// Emits `batch` (its chunks new where `new` says) to stage 4; `false` once stage 4
-    /// has stopped.
-    fn send(&self, indexer: &mut Indexer, batch: Batch, new: &[bool]) -> bool {
-        let out = indexer.emit(batch, new, self.progress, self.warnings);
+    /// Sends what [`Indexer::emit`] made of a batch to stage 4 (or its buffers back to
+    /// stage 1 when it holds no new chunk); `false` once stage 4 has stopped. Called
+    /// outside a spell: it may wait on the queue.
+    fn send(&self, out: WriteBatch) -> bool {
         if out.chunks.is_empty() {
             recycle(self.pool, out.pieces);
             true
@@ -780,9 +780,9 @@ fn memory_index_stage(
             next += 1;
             let spell = turns.begin();
             let new = indexer.decide(index, &batch.fps);
-            let sent = out.send(indexer, batch, &new);
+            let write = indexer.emit(batch, &new, out.progress, out.warnings);
             busy += spell.end();
-            if !sent {
+            if !out.send(write) {
                 return busy;
             }
         }

@@ -17,10 +17,10 @@ use std::time::Duration;
 
 use crossbeam_channel::Receiver;
 use larder_hash::Fingerprint;
-use larder_index::disk::{Answer, DiskIndexMetrics};
+use larder_index::disk::{Answer, DiskIndexMetrics, FingerprintHasher};
 use larder_store::{DiskState, RepoDiskIndex, StoreError};
 
-use super::{Batch, Indexer, StageOut, Turns, BLOCK};
+use super::{Batch, Indexer, StageOut, Turns, WriteBatch, BLOCK};
 use crate::error::Result;
 
 /// A batch waiting for the answers of its chunks.
@@ -39,7 +39,7 @@ struct Held {
 /// fingerprint is in `in_flight`.
 struct Waiting {
     held: VecDeque<Held>,
-    in_flight: HashSet<Fingerprint>,
+    in_flight: HashSet<Fingerprint, FingerprintHasher>,
     next_token: u64,
     bytes: usize,
 }
@@ -48,7 +48,7 @@ impl Waiting {
     fn new() -> Self {
         Self {
             held: VecDeque::new(),
-            in_flight: HashSet::new(),
+            in_flight: HashSet::with_hasher(FingerprintHasher),
             next_token: 0,
             bytes: 0,
         }
@@ -146,9 +146,9 @@ pub(super) fn run(
                     index.finish().map_err(StoreError::from)?;
                     waiting.collect(indexer, index);
                 }
-                let sent = send_ready(indexer, &mut waiting, out);
+                let ready = emit_ready(indexer, &mut waiting, out);
                 busy += spell.end();
-                if !sent {
+                if !ready.into_iter().all(|w| out.send(w)) {
                     return Ok(());
                 }
             }
@@ -157,8 +157,13 @@ pub(super) fn run(
         let spell = turns.begin();
         index.finish().map_err(StoreError::from)?;
         waiting.collect(indexer, index);
-        send_ready(indexer, &mut waiting, out);
+        let ready = emit_ready(indexer, &mut waiting, out);
         busy += spell.end();
+        for w in ready {
+            if !out.send(w) {
+                break;
+            }
+        }
         debug_assert!(waiting.held.is_empty() && waiting.in_flight.is_empty());
         Ok(())
     })();
@@ -168,14 +173,14 @@ pub(super) fn run(
     result.map(|()| busy)
 }
 
-/// Sends the decided batches at the front; `false` once stage 4 has stopped.
-fn send_ready(indexer: &mut Indexer, waiting: &mut Waiting, out: &StageOut<'_>) -> bool {
+/// Emits the decided batches at the front, in stream order, for sending once the
+/// spell has ended.
+fn emit_ready(indexer: &mut Indexer, waiting: &mut Waiting, out: &StageOut<'_>) -> Vec<WriteBatch> {
+    let mut ready = Vec::new();
     while let Some(held) = waiting.pop_ready() {
-        if !out.send(indexer, held.batch, &held.new) {
-            return false;
-        }
+        ready.push(indexer.emit(held.batch, &held.new, out.progress, out.warnings));
     }
-    true
+    ready
 }
 
 /// Decides the chunks of one stream at once (the tree, after the pipeline).
