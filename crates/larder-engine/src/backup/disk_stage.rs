@@ -253,3 +253,119 @@ pub(super) fn metrics_since(
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use larder_hash::HashAlgo;
+    use larder_index::disk::{DirIo, DiskIndex, DiskIndexConfig, Lookup};
+    use larder_index::ChunkLocation;
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn fp(i: u64) -> Fingerprint {
+        HashAlgo::Blake3.fingerprint(&i.to_le_bytes())
+    }
+
+    fn indexer() -> Indexer {
+        Indexer {
+            index: larder_store::RepoIndex::default(),
+            new_chunks: HashSet::new(),
+            recipes: Vec::new(),
+            sizes: Vec::new(),
+            chunks: 0,
+            chunks_new: 0,
+            bytes_new: 0,
+            bytes_in: 0,
+        }
+    }
+
+    /// A lazy index holding fingerprints `0..old`, reopened so that its cache is
+    /// empty (old fingerprints wait in the buffer), with a Bloom filter of one page
+    /// that passes some new ones (false positives, answered `New` after a disk lookup).
+    fn lazy_index(dir: &std::path::Path, old: u64) -> RepoDiskIndex {
+        let config = DiskIndexConfig {
+            memory_budget: 1 << 20,
+            expected_fingerprints: 2_000,
+            bloom_target_rate: 0.5,
+            bft: 4,
+            prefetch: 16,
+            ..DiskIndexConfig::default()
+        };
+        let mut index = DiskIndex::create(
+            DirIo::open(dir, false).unwrap(),
+            config.clone(),
+            Lookup::Lazy,
+        )
+        .unwrap();
+        for i in 0..old {
+            index.submit(fp(i), i).unwrap();
+            index.finish().unwrap();
+            while let Some(r) = index.poll() {
+                assert_eq!(r.answer, Answer::New);
+                let at = ChunkLocation {
+                    container: 1 + r.token / 100,
+                    offset: (r.token % 100) as u32,
+                    length: 1,
+                };
+                index.insert(r.fp, at).unwrap();
+            }
+        }
+        DiskIndex::open(index.close().unwrap(), config, Lookup::Lazy).unwrap()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+
+        /// Whatever the stream (old and new fingerprints, repeated within and across
+        /// batches while their first copy still waits in the lazy buffer), stage 3's
+        /// decisions are the in-memory oracle's: new exactly at the first copy of a
+        /// fingerprint the index did not hold, and batches leave in stream order.
+        #[test]
+        fn decisions_match_the_oracle(
+            picks in proptest::collection::vec(0u64..6_000, 1..3_000),
+            batch in 1usize..80,
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let old = 3_000;
+            let mut index = lazy_index(dir.path(), old);
+            let mut indexer = indexer();
+            let mut waiting = Waiting::new();
+            let mut decided: Vec<(u64, Vec<bool>)> = Vec::new();
+            for (seq, part) in picks.chunks(batch).enumerate() {
+                let b = Batch {
+                    seq: seq as u64,
+                    pieces: Vec::new(),
+                    fps: part.iter().map(|&i| fp(i)).collect(),
+                };
+                waiting.push(&indexer, &mut index, b).unwrap();
+                waiting.collect(&mut indexer, &mut index);
+                while let Some(h) = waiting.pop_ready() {
+                    decided.push((h.batch.seq, h.new));
+                }
+            }
+            index.finish().unwrap();
+            waiting.collect(&mut indexer, &mut index);
+            while let Some(h) = waiting.pop_ready() {
+                decided.push((h.batch.seq, h.new));
+            }
+            prop_assert!(waiting.held.is_empty() && waiting.in_flight.is_empty());
+            let seqs: Vec<u64> = decided.iter().map(|d| d.0).collect();
+            prop_assert_eq!(seqs, (0..picks.chunks(batch).len() as u64).collect::<Vec<_>>());
+            let mut seen = HashSet::new();
+            let oracle: Vec<bool> = picks.iter().map(|&i| i >= old && seen.insert(i)).collect();
+            let got: Vec<bool> = decided.into_iter().flat_map(|d| d.1).collect();
+            prop_assert_eq!(got, oracle);
+            // Every `New` awaits its insert at the commit, once.
+            prop_assert_eq!(index.awaiting_insert(), indexer.new_chunks.len());
+            // The stream went through the buffer and the disk, and met false positives.
+            let m = index.metrics();
+            prop_assert!(m.buffered > 0 && m.batches > 0, "{m}");
+            if picks.len() > 2_000 {
+                prop_assert!(m.bloom_false_positives > 0, "{m}");
+            }
+        }
+    }
+}
