@@ -25,7 +25,7 @@ use larder_bench::Plan;
 use larder_chunk::{ChunkerConfig, ChunkerKind};
 use larder_engine::{BackupOptions, CheckOptions, Progress, RestoreOptions};
 use larder_hash::HashAlgo;
-use larder_store::{Compression, LockMode, RepoConfig, Repository};
+use larder_store::{Compression, DiskLookup, IndexSettings, LockMode, RepoConfig, Repository};
 
 use crate::output::{Bar, Output};
 
@@ -48,6 +48,54 @@ struct Cli {
     retry_lock: Option<Duration>,
     #[command(subcommand)]
     command: Command,
+}
+
+/// The index options of `init` and `index convert`.
+#[derive(clap::Args)]
+struct IndexArgs {
+    /// Fingerprint index: memory (rebuilt from the segments at every open) or disk
+    /// (on disk, within --index-memory; for repositories whose index outgrows memory)
+    #[arg(long = "index", default_value = "memory", value_parser = ["memory", "disk"])]
+    kind: String,
+    /// Disk index lookup: eager (each lookup at once) or lazy (buffered, batched)
+    #[arg(long, default_value = "lazy", value_parser = ["eager", "lazy"])]
+    index_lookup: String,
+    /// Disk index memory budget: Bloom filter, cache and buffers together
+    #[arg(long, default_value = "256MiB", value_parser = size::parse)]
+    index_memory: usize,
+}
+
+impl IndexArgs {
+    fn settings(&self) -> IndexSettings {
+        match self.kind.as_str() {
+            "memory" => IndexSettings::Memory,
+            _ => IndexSettings::Disk {
+                lookup: match self.index_lookup.as_str() {
+                    "eager" => DiskLookup::Eager,
+                    _ => DiskLookup::Lazy,
+                },
+                memory: self.index_memory as u64,
+            },
+        }
+    }
+}
+
+#[derive(Subcommand)]
+enum IndexCommand {
+    /// Rebuild the index segments, and the disk index if there is one, from the
+    /// containers alone
+    Rebuild,
+    /// Convert the index to another kind (or another lookup or budget); the segments
+    /// stay the source of truth, so either way nothing is lost
+    Convert {
+        /// memory or disk
+        #[arg(long = "to", value_parser = ["memory", "disk"])]
+        kind: String,
+        #[arg(long, default_value = "lazy", value_parser = ["eager", "lazy"])]
+        index_lookup: String,
+        #[arg(long, default_value = "256MiB", value_parser = size::parse)]
+        index_memory: usize,
+    },
 }
 
 #[derive(Subcommand)]
@@ -75,6 +123,8 @@ enum Command {
         /// How new chunks are stored: zstd (level 3), zstd:LEVEL (1 to 19) or none
         #[arg(long, default_value = "zstd")]
         compression: String,
+        #[command(flatten)]
+        index: IndexArgs,
     },
     /// Back up files and directories into a new snapshot
     Backup {
@@ -118,9 +168,16 @@ enum Command {
         read_data: bool,
     },
     /// Show repository statistics
-    Stats,
-    /// Rebuild the index from the containers alone
+    Stats {
+        /// Also the disk index: its files, Bloom filter, and the last backup's lookups
+        #[arg(long)]
+        index: bool,
+    },
+    /// Rebuild the index from the containers alone (= `larder index rebuild`)
     RebuildIndex,
+    /// The fingerprint index: rebuild it, or convert it between memory and disk
+    #[command(subcommand)]
+    Index(IndexCommand),
     /// Remove snapshots, named or by a retention policy (their data stays until gc)
     Forget(gc_commands::ForgetArgs),
     /// Delete the data no snapshot uses, repacking containers that are mostly dead
@@ -309,6 +366,22 @@ fn open(path: &Path, mode: LockMode, out: &Output) -> Result<Repository> {
             "index segment {name} is damaged ({reason}); its containers were read directly"
         ));
     }
+    if !report.disk_caught_up.is_empty() {
+        out.note(&format!(
+            "the disk index caught up with {} container(s) it lacked",
+            report.disk_caught_up.len()
+        ));
+    }
+    if let Some(why) = report.disk_rebuilt {
+        out.note(&format!(
+            "the disk index was {why}: rebuilt it from the index segments"
+        ));
+    }
+    if let Some(why) = report.disk_fallback {
+        out.warn(&format!(
+            "the disk index is {why}: using the memory index for this command; a writer (e.g. `larder index rebuild`) repairs it"
+        ));
+    }
     for (id, reason) in &report.bad_containers {
         out.warn(&format!(
             "container {id:016x} is damaged and ignored: {reason}"
@@ -335,6 +408,7 @@ fn run(cli: Cli, out: &Output) -> Result<ExitCode> {
             level,
             hash,
             compression,
+            index,
         } => {
             let compression = match Compression::parse(&compression) {
                 Ok(c) => c,
@@ -369,7 +443,12 @@ fn run(cli: Cli, out: &Output) -> Result<ExitCode> {
                 Some(p) => p,
                 None => default_repo()?,
             };
-            let config = RepoConfig::new(chunker, hash).with_compression(compression);
+            let config = RepoConfig::new(chunker, hash)
+                .with_compression(compression)
+                .with_index(index.settings());
+            if let Err(e) = config.index.validate() {
+                return Ok(out.usage(&e.to_string()));
+            }
             Repository::init(&path, &config)?;
             out.init_done(&path, &config);
             Ok(ExitCode::SUCCESS)
@@ -398,6 +477,9 @@ fn run(cli: Cli, out: &Output) -> Result<ExitCode> {
             };
             let summary = larder_engine::backup(&mut repo, &paths, &opts)?;
             bar.finish();
+            if let Some(m) = &summary.disk_index {
+                output::save_last_backup_metrics(&repo, m);
+            }
             out.backup_done(&summary);
             Ok(if summary.is_partial() {
                 ExitCode::from(EXIT_PARTIAL)
@@ -471,7 +553,7 @@ fn run(cli: Cli, out: &Output) -> Result<ExitCode> {
                 ExitCode::FAILURE
             })
         }
-        Command::RebuildIndex => {
+        Command::RebuildIndex | Command::Index(IndexCommand::Rebuild) => {
             let path = repo_path(cli.repo, out)?;
             let mut repo = open(&path, LockMode::Exclusive, out)?;
             let bad = repo.rebuild_index()?;
@@ -481,9 +563,10 @@ fn run(cli: Cli, out: &Output) -> Result<ExitCode> {
                 ));
             }
             out.note(&format!(
-                "index rebuilt from {} containers ({} chunks)",
+                "index rebuilt from {} containers ({} chunks, {} index)",
                 repo.indexed_containers().len(),
-                larder_index::FingerprintIndex::len(repo.index())
+                repo.index().len(),
+                repo.config().index.describe()
             ));
             Ok(if bad.is_empty() {
                 ExitCode::SUCCESS
@@ -494,10 +577,35 @@ fn run(cli: Cli, out: &Output) -> Result<ExitCode> {
         Command::Forget(args) => gc_commands::forget(args, cli.repo, out),
         Command::Gc(args) => gc_commands::gc(args, cli.repo, out),
         Command::Unlock => gc_commands::unlock(cli.repo, out),
-        Command::Stats => {
+        Command::Index(IndexCommand::Convert {
+            kind,
+            index_lookup,
+            index_memory,
+        }) => {
+            let to = IndexArgs {
+                kind,
+                index_lookup,
+                index_memory,
+            }
+            .settings();
+            if let Err(e) = to.validate() {
+                return Ok(out.usage(&e.to_string()));
+            }
+            let path = repo_path(cli.repo, out)?;
+            let mut repo = open(&path, LockMode::Exclusive, out)?;
+            let from = repo.config().index.describe();
+            repo.convert_index(to)?;
+            out.note(&format!(
+                "index converted from {from} to {} ({} chunks)",
+                to.describe(),
+                repo.index().len()
+            ));
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Stats { index } => {
             let path = repo_path(cli.repo, out)?;
             let repo = open(&path, LockMode::Shared, out)?;
-            out.stats(&repo)?;
+            out.stats(&repo, index)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Chunk {

@@ -15,6 +15,7 @@ use larder_bench::report_all::ReportResults;
 use larder_bench::stream::ChunkFilesReport;
 use larder_bench::ChunkBenchReport;
 use larder_engine::{BackupSummary, CheckReport, Progress, RestoreSummary, Warning};
+use larder_index::disk::DiskIndexMetrics;
 use larder_store::{RepoConfig, Repository, Snapshot};
 use serde_json::json;
 
@@ -114,6 +115,7 @@ impl Output {
                         "sync": secs(t.sync),
                     },
                     "warnings": s.warnings,
+                    "disk_index": s.disk_index.as_ref().map(disk_metrics_json),
                 })
             );
             return;
@@ -166,6 +168,12 @@ impl Output {
             secs(t.write),
             secs(t.sync)
         );
+        if let Some(m) = &s.disk_index {
+            println!("  disk index");
+            for line in m.to_string().lines() {
+                println!("    {line}");
+            }
+        }
         self.warnings(&s.warnings);
     }
 
@@ -282,16 +290,31 @@ impl Output {
         }
     }
 
-    pub fn stats(&self, repo: &Repository) -> anyhow::Result<()> {
+    pub fn stats(&self, repo: &Repository, index: bool) -> anyhow::Result<()> {
         let (snapshots, _) = repo.snapshots()?;
         let logical: u64 = snapshots.iter().map(|(_, s)| s.summary.bytes_in).sum();
         let mut stored = 0u64;
-        for dir in ["containers", "index", "snapshots"] {
-            for e in std::fs::read_dir(repo.root().join(dir))? {
-                stored += e?.metadata()?.len();
+        for dir in ["containers", "index", "index/disk", "snapshots"] {
+            let Ok(entries) = std::fs::read_dir(repo.root().join(dir)) else {
+                continue;
+            };
+            for e in entries {
+                let meta = e?.metadata()?;
+                if !meta.is_file() {
+                    continue;
+                }
+                stored += if dir == "index/disk" {
+                    // The disk index's table is sparse: count what it occupies.
+                    meta.len()
+                        .min(std::os::unix::fs::MetadataExt::blocks(&meta) * 512)
+                } else {
+                    meta.len()
+                };
             }
         }
-        let chunks = larder_index::FingerprintIndex::len(repo.index());
+        let chunks = repo.index().len();
+        let shape = repo.index().disk_shape();
+        let last_backup = index.then(|| last_backup_metrics(repo)).flatten();
         let chunk_bytes = repo.chunk_bytes();
         let ratio = |num: u64, den: u64| num as f64 / den.max(1) as f64;
         let dedup = ratio(logical, chunk_bytes.raw);
@@ -308,6 +331,10 @@ impl Output {
                     "dedup_ratio": dedup, "compression_ratio": compression,
                     "overall_ratio": overall,
                     "config": repo.config(),
+                    "index": repo.config().index.describe(),
+                    "disk_index": index.then_some(json!({
+                        "shape": shape, "last_backup": last_backup,
+                    })),
                 })
             );
         } else if self.text() {
@@ -330,6 +357,37 @@ impl Output {
             println!(
                 "ratios      dedup {dedup:.2}x, compression {compression:.2}x, overall {overall:.2}x (logical / on disk)"
             );
+            println!("index       {}", repo.config().index.describe());
+            if !index {
+                return Ok(());
+            }
+            match shape {
+                None => println!("  (a memory index: no disk index metrics)"),
+                Some(d) => {
+                    println!(
+                        "  files     {} apparent, the table sparse ({} fingerprints, {} table buckets, {} lazy buffer buckets)",
+                        mb(d.disk_bytes),
+                        d.fingerprints,
+                        d.table_buckets,
+                        d.buffer_buckets
+                    );
+                    println!(
+                        "  memory    {} at full use; Bloom filter {}, false-positive rate {:.4}% at {} fingerprints",
+                        mb(d.memory_estimate),
+                        mb(d.bloom_bytes),
+                        100.0 * d.bloom_false_positive_rate,
+                        d.fingerprints
+                    );
+                }
+            }
+            match &last_backup {
+                Some(m) => {
+                    println!("  last backup's lookups");
+                    print_metrics_json(m);
+                }
+                None if shape.is_some() => println!("  (no backup recorded its lookups yet)"),
+                None => {}
+            }
         }
         Ok(())
     }
@@ -491,4 +549,109 @@ impl Progress for Bar {
     fn warn(&self, w: &Warning) {
         self.bar.suspend(|| eprintln!("larder: warning: {w}"));
     }
+}
+
+/// A backup's disk index counters as JSON (the paper's Tables IV, V and VII): answers
+/// by component, I/Os and bytes, hit rates, Bloom false positives, seconds per
+/// component.
+pub fn disk_metrics_json(m: &DiskIndexMetrics) -> serde_json::Value {
+    let t = &m.time;
+    let other = t.total.saturating_sub(
+        t.bloom + t.prelookup + t.disk_lookup + t.prefetch + t.postlookup + t.flush,
+    );
+    let fp_rate = m.bloom_false_positives as f64 / (m.submitted - m.bloom_new).max(1) as f64;
+    json!({
+        "fingerprints": m.submitted,
+        "answered": {
+            "bloom": m.bloom_new, "prelookup": m.prelookup_hits,
+            "insert_buffer": m.insert_buffer_hits, "waiting": m.waited,
+            "postlookup": m.postlookup_hits,
+            "disk": m.disk_found + m.bloom_false_positives,
+        },
+        "prelookups": m.prelookups, "prelookup_hit_rate": m.prelookup_hit_rate(),
+        "postlookups": m.postlookups, "postlookup_hit_rate": m.postlookup_hit_rate(),
+        "buffered": m.buffered, "batches": m.batches,
+        "disk_lookups": m.disk_lookups, "lookup_ios": m.lookup_ios, "lookup_bytes": m.lookup_bytes,
+        "prefetches": m.prefetches, "prefetch_ios": m.prefetch_ios,
+        "prefetch_bytes": m.prefetch_bytes, "prefetched_records": m.prefetched_records,
+        "bloom_false_positives": m.bloom_false_positives,
+        "bloom_false_positive_rate": fp_rate,
+        "flushes": m.flushes, "flush_reads": m.flush_reads, "flush_writes": m.flush_writes,
+        "flush_bytes_written": m.flush_bytes_written,
+        "seconds": {
+            "bloom": secs(t.bloom), "prelookup": secs(t.prelookup),
+            "disk_lookup": secs(t.disk_lookup), "prefetch": secs(t.prefetch),
+            "postlookup": secs(t.postlookup), "flush": secs(t.flush), "other": secs(other),
+            "total": secs(t.total),
+        },
+    })
+}
+
+/// Where a backup leaves its disk index counters for `stats --index`: informational
+/// only, never read for correctness (docs/design/format.md, "Disk index").
+fn last_backup_path(repo: &Repository) -> std::path::PathBuf {
+    larder_store::DiskState::dir_of(repo.root()).join("last-backup.json")
+}
+
+/// Records a backup's disk index counters; a failure to write them is only a warning's
+/// worth, and is ignored: the backup is committed.
+pub fn save_last_backup_metrics(repo: &Repository, m: &DiskIndexMetrics) {
+    let _ = std::fs::write(last_backup_path(repo), disk_metrics_json(m).to_string());
+}
+
+fn last_backup_metrics(repo: &Repository) -> Option<serde_json::Value> {
+    let raw = std::fs::read(last_backup_path(repo)).ok()?;
+    serde_json::from_slice(&raw).ok()
+}
+
+/// Prints the JSON of [`disk_metrics_json`] as text, one line per group.
+fn print_metrics_json(m: &serde_json::Value) {
+    let n = |k: &str| m.get(k).and_then(serde_json::Value::as_f64).unwrap_or(0.0);
+    let a = |k: &str| {
+        m["answered"]
+            .get(k)
+            .and_then(serde_json::Value::as_f64)
+            .unwrap_or(0.0)
+    };
+    let t = |k: &str| {
+        1e3 * m["seconds"]
+            .get(k)
+            .and_then(serde_json::Value::as_f64)
+            .unwrap_or(0.0)
+    };
+    println!("    fingerprints     {}", n("fingerprints"));
+    println!(
+        "    answered by      bloom {} | prelookup {} | insert buffer {} | waiting {} | postlookup {} | disk {}",
+        a("bloom"), a("prelookup"), a("insert_buffer"), a("waiting"), a("postlookup"), a("disk")
+    );
+    println!(
+        "    hit rates        prelookup {:.1}% of {} | postlookup {:.1}% of {}",
+        100.0 * n("prelookup_hit_rate"),
+        n("prelookups"),
+        100.0 * n("postlookup_hit_rate"),
+        n("postlookups")
+    );
+    println!(
+        "    on-disk lookup   {} fingerprints, {} I/Os, {} bytes ({} batches)",
+        n("disk_lookups"),
+        n("lookup_ios"),
+        n("lookup_bytes"),
+        n("batches")
+    );
+    println!(
+        "    prefetch         {} prefetches, {} I/Os, {} bytes, {} records",
+        n("prefetches"),
+        n("prefetch_ios"),
+        n("prefetch_bytes"),
+        n("prefetched_records")
+    );
+    println!(
+        "    bloom            {} false positives ({:.4}% of the fingerprints it passed)",
+        n("bloom_false_positives"),
+        100.0 * n("bloom_false_positive_rate")
+    );
+    println!(
+        "    time (ms)        bloom {:.1} | prelookup {:.1} | on-disk lookup {:.1} | prefetch {:.1} | postlookup {:.1} | flush {:.1} | other {:.1} | total {:.1}",
+        t("bloom"), t("prelookup"), t("disk_lookup"), t("prefetch"), t("postlookup"), t("flush"), t("other"), t("total")
+    );
 }

@@ -15,7 +15,6 @@ use std::ops::Range;
 use std::sync::OnceLock;
 
 use larder_hash::{Fingerprint, HashAlgo};
-use larder_index::FingerprintIndex;
 use larder_store::{error_chain, ChunkDecoder, ChunkEncoding, ChunkEntry, Repository, StoreError};
 use rayon::prelude::*;
 use serde::Serialize;
@@ -79,20 +78,24 @@ impl RestorePlan {
         let located: Vec<_> = files
             .into_iter()
             .map(|(recipe, size)| {
-                let locations = recipe
-                    .iter()
-                    .map(|fp| {
-                        let loc = repo
-                            .index()
-                            .get(fp)
-                            .ok_or_else(|| StoreError::MissingChunk(*fp).to_string())?;
-                        let c = *container_ids.entry(loc.container).or_insert_with(|| {
-                            containers.push(loc.container);
-                            (containers.len() - 1) as u32
-                        });
-                        Ok((c, loc.offset, loc.length))
-                    })
-                    .collect::<Result<Vec<_>, String>>();
+                // One batch per file: a disk index answers runs of a file's chunks from
+                // its cache, after one on-disk lookup and prefetch.
+                let found = repo.index().get_batch(recipe).map_err(|e| error_chain(&e));
+                let locations = found.and_then(|found| {
+                    recipe
+                        .iter()
+                        .zip(found)
+                        .map(|(fp, loc)| {
+                            let loc =
+                                loc.ok_or_else(|| StoreError::MissingChunk(*fp).to_string())?;
+                            let c = *container_ids.entry(loc.container).or_insert_with(|| {
+                                containers.push(loc.container);
+                                (containers.len() - 1) as u32
+                            });
+                            Ok((c, loc.offset, loc.length))
+                        })
+                        .collect::<Result<Vec<_>, String>>()
+                });
                 (recipe, size, locations)
             })
             .collect();

@@ -23,10 +23,12 @@ use std::time::{Duration, Instant, SystemTime};
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use larder_chunk::{Chunker, ParallelChunker};
 use larder_hash::{Fingerprint, HashAlgo};
+use larder_index::disk::DiskIndexMetrics;
 use larder_index::{CuckooIndex, FingerprintIndex};
 use larder_store::{
     encode_tree_header, Backend, ChunkCompressor, ChunkEncoding, Compression, ContainerBuilder,
-    EntryKind, FileKind, Repository, SegmentContainer, Snapshot, SnapshotSummary, TreeRef,
+    EntryKind, FileKind, RepoIndex, Repository, SegmentContainer, Snapshot, SnapshotSummary,
+    TreeRef,
 };
 use rayon::prelude::*;
 use serde::Serialize;
@@ -37,6 +39,8 @@ use crate::pattern::PatternList;
 use crate::time::rfc3339;
 use crate::walk::{walk, Item, Walked};
 use crate::Progress;
+
+mod disk_stage;
 
 /// Files smaller than this are read whole and chunked in parallel across files.
 const SMALL_FILE: u64 = 1 << 20;
@@ -137,6 +141,10 @@ pub struct BackupSummary {
     pub elapsed: Duration,
     pub stages: StageTimes,
     pub warnings: Vec<Warning>,
+    /// What the disk index did during this backup (`None` for a memory index); the
+    /// CLI writes it into `--json` itself.
+    #[serde(skip)]
+    pub disk_index: Option<DiskIndexMetrics>,
 }
 
 impl BackupSummary {
@@ -210,7 +218,7 @@ struct WriteBatch {
 
 /// Stage 3's state: the index, this backup's new chunks and every file's recipe.
 struct Indexer {
-    index: CuckooIndex,
+    index: RepoIndex,
     /// Fingerprints this backup has sent to be written. They enter `index` with their
     /// locations at the commit ([`Repository::commit`]): a location is known only once
     /// stage 4 has placed the chunk by its compressed size.
@@ -224,22 +232,45 @@ struct Indexer {
 }
 
 impl Indexer {
-    /// Counts one chunk; returns whether it is new, i.e. neither in the repository
-    /// (`indexed`, what the batch lookup said) nor met earlier in this backup (rule 4 of
-    /// the commit order: written once).
-    fn add(&mut self, fp: Fingerprint, len: usize, indexed: bool) -> bool {
-        self.chunks += 1;
-        if indexed || !self.new_chunks.insert(fp) {
-            return false;
-        }
-        self.chunks_new += 1;
-        self.bytes_new += len as u64;
-        true
+    /// Whether each of `fps` is new: neither in the repository (`index`) nor met
+    /// earlier in this backup (rule 4 of the commit order: written once).
+    fn decide(&mut self, index: &CuckooIndex, fps: &[Fingerprint]) -> Vec<bool> {
+        // One batch lookup for all chunks: it overlaps the cache misses of the lookups.
+        let known = index.get_batch(fps);
+        fps.iter()
+            .zip(known)
+            .map(|(fp, known)| known.is_none() && self.new_chunks.insert(*fp))
+            .collect()
     }
 
-    fn process(
+    /// Whether each chunk of a stream stored after the pipeline (the tree) is new.
+    fn decide_now(&mut self, fps: &[Fingerprint]) -> Result<Vec<bool>> {
+        match std::mem::take(&mut self.index) {
+            RepoIndex::Memory(index) => {
+                let new = self.decide(&index, fps);
+                self.index = RepoIndex::Memory(index);
+                Ok(new)
+            }
+            RepoIndex::Disk(mut state) => {
+                let result = disk_stage::decide_now(
+                    self,
+                    state
+                        .get_mut()
+                        .unwrap_or_else(|poisoned| poisoned.into_inner()),
+                    fps,
+                );
+                self.index = RepoIndex::Disk(state);
+                result
+            }
+        }
+    }
+
+    /// Counts the chunks of `batch`, `new[i]` telling whether its `i`-th chunk is new,
+    /// builds the recipes, and hands the new chunks on to stage 4.
+    fn emit(
         &mut self,
         batch: Batch,
+        new: &[bool],
         progress: &dyn Progress,
         warnings: &Mutex<Vec<Warning>>,
     ) -> WriteBatch {
@@ -247,17 +278,18 @@ impl Indexer {
             pieces: Vec::new(),
             chunks: Vec::new(),
         };
-        // One batch lookup for all chunks: it overlaps the cache misses of the lookups.
-        let known = self.index.get_batch(&batch.fps);
-        let mut fps = batch.fps.into_iter().zip(known);
+        let mut fps = batch.fps.into_iter().zip(new.iter().copied());
         for (p, piece) in batch.pieces.into_iter().enumerate() {
             let recipe = self.recipes[piece.item].get_or_insert_with(Vec::new);
             recipe.reserve(piece.lens.len());
             let mut start = 0;
             for &len in &piece.lens {
-                let (fp, known) = fps.next().expect("stage 2 gives one fingerprint per chunk");
+                let (fp, new) = fps.next().expect("stage 2 gives one fingerprint per chunk");
                 let len = len as usize;
-                if self.add(fp, len, known.is_some()) {
+                self.chunks += 1;
+                if new {
+                    self.chunks_new += 1;
+                    self.bytes_new += len as u64;
                     out.chunks.push(NewChunk {
                         piece: p,
                         start,
@@ -683,20 +715,74 @@ fn index_stage(
     progress: &dyn Progress,
     warnings: &Mutex<Vec<Warning>>,
     turns: &Turns,
+) -> Result<Duration> {
+    let index = std::mem::take(&mut indexer.index);
+    let out = StageOut {
+        tx,
+        pool,
+        progress,
+        warnings,
+    };
+    match index {
+        RepoIndex::Memory(index) => {
+            let busy = memory_index_stage(indexer, &index, rx, &out, turns);
+            indexer.index = RepoIndex::Memory(index);
+            Ok(busy)
+        }
+        RepoIndex::Disk(mut state) => {
+            let disk = state
+                .get_mut()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            let busy = disk_stage::run(indexer, disk, rx, &out, turns);
+            indexer.index = RepoIndex::Disk(state);
+            busy
+        }
+    }
+}
+
+/// Where stage 3 sends what it found.
+struct StageOut<'a> {
+    tx: &'a Sender<WriteBatch>,
+    pool: &'a Sender<Vec<u8>>,
+    progress: &'a dyn Progress,
+    warnings: &'a Mutex<Vec<Warning>>,
+}
+
+impl StageOut<'_> {
+    /// Sends what [`Indexer::emit`] made of a batch to stage 4 (or its buffers back to
+    /// stage 1 when it holds no new chunk); `false` once stage 4 has stopped. Called
+    /// outside a spell: it may wait on the queue.
+    fn send(&self, out: WriteBatch) -> bool {
+        if out.chunks.is_empty() {
+            recycle(self.pool, out.pieces);
+            true
+        } else {
+            self.tx.send(out).is_ok()
+        }
+    }
+}
+
+/// Stage 3 with the memory index: restores stream order, then decides each batch at
+/// once.
+fn memory_index_stage(
+    indexer: &mut Indexer,
+    index: &CuckooIndex,
+    rx: &Receiver<Batch>,
+    out: &StageOut<'_>,
+    turns: &Turns,
 ) -> Duration {
     let mut busy = Duration::ZERO;
-    let mut pending = BTreeMap::new();
+    let mut waiting = BTreeMap::new();
     let mut next = 0u64;
     for batch in rx {
-        pending.insert(batch.seq, batch);
-        while let Some(batch) = pending.remove(&next) {
+        waiting.insert(batch.seq, batch);
+        while let Some(batch) = waiting.remove(&next) {
             next += 1;
             let spell = turns.begin();
-            let out = indexer.process(batch, progress, warnings);
+            let new = indexer.decide(index, &batch.fps);
+            let write = indexer.emit(batch, &new, out.progress, out.warnings);
             busy += spell.end();
-            if out.chunks.is_empty() {
-                recycle(pool, out.pieces);
-            } else if tx.send(out).is_err() {
+            if !out.send(write) {
                 return busy;
             }
         }
@@ -795,6 +881,7 @@ pub fn backup(
         n => n,
     };
     let index = repo.take_index();
+    let disk_before = index.disk_metrics();
     let backend = repo.backend();
     let warnings = Mutex::new(warnings);
     let mut indexer = Indexer {
@@ -876,7 +963,7 @@ pub fn backup(
         let warnings = &warnings;
         let index_pool = pool_tx.clone();
         let index = s.spawn(move || {
-            let busy = index_stage(
+            let result = index_stage(
                 &mut indexer,
                 &fp_rx,
                 &write_tx,
@@ -885,7 +972,7 @@ pub fn backup(
                 warnings,
                 turns,
             );
-            (indexer, busy)
+            (indexer, result)
         });
         let write = s.spawn(move || {
             let result = write_stage(&mut writer, &write_rx, &pool_tx, turns);
@@ -893,8 +980,9 @@ pub fn backup(
         });
 
         let (mut writer, write_result) = join(write, "write")?;
-        let (mut indexer, index_busy) = join(index, "index")?;
-        stages.index = index_busy;
+        let (mut indexer, index_result) = join(index, "index")?;
+        // A disk index error stopped stage 3; stage 4 then stopped on its closed queue.
+        stages.index = index_result?;
         stages.chunk = join(chunk, "chunk")?;
         for h in hashers {
             stages.fingerprint += join(h, "fingerprint")?;
@@ -957,6 +1045,12 @@ pub fn backup(
         + 56;
     let containers_written = written.len() as u64;
     repo.commit(written)?;
+    // The backup's lookups and the commit's inserts.
+    let disk_index = repo
+        .index()
+        .disk_metrics()
+        .zip(disk_before)
+        .map(|(after, before)| disk_stage::metrics_since(&after, &before));
 
     let warnings = warnings.into_inner().unwrap_or_else(|p| p.into_inner());
     let count = |k: EntryKind| items.iter().filter(|i| i.entry.kind == k).count() as u64;
@@ -1014,6 +1108,7 @@ pub fn backup(
         elapsed: started.elapsed(),
         stages,
         warnings,
+        disk_index,
     })
 }
 
@@ -1051,13 +1146,21 @@ fn store_stream(
     indexer: &mut Indexer,
     writer: &mut ContainerWriter<'_>,
 ) -> Result<StoredStream> {
-    let mut fps = Vec::new();
+    let lens = chunker.chunk_lengths(&data);
+    let mut fps = Vec::with_capacity(lens.len());
+    let mut start = 0;
+    for &len in &lens {
+        fps.push(algo.fingerprint(&data[start..start + len]));
+        start += len;
+    }
+    let is_new = indexer.decide_now(&fps)?;
     let mut new = Vec::new();
     let mut start = 0;
-    for len in chunker.chunk_lengths(&data) {
-        let fp = algo.fingerprint(&data[start..start + len]);
-        let indexed = indexer.index.get(&fp).is_some();
-        if indexer.add(fp, len, indexed) {
+    for ((&len, &fp), is_new) in lens.iter().zip(&fps).zip(is_new) {
+        indexer.chunks += 1;
+        if is_new {
+            indexer.chunks_new += 1;
+            indexer.bytes_new += len as u64;
             new.push(NewChunk {
                 piece: 0,
                 start,
@@ -1066,7 +1169,6 @@ fn store_stream(
                 compressed: None,
             });
         }
-        fps.push(fp);
         start += len;
     }
     writer.store(&mut new, &[&data])?;

@@ -7,7 +7,6 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use larder_hash::Fingerprint;
-use larder_index::FingerprintIndex;
 use larder_store::{error_chain, EntryKind, Repository};
 use rayon::prelude::*;
 use serde::Serialize;
@@ -133,10 +132,14 @@ pub fn check(repo: &Repository, opts: &CheckOptions) -> Result<CheckReport> {
         }
     }
     let index = repo.index();
-    report.chunks = index.len();
-    let usable = |fp: &Fingerprint| match index.get(fp) {
-        Some(loc) => !bad_containers.contains(&loc.container) && !bad_fps.contains(fp),
-        None => false,
+    report.chunks = index.len() as usize;
+    // A chunk whose index lookup fails (a disk index I/O error) stops the check: it
+    // must not be reported as missing.
+    let usable = |fp: &Fingerprint| -> Result<bool> {
+        Ok(match index.get(fp)? {
+            Some(loc) => !bad_containers.contains(&loc.container) && !bad_fps.contains(fp),
+            None => false,
+        })
     };
 
     // Every snapshot: its tree, then every file's recipe.
@@ -155,8 +158,10 @@ pub fn check(repo: &Repository, opts: &CheckOptions) -> Result<CheckReport> {
             .fingerprints()
             .map_err(crate::EngineError::from)
             .and_then(|fps| {
-                if let Some(bad) = fps.iter().find(|fp| !usable(fp)) {
-                    return Err(larder_store::StoreError::MissingChunk(*bad).into());
+                for fp in &fps {
+                    if !usable(fp)? {
+                        return Err(larder_store::StoreError::MissingChunk(*fp).into());
+                    }
                 }
                 load_tree(&mut reader, &fps)
             });
@@ -172,7 +177,10 @@ pub fn check(repo: &Repository, opts: &CheckOptions) -> Result<CheckReport> {
         };
         let mut damaged = BTreeMap::new();
         for entry in entries.iter().filter(|e| e.kind == EntryKind::File) {
-            let bad = entry.chunks.iter().filter(|fp| !usable(fp)).count();
+            let mut bad = 0;
+            for fp in &entry.chunks {
+                bad += usize::from(!usable(fp)?);
+            }
             if bad > 0 {
                 damaged.insert(String::from_utf8_lossy(&entry.path).into_owned(), bad);
             }

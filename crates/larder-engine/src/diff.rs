@@ -10,7 +10,6 @@ use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, HashSet};
 
 use larder_hash::Fingerprint;
-use larder_index::FingerprintIndex;
 use larder_store::{EntryKind, Repository, TreeEntry};
 
 use crate::browse::SnapshotTree;
@@ -100,8 +99,14 @@ pub fn diff_snapshots<'a>(
     new: &'a SnapshotTree,
 ) -> TreeDiff<'a> {
     let index = repo.index();
+    // A length the index cannot give (a disk index I/O error) is shown as unknown,
+    // as for a chunk missing from the index.
     diff_trees(&old.entries, &new.entries, |fp| {
-        index.get(fp).map(|loc| u64::from(loc.length))
+        index
+            .get(fp)
+            .ok()
+            .flatten()
+            .map(|loc| u64::from(loc.length))
     })
 }
 

@@ -4,7 +4,6 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use larder_hash::Fingerprint;
-use larder_index::FingerprintIndex;
 use larder_store::{ChunkDecoder, ParsedContainer, Repository, StoreError, TreeDecoder, TreeEntry};
 
 use crate::error::Result;
@@ -64,7 +63,7 @@ impl<'r> ChunkReader<'r> {
         let loc = self
             .repo
             .index()
-            .get(fp)
+            .get(fp)?
             .ok_or(StoreError::MissingChunk(*fp))?;
         let container = self.container(loc.container)?;
         let name = format!("{:016x}", loc.container);

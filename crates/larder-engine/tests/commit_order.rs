@@ -25,7 +25,6 @@ use larder_engine::{
     Damage, NoProgress, PatternList, RestoreOptions,
 };
 use larder_hash::{Fingerprint, HashAlgo};
-use larder_index::FingerprintIndex;
 use larder_store::{
     decode_segment, ContainerBuilder, EntryKind, FileKind, LockMode, ParsedContainer, RepoConfig,
     Repository,
@@ -145,7 +144,10 @@ fn assert_snapshots_need_no_adoption(repo_root: &Path) {
     assert!(bad.is_empty());
     for (id, _) in &snapshots {
         for fp in chunks_of_snapshot(&repo, id) {
-            assert!(repo.index().get(&fp).is_some(), "snapshot {id} uses {fp:?}");
+            assert!(
+                repo.index().get(&fp).unwrap().is_some(),
+                "snapshot {id} uses {fp:?}"
+            );
         }
     }
     let report = check(
@@ -312,7 +314,7 @@ fn traced_backup_follows_rules_1_to_3() {
     assert_eq!(snapshots.len(), 2);
     let used: BTreeSet<u64> = chunks_of_snapshot(&repo, &snapshots[1].0)
         .iter()
-        .map(|fp| repo.index().get(fp).unwrap().container)
+        .map(|fp| repo.index().get(fp).unwrap().unwrap().container)
         .collect();
     let named = segments_on_disk(&f.repo);
     if std::env::var_os("LARDER_SHOW_TRACE").is_some() {
@@ -718,7 +720,7 @@ fn rule6_backup_reuses_an_adopted_container() {
     assert_eq!(repo.report().adopted_containers, vec![orphan]);
     let summary = backup(&mut repo, std::slice::from_ref(&f.src), &opts()).unwrap();
     for fp in &fps {
-        assert_eq!(repo.index().get(fp).unwrap().container, orphan);
+        assert_eq!(repo.index().get(fp).unwrap().unwrap().container, orphan);
     }
     drop(repo);
     let rewritten: Vec<_> = container_contents(&f.repo)
@@ -766,7 +768,7 @@ fn rule6_backup_succeeds_past_a_damaged_unnamed_container() {
     let summary = backup(&mut repo, std::slice::from_ref(&f.src), &opts()).unwrap();
     assert!(!summary.is_partial());
     for fp in &fps {
-        assert_ne!(repo.index().get(fp).unwrap().container, orphan);
+        assert_ne!(repo.index().get(fp).unwrap().unwrap().container, orphan);
     }
     drop(repo);
 

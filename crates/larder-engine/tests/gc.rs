@@ -19,7 +19,7 @@ use larder_engine::{
     RestoreOptions, DEFAULT_RESTORE_CACHE,
 };
 use larder_hash::HashAlgo;
-use larder_index::{ChunkLocation, FingerprintIndex};
+use larder_index::ChunkLocation;
 use larder_store::{decode_segment, GcOptions, GcReport, LockMode, RepoConfig, Repository};
 
 #[path = "support/bytes.rs"]
@@ -257,7 +257,9 @@ fn live_fractions(root: &Path) -> BTreeMap<u64, (u64, u64)> {
                     offset: e.offset,
                     length: e.stored_len,
                 };
-                if live.contains(&e.fingerprint) && repo.index().get(&e.fingerprint) == Some(here) {
+                if live.contains(&e.fingerprint)
+                    && repo.index().get(&e.fingerprint).unwrap() == Some(here)
+                {
                     live_bytes += u64::from(e.stored_len);
                 }
             }

@@ -15,7 +15,6 @@ use larder_engine::{
     RestoreOptions, RestoreSummary,
 };
 use larder_hash::HashAlgo;
-use larder_index::FingerprintIndex;
 use larder_store::{EntryKind, LockMode, RepoConfig, Repository};
 use proptest::prelude::*;
 
@@ -205,7 +204,7 @@ fn model_reads(repo: &Repository, snapshot: &str, cache: u64) -> (u64, u64) {
         .filter(|e| e.kind == EntryKind::File)
         .flat_map(|e| e.chunks.iter())
         .map(|fp| {
-            let loc = repo.index().get(fp).unwrap();
+            let loc = repo.index().get(fp).unwrap().unwrap();
             let start = u64::from(loc.offset);
             (loc.container, start, start + u64::from(loc.length))
         })

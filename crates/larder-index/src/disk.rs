@@ -12,6 +12,7 @@ mod bloom;
 mod cache;
 mod eager;
 mod format;
+mod get;
 mod io;
 mod lazy;
 mod metrics;

@@ -49,6 +49,10 @@ pub enum StoreError {
     Config(String),
     #[error("compression: {0}")]
     Compression(String),
+    #[error("disk index: {0}")]
+    DiskIndex(#[from] larder_index::IndexError),
+    #[error("the disk index is {0}; open the repository with a writer (`larder index rebuild`) to repair it")]
+    DiskIndexUnusable(&'static str),
 }
 
 fn waited_advice(waited: std::time::Duration) -> String {

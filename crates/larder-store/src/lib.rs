@@ -27,7 +27,9 @@ pub use error::{error_chain, Result, StoreError};
 pub use gc_plan::GcPlan;
 pub use lock::{LockHolder, LockMode, RepoLock};
 pub use repo::{
-    ChunkBytes, GcOptions, GcReport, IdentifiedSnapshot, OpenReport, RepoConfig, Repository,
+    ChunkBytes, ContainerRuns, DiskLookup, DiskShape, DiskState, GcOptions, GcReport,
+    IdentifiedSnapshot, IndexSettings, OpenReport, RepoConfig, RepoDiskIndex, RepoIndex,
+    Repository, MIN_INDEX_MEMORY,
 };
 pub use segment::{decode_segment, encode_segment, SegmentContainer};
 pub use snapshot::{Snapshot, SnapshotSummary, TreeRef};

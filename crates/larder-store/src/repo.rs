@@ -6,12 +6,13 @@ use std::fs::{self, File};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use larder_chunk::ChunkerConfig;
 use larder_hash::HashAlgo;
 use larder_index::{ChunkLocation, CuckooIndex};
+
 use serde::{Deserialize, Serialize};
 
 use crate::backend::{sync_dir, Backend, FileKind, LocalBackend};
@@ -40,7 +41,13 @@ const SEGMENT_FIXED_BYTES: u64 = 56;
 const CONTAINER_SIZES: std::ops::RangeInclusive<usize> = (4 << 10)..=(1 << 30);
 
 mod gc;
+mod index;
 pub use gc::{GcOptions, GcReport};
+use index::Unusable;
+pub use index::{
+    ContainerRuns, DiskLookup, DiskShape, DiskState, IndexSettings, RepoDiskIndex, RepoIndex,
+    MIN_INDEX_MEMORY,
+};
 
 /// The `config` file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -53,6 +60,9 @@ pub struct RepoConfig {
     /// Absent in configs written before format version 2: none.
     #[serde(default)]
     pub compression: Compression,
+    /// Absent in configs written before the disk index, and in memory repositories'.
+    #[serde(default, skip_serializing_if = "IndexSettings::is_memory")]
+    pub index: IndexSettings,
 }
 
 impl RepoConfig {
@@ -72,7 +82,14 @@ impl RepoConfig {
             hash,
             container_size: 4 << 20,
             compression: Compression::DEFAULT,
+            index: IndexSettings::Memory,
         }
+    }
+
+    /// The same config with the index `index`.
+    pub fn with_index(mut self, index: IndexSettings) -> Self {
+        self.index = index;
+        self
     }
 
     /// The same config with `compression`, and the format version that goes with it.
@@ -123,6 +140,7 @@ impl RepoConfig {
             )));
         }
         self.compression.validate()?;
+        self.index.validate()?;
         if self.version < self.compression.format_version() {
             return Err(StoreError::Config(format!(
                 "format version {} cannot use compression {}; it needs version {}",
@@ -164,6 +182,13 @@ pub struct OpenReport {
     pub rolled_back_gc: Vec<u64>,
     /// GC plans that failed verification: removed, nothing deleted (docs/design/gc.md).
     pub bad_gc_plans: Vec<(String, String)>,
+    /// Containers the disk index lacked and now holds (rule 2 of "Disk index").
+    pub disk_caught_up: Vec<u64>,
+    /// Why the disk index was rebuilt from the segments at open, if it was.
+    pub disk_rebuilt: Option<&'static str>,
+    /// Why a reader fell back to the memory index, if it did (the disk index was
+    /// missing, dirty, damaged or stale; a writer's open repairs it).
+    pub disk_fallback: Option<&'static str>,
 }
 
 /// An open repository with its index loaded.
@@ -171,7 +196,8 @@ pub struct Repository {
     root: PathBuf,
     backend: Arc<LocalBackend>,
     config: RepoConfig,
-    index: CuckooIndex,
+    index: RepoIndex,
+    mode: LockMode,
     indexed_containers: BTreeSet<u64>,
     chunk_bytes: ChunkBytes,
     /// Adopted containers that no durable segment names yet.
@@ -181,6 +207,10 @@ pub struct Repository {
     report: OpenReport,
     /// Held for the repository's lifetime; declared last so that it is released last.
     _lock: RepoLock,
+}
+
+fn lock_disk(m: &mut Mutex<DiskState>) -> &mut DiskState {
+    m.get_mut().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
@@ -211,6 +241,11 @@ impl Repository {
             sync_dir(&root.join(dir))?;
         }
         sync_dir(root)?;
+        if let IndexSettings::Disk { lookup, memory } = config.index {
+            // An empty disk index; were this lost, the first writer's open would
+            // build it.
+            DiskState::rebuild(root, lookup, memory, &[])?;
+        }
         if let Some(parent) = root.parent().filter(|p| !p.as_os_str().is_empty()) {
             sync_dir(parent)?;
         }
@@ -238,7 +273,8 @@ impl Repository {
             root: root.to_path_buf(),
             backend: Arc::new(LocalBackend::new(root)),
             config,
-            index: CuckooIndex::new(),
+            index: RepoIndex::default(),
+            mode,
             indexed_containers: BTreeSet::new(),
             chunk_bytes: ChunkBytes::default(),
             pending: Vec::new(),
@@ -266,11 +302,13 @@ impl Repository {
         Ok(())
     }
 
-    /// Indexes the containers not indexed yet, on every core (the index's threads own
-    /// disjoint partitions; the result is that of inserting one entry after another).
-    fn add_containers(&mut self, containers: &[SegmentContainer]) {
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let mut batch = Vec::with_capacity(LOAD_BATCH);
+    /// Records `containers` as indexed (ids and chunk bytes); returns those that were
+    /// not.
+    fn note_containers<'c>(
+        &mut self,
+        containers: &'c [SegmentContainer],
+    ) -> Vec<&'c SegmentContainer> {
+        let mut new = Vec::new();
         for c in containers {
             if !self.indexed_containers.insert(c.id) {
                 continue;
@@ -279,6 +317,22 @@ impl Repository {
                 self.chunk_bytes.raw += u64::from(e.raw_len);
                 self.chunk_bytes.stored += u64::from(e.stored_len);
             }
+            new.push(c);
+        }
+        new
+    }
+
+    /// Indexes the containers not indexed yet; into the memory index on every core (the
+    /// index's threads own disjoint partitions; the result is that of inserting one
+    /// entry after another). A disk index gets its entries at the commit instead.
+    fn add_containers(&mut self, containers: &[SegmentContainer]) {
+        let new = self.note_containers(containers);
+        let RepoIndex::Memory(index) = &mut self.index else {
+            return;
+        };
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let mut batch = Vec::with_capacity(LOAD_BATCH);
+        for c in new {
             batch.extend(c.entries.iter().map(|e| {
                 let loc = ChunkLocation {
                     container: c.id,
@@ -288,11 +342,11 @@ impl Repository {
                 (e.fingerprint, loc)
             }));
             if batch.len() >= LOAD_BATCH {
-                self.index.insert_batch(&batch, threads);
+                index.insert_batch(&batch, threads);
                 batch.clear();
             }
         }
-        self.index.insert_batch(&batch, threads);
+        index.insert_batch(&batch, threads);
     }
 
     /// How many entries the segments hold, from their file sizes alone (a little more
@@ -311,9 +365,16 @@ impl Repository {
     }
 
     fn load_index(&mut self) -> Result<()> {
+        match self.config.index {
+            IndexSettings::Memory => self.load_memory_index(),
+            IndexSettings::Disk { lookup, memory } => self.load_disk_index(lookup, memory),
+        }
+    }
+
+    fn load_memory_index(&mut self) -> Result<()> {
         let algo = self.config.hash;
         self.segments = self.backend.list(FileKind::IndexSegment)?;
-        self.index = CuckooIndex::with_capacity(self.segment_entry_estimate());
+        self.index = RepoIndex::Memory(CuckooIndex::with_capacity(self.segment_entry_estimate()));
         for name in self.segments.clone() {
             let bytes = self.backend.read(FileKind::IndexSegment, &name)?;
             match decode_segment(&bytes, &name, algo) {
@@ -321,6 +382,15 @@ impl Repository {
                 Err(e) => self.report.bad_segments.push((name, error_chain(&e))),
             }
         }
+        self.adopt_containers(|_, _| Ok(()))
+    }
+
+    /// Reads the containers no segment names (a killed backup's), verifies them and
+    /// indexes them (`index` gets each one adopted); sets the next container id.
+    fn adopt_containers(
+        &mut self,
+        mut index: impl FnMut(&mut Self, &SegmentContainer) -> Result<()>,
+    ) -> Result<()> {
         let mut max_id = 0;
         for name in self.backend.list(FileKind::Container)? {
             let Ok(id) = u64::from_str_radix(&name, 16) else {
@@ -337,6 +407,7 @@ impl Repository {
                         entries: parsed.entries,
                     };
                     self.add_containers(std::slice::from_ref(&c));
+                    index(self, &c)?;
                     self.report.adopted_containers.push(id);
                     self.pending.push(c);
                 }
@@ -346,6 +417,99 @@ impl Repository {
         let max_indexed = self.indexed_containers.last().copied().unwrap_or(0);
         self.next_container = AtomicU64::new(max_id.max(max_indexed) + 1);
         Ok(())
+    }
+
+    /// Opens the disk index and, with the exclusive lock, catches it up with the
+    /// containers it lacks, or rebuilds it (docs/design/format.md, "Disk index"). A
+    /// reader that finds it unusable falls back to the memory index.
+    fn load_disk_index(&mut self, lookup: DiskLookup, memory: u64) -> Result<()> {
+        let writable = self.mode == LockMode::Exclusive;
+        let mut state = match DiskState::open(&self.root, lookup, memory) {
+            Ok(state) => Some(state),
+            Err(Unusable::Fail(e)) => return Err(e),
+            Err(Unusable::Rebuild(why)) if writable => {
+                self.report.disk_rebuilt = Some(why);
+                None
+            }
+            Err(Unusable::Rebuild(why)) => {
+                self.report.disk_fallback = Some(why);
+                return self.load_memory_index();
+            }
+        };
+        let algo = self.config.hash;
+        self.segments = self.backend.list(FileKind::IndexSegment)?;
+        for name in self.segments.clone() {
+            let bytes = self.backend.read(FileKind::IndexSegment, &name)?;
+            let containers = match decode_segment(&bytes, &name, algo) {
+                Ok(containers) => containers,
+                Err(e) => {
+                    self.report.bad_segments.push((name, error_chain(&e)));
+                    continue;
+                }
+            };
+            let new = self.note_containers(&containers);
+            if let Some(state) = state.as_mut().filter(|_| writable) {
+                let lacking: Vec<SegmentContainer> = new
+                    .into_iter()
+                    .filter(|c| !state.held().contains(c.id))
+                    .cloned()
+                    .collect();
+                if !lacking.is_empty() {
+                    state.catch_up(&lacking)?;
+                    self.report
+                        .disk_caught_up
+                        .extend(lacking.iter().map(|c| c.id));
+                }
+            }
+        }
+        self.adopt_containers(|repo, c| match state.as_mut().filter(|_| writable) {
+            Some(state) if !state.held().contains(c.id) => {
+                state.catch_up(std::slice::from_ref(c))?;
+                repo.report.disk_caught_up.push(c.id);
+                Ok(())
+            }
+            _ => Ok(()),
+        })?;
+        // A container held but gone (an older larder's gc) leaves stale locations.
+        let stale = state.as_ref().is_some_and(|s| {
+            s.held()
+                .first_outside(|id| self.indexed_containers.contains(&id))
+                .is_some()
+        });
+        let state = match state {
+            Some(_) if stale && !writable => {
+                self.report.disk_fallback = Some("stale (it names deleted containers)");
+                self.indexed_containers.clear();
+                self.chunk_bytes = ChunkBytes::default();
+                self.pending.clear();
+                self.report.adopted_containers.clear();
+                return self.load_memory_index();
+            }
+            Some(state) if !stale => state,
+            _ => {
+                if stale {
+                    self.report.disk_rebuilt = Some("stale (it names deleted containers)");
+                }
+                DiskState::rebuild(&self.root, lookup, memory, &self.indexed_tables_in_order()?)?
+            }
+        };
+        self.index = RepoIndex::Disk(Box::new(Mutex::new(state)));
+        Ok(())
+    }
+
+    /// Every indexed container with its table: the segments' in their order, then the
+    /// adopted ones (the order the memory index inserts them in).
+    fn indexed_tables_in_order(&self) -> Result<Vec<SegmentContainer>> {
+        let mut seen = BTreeSet::new();
+        let mut out = Vec::new();
+        for name in &self.segments {
+            let bytes = self.backend.read(FileKind::IndexSegment, name)?;
+            if let Ok(containers) = decode_segment(&bytes, name, self.config.hash) {
+                out.extend(containers.into_iter().filter(|c| seen.insert(c.id)));
+            }
+        }
+        out.extend(self.pending.iter().filter(|c| seen.insert(c.id)).cloned());
+        Ok(out)
     }
 
     pub fn root(&self) -> &Path {
@@ -368,7 +532,7 @@ impl Repository {
         self.backend.clone()
     }
 
-    pub fn index(&self) -> &CuckooIndex {
+    pub fn index(&self) -> &RepoIndex {
         &self.index
     }
 
@@ -394,11 +558,11 @@ impl Repository {
 
     /// Moves the index out, for a backup's index stage to own; give it back with
     /// [`Repository::put_index`] before [`Repository::commit`].
-    pub fn take_index(&mut self) -> CuckooIndex {
+    pub fn take_index(&mut self) -> RepoIndex {
         std::mem::take(&mut self.index)
     }
 
-    pub fn put_index(&mut self, index: CuckooIndex) {
+    pub fn put_index(&mut self, index: RepoIndex) {
         self.index = index;
     }
 
@@ -469,6 +633,10 @@ impl Repository {
         self.backend.write(FileKind::IndexSegment, &name, &bytes)?;
         self.backend.sync(FileKind::IndexSegment)?;
         self.segments.push(name);
+        if let RepoIndex::Disk(state) = &mut self.index {
+            // The segment is durable: the disk index may hold its chunks now.
+            lock_disk(state).add_committed(&containers)?;
+        }
         if self.segments.len() > MAX_SEGMENTS {
             self.compact_segments()?;
         }
@@ -542,13 +710,57 @@ impl Repository {
         }
         self.backend.sync(FileKind::IndexSegment)?;
         self.segments = vec![name];
-        let entries = good.iter().map(|c| c.entries.len()).sum();
-        self.index = CuckooIndex::with_capacity(entries);
         self.indexed_containers.clear();
         self.chunk_bytes = ChunkBytes::default();
         self.pending.clear();
-        self.add_containers(&good);
+        match self.config.index {
+            IndexSettings::Memory => {
+                let entries = good.iter().map(|c| c.entries.len()).sum();
+                self.index = RepoIndex::Memory(CuckooIndex::with_capacity(entries));
+                self.add_containers(&good);
+            }
+            IndexSettings::Disk { lookup, memory } => {
+                self.note_containers(&good);
+                let state = DiskState::rebuild(&self.root, lookup, memory, &good)?;
+                self.index = RepoIndex::Disk(Box::new(Mutex::new(state)));
+            }
+        }
         Ok(bad)
+    }
+
+    /// Changes the repository's index to `to` (`larder index convert`): writes the
+    /// config durably, then builds the disk index from the segments, or removes it.
+    /// Needs the exclusive lock.
+    pub fn convert_index(&mut self, to: IndexSettings) -> Result<()> {
+        to.validate()?;
+        let config = self.config.clone().with_index(to);
+        let tmp = self.root.join("tmp").join("config");
+        let json = serde_json::to_vec_pretty(&config).expect("config always serializes");
+        crate::direct::write_durable(&tmp, &json).map_err(io(&tmp))?;
+        let dest = self.root.join("config");
+        fs::rename(&tmp, &dest).map_err(io(&dest))?;
+        sync_dir(&self.root)?;
+        self.config = config;
+        let tables = self.indexed_tables_in_order()?;
+        match to {
+            IndexSettings::Memory => {
+                let dir = DiskState::dir_of(&self.root);
+                if dir.exists() {
+                    fs::remove_dir_all(&dir).map_err(io(&dir))?;
+                }
+                self.index = RepoIndex::Memory(CuckooIndex::with_capacity(
+                    tables.iter().map(|c| c.entries.len()).sum(),
+                ));
+                self.indexed_containers.clear();
+                self.chunk_bytes = ChunkBytes::default();
+                self.add_containers(&tables);
+            }
+            IndexSettings::Disk { lookup, memory } => {
+                let state = DiskState::rebuild(&self.root, lookup, memory, &tables)?;
+                self.index = RepoIndex::Disk(Box::new(Mutex::new(state)));
+            }
+        }
+        Ok(())
     }
 
     /// Writes a snapshot durably (rule 3) and returns its id.

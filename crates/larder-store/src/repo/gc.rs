@@ -20,10 +20,10 @@ use std::collections::{BTreeMap, HashSet};
 use std::fs;
 
 use larder_hash::Fingerprint;
-use larder_index::{ChunkLocation, CuckooIndex, FingerprintIndex};
+use larder_index::ChunkLocation;
 use serde::Serialize;
 
-use super::{ChunkBytes, Repository};
+use super::{ChunkBytes, DiskState, RepoIndex, Repository};
 use crate::backend::{Backend, FileKind};
 use crate::compression::ChunkDecoder;
 use crate::container::{
@@ -150,19 +150,21 @@ impl Repository {
         live: &HashSet<Fingerprint>,
         repack_threshold: u8,
         report: &mut GcReport,
-    ) -> BTreeMap<u64, Fate> {
+    ) -> Result<BTreeMap<u64, Fate>> {
         let mut fates = BTreeMap::new();
         for (&id, entries) in tables {
-            let is_live = |e: &ChunkEntry| {
-                live.contains(&e.fingerprint)
-                    && self.index.get(&e.fingerprint)
-                        == Some(ChunkLocation {
-                            container: id,
-                            offset: e.offset,
-                            length: e.stored_len,
-                        })
-            };
-            let live_entries: Vec<ChunkEntry> = entries.iter().copied().filter(is_live).collect();
+            // Live: a snapshot uses it, and this copy is the one the index names.
+            let mut live_entries: Vec<ChunkEntry> = Vec::new();
+            for e in entries {
+                let canonical = Some(ChunkLocation {
+                    container: id,
+                    offset: e.offset,
+                    length: e.stored_len,
+                });
+                if live.contains(&e.fingerprint) && self.index.get(&e.fingerprint)? == canonical {
+                    live_entries.push(*e);
+                }
+            }
             let total: u64 = entries.iter().map(|e| u64::from(e.stored_len)).sum();
             let live_bytes: u64 = live_entries.iter().map(|e| u64::from(e.stored_len)).sum();
             report.chunks_live += live_entries.len();
@@ -181,7 +183,7 @@ impl Repository {
             };
             fates.insert(id, fate);
         }
-        fates
+        Ok(fates)
     }
 
     /// The repacked chunks in container and table order (stream order survives),
@@ -228,7 +230,7 @@ impl Repository {
             dry_run: opts.dry_run,
             ..GcReport::default()
         };
-        let fates = self.decide_fates(&tables, live, opts.repack_threshold, &mut report);
+        let fates = self.decide_fates(&tables, live, opts.repack_threshold, &mut report)?;
         let groups = self.pack(&fates);
         let old_segments: Vec<String> = self.segments.clone();
         let delete: Vec<u64> = fates
@@ -465,7 +467,17 @@ impl Repository {
 
     /// Loads the index again from the files, as `open` does.
     fn reload_index(&mut self) -> Result<()> {
-        self.index = CuckooIndex::new();
+        if !self.config.index.is_memory() {
+            // The disk index has no delete: without its `held` file the load below
+            // rebuilds it, without the deleted containers (and so would the next open,
+            // after a crash here).
+            self.index = RepoIndex::default();
+            let held = DiskState::dir_of(&self.root).join("held");
+            if held.exists() {
+                fs::remove_file(&held).map_err(|e| StoreError::io(&held, e))?;
+            }
+        }
+        self.index = RepoIndex::default();
         self.indexed_containers.clear();
         self.chunk_bytes = ChunkBytes::default();
         self.pending.clear();

@@ -1,0 +1,365 @@
+//! The disk index wired into the repository (docs/design/format.md, "Disk index"):
+//! memory, eager-disk and lazy-disk repositories store the same bytes and restore the
+//! same trees; rebuild, convert, catch-up after a lost `held` update, and readers'
+//! fallback.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+use support::*;
+
+/// Small chunks, so that a few MiB make tens of thousands of fingerprints: the lazy
+/// index with a 1 MiB budget then holds more than its budget (48 bytes a record).
+const CHUNKER: [&str; 6] = ["--min", "256", "--avg", "1KiB", "--max", "8KiB"];
+
+const MODES: [&[&str]; 4] = [
+    &["--index", "memory"],
+    &["--index", "disk", "--index-lookup", "eager"],
+    &["--index", "disk", "--index-lookup", "lazy"],
+    &[
+        "--index",
+        "disk",
+        "--index-lookup",
+        "lazy",
+        "--index-memory",
+        "1MiB",
+    ],
+];
+
+fn init(mode: &[&str]) -> Repo {
+    let mut args = CHUNKER.to_vec();
+    args.extend_from_slice(mode);
+    Repo::init(&args)
+}
+
+/// Every file under `dir` (relative path to bytes).
+fn files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.insert(
+                    p.strip_prefix(dir).unwrap().to_path_buf(),
+                    fs::read(&p).unwrap(),
+                );
+            }
+        }
+    }
+    out
+}
+
+/// Generated generations (larder gen) plus a small tree with exact and partial
+/// duplicates, within files and across them, in `dir`.
+fn sources(dir: &Path) -> Vec<PathBuf> {
+    let gens = dir.join("gens");
+    let out = larder(
+        dir,
+        [
+            "gen",
+            "--seed",
+            "11",
+            "--size",
+            "3MiB",
+            "--generations",
+            "3",
+            "--clients",
+            "2",
+            "--out",
+            gens.to_str().unwrap(),
+        ],
+    );
+    out.expect_ok();
+    let tree = dir.join("tree");
+    let block = pseudo_text(5, 96 << 10);
+    let mut repeated = Vec::new();
+    for i in 0..6 {
+        repeated.extend_from_slice(&block);
+        repeated.extend_from_slice(&pseudo_random(100 + i, 3000));
+    }
+    TreeBuilder::new(&tree)
+        .file("a/text.txt", pseudo_text(1, 300 << 10))
+        .file("a/copy.txt", pseudo_text(1, 300 << 10))
+        .file("b/repeated.bin", &repeated)
+        .file("b/random.bin", pseudo_random(2, 20 << 20))
+        .file("b/empty", b"")
+        .file("c/prefix.txt", &pseudo_text(1, 300 << 10)[..123_457])
+        .finish();
+    let mut out = vec![tree];
+    let mut gen_dirs: Vec<PathBuf> = fs::read_dir(&gens)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    gen_dirs.sort();
+    out.extend(gen_dirs);
+    out
+}
+
+/// Every test's source directory, one each.
+const TESTS: [&str; 5] = ["exactness", "convert", "held", "readers", "kill"];
+
+/// A directory for sources whose ancestors keep their mtimes while the tests run (a
+/// snapshot records the roots' ancestors, and `/tmp` changes all the time): under
+/// Cargo's target directory, which no other test writes to. The directories of all
+/// tests are made at once, before any backup, so that making one does not change an
+/// ancestor of another's sources; each is emptied when its test ends.
+struct StableDir(PathBuf);
+
+impl StableDir {
+    fn new(name: &str) -> Self {
+        static ROOT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+        let root = ROOT.get_or_init(|| {
+            let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("disk-index-tests");
+            for test in TESTS {
+                let dir = root.join(test);
+                let _ = fs::remove_dir_all(&dir);
+                fs::create_dir_all(&dir).unwrap();
+            }
+            root
+        });
+        assert!(TESTS.contains(&name), "add {name} to TESTS");
+        Self(root.join(name))
+    }
+}
+
+impl Drop for StableDir {
+    fn drop(&mut self) {
+        for e in fs::read_dir(&self.0).into_iter().flatten().flatten() {
+            let _ = fs::remove_dir_all(e.path());
+        }
+    }
+}
+
+/// A backup of data already stored: nothing new.
+#[track_caller]
+fn assert_nothing_new(s: &Value) {
+    assert_eq!(s["chunks_new"], 0, "{s}");
+}
+
+/// What must be equal across index kinds for one backup.
+fn stored_counts(summary: &Value) -> Vec<Value> {
+    [
+        "chunks",
+        "chunks_new",
+        "bytes_in",
+        "bytes_new",
+        "bytes_new_stored",
+        "containers_written",
+    ]
+    .iter()
+    .map(|k| summary[k].clone())
+    .collect()
+}
+
+#[test]
+fn every_index_kind_stores_the_same_bytes_and_restores_the_same_trees() {
+    let stable = StableDir::new("exactness");
+    let sources = sources(&stable.0);
+    let repos: Vec<Repo> = MODES.iter().map(|m| init(m)).collect();
+    for source in &sources {
+        let summaries: Vec<Value> = repos.iter().map(|r| r.backup(&[source])).collect();
+        for (s, mode) in summaries.iter().zip(MODES) {
+            assert_eq!(
+                stored_counts(s),
+                stored_counts(&summaries[0]),
+                "{mode:?} differs from memory on {}",
+                source.display()
+            );
+            let disk = &s["disk_index"];
+            assert_eq!(disk.is_null(), mode[1] == "memory", "{s}");
+        }
+        // The second copy of the tree (and the generations' repeats) are duplicates
+        // that the tiny lazy index resolved through its buffer and the disk.
+        let tiny = &summaries[3]["disk_index"];
+        if source != &sources[0] {
+            assert!(tiny["buffered"].as_u64().unwrap() > 0, "{tiny}");
+            assert!(tiny["lookup_ios"].as_u64().unwrap() > 0, "{tiny}");
+        }
+    }
+    // The same containers, byte for byte (the segments name them in the order the
+    // syncer threads finished, which varies from run to run for any index).
+    let memory = files(&repos[0].path.join("containers"));
+    assert!(memory.len() > 3);
+    for (repo, mode) in repos.iter().zip(MODES).skip(1) {
+        assert!(
+            files(&repo.path.join("containers")) == memory,
+            "{mode:?}: containers differ"
+        );
+    }
+    // The tiny lazy index holds more than its budget.
+    let stats = repos[3].run(["--json", "stats", "--index"]);
+    stats.expect_ok();
+    let shape = &stats.json()["disk_index"]["shape"];
+    let fingerprints = shape["fingerprints"].as_u64().unwrap();
+    assert!(fingerprints * 48 > 1 << 20, "{shape}");
+    assert!(
+        shape["memory_estimate"].as_u64().unwrap() <= 1 << 20,
+        "{shape}"
+    );
+    // Every snapshot restores byte-identical from every repository.
+    for (repo, mode) in repos.iter().zip(MODES) {
+        let snaps = repo.snapshots();
+        assert_eq!(snaps.len(), sources.len());
+        for (snap, source) in snaps.iter().zip(&sources) {
+            let target = repo.new_path(&format!("restore-{}", &snap["id"].as_str().unwrap()[..8]));
+            repo.restore(snap["id"].as_str().unwrap(), &target, &[])
+                .expect_ok();
+            let diffs = compare_trees(source, &restored(&target, source));
+            assert!(diffs.is_empty(), "{mode:?}: {diffs:?}");
+        }
+        repo.check(true).expect_ok();
+    }
+}
+
+#[test]
+fn rebuild_and_conversion_keep_every_chunk_indexed() {
+    let stable = StableDir::new("convert");
+    let sources = sources(&stable.0);
+    let repo = init(MODES[3]);
+    repo.backup(&[&sources[0], &sources[1]]);
+    let again = |repo: &Repo| {
+        assert_nothing_new(&repo.backup(&[&sources[0], &sources[1]]));
+    };
+    repo.run(["index", "rebuild"]).expect_ok();
+    again(&repo);
+    repo.run(["index", "convert", "--to", "memory"]).expect_ok();
+    assert!(!repo.path.join("index/disk").exists());
+    again(&repo);
+    let stats = repo.run(["--json", "stats"]);
+    assert_eq!(stats.json()["index"], "memory");
+    repo.run([
+        "index",
+        "convert",
+        "--to",
+        "disk",
+        "--index-lookup",
+        "eager",
+    ])
+    .expect_ok();
+    again(&repo);
+    let stats = repo.run(["--json", "stats"]);
+    assert_eq!(stats.json()["index"], "disk (eager, 256 MiB)");
+    // New data after the conversions is still found once.
+    let s = repo.backup(&[&sources[2]]);
+    assert!(s["chunks_new"].as_u64().unwrap() > 0);
+    assert_nothing_new(&repo.backup(&[&sources[2]]));
+    repo.check(true).expect_ok();
+}
+
+#[test]
+fn a_held_file_behind_the_index_is_caught_up_and_nothing_is_stored_twice() {
+    let stable = StableDir::new("held");
+    let sources = sources(&stable.0);
+    let repo = init(MODES[2]);
+    repo.backup(&[&sources[0]]);
+    let held = repo.path.join("index/disk/held");
+    let old = fs::read(&held).unwrap();
+    let first = repo.backup(&[&sources[1]]);
+    assert!(first["chunks_new"].as_u64().unwrap() > 0);
+    // As if the process had died after the index sync, before `held` named the
+    // second backup's containers.
+    fs::write(&held, &old).unwrap();
+    let out = repo.run(["--json", "backup", sources[1].to_str().unwrap()]);
+    out.expect_ok()
+        .expect_stderr(&["caught up with", "container(s)"]);
+    assert_nothing_new(&out.json());
+    assert_ne!(fs::read(&held).unwrap(), old);
+    repo.check(true).expect_ok();
+}
+
+#[test]
+fn readers_fall_back_to_memory_and_writers_rebuild_a_damaged_disk_index() {
+    let stable = StableDir::new("readers");
+    let sources = sources(&stable.0);
+    let repo = init(MODES[2]);
+    repo.backup(&[&sources[0], &sources[1]]);
+    let held = repo.path.join("index/disk/held");
+    fs::write(&held, b"LDXHELD1 damaged").unwrap();
+    repo.check(true)
+        .expect_ok()
+        .expect_stderr(&["disk index is damaged", "memory index"]);
+    let target = repo.new_path("restore");
+    repo.restore("latest", &target, &[]).expect_ok();
+    assert_same_tree(&sources[0], &restored(&target, &sources[0]));
+    let out = repo.run([
+        "--json",
+        "backup",
+        sources[0].to_str().unwrap(),
+        sources[1].to_str().unwrap(),
+    ]);
+    out.expect_ok().expect_stderr(&["rebuilt it"]);
+    assert_nothing_new(&out.json());
+    // Repaired: readers use it again without a warning.
+    let out = repo.check(true);
+    out.expect_ok();
+    assert!(!out.stderr.contains("disk index"), "{out}");
+}
+
+/// Acceptance 5, short form: `larder backup` into a lazy disk repository (a 1 MiB
+/// budget, so fingerprints wait in the buffer and batches in stage 3) SIGKILLed at
+/// three moments of its run; after each kill `check --read-data` passes and the first
+/// snapshot restores; after `index rebuild` the backup completes, and the repository
+/// holds exactly the chunk bytes of one uninterrupted run: nothing was stored twice.
+#[test]
+fn a_killed_lazy_backup_leaves_a_repository_that_checks_and_stores_nothing_twice() {
+    let stable = StableDir::new("kill");
+    let sources = sources(&stable.0);
+    fs::write(stable.0.join("tree/new.bin"), pseudo_random(9, 24 << 20)).unwrap();
+    let first = [sources[0].as_path()];
+    let all: Vec<&Path> = sources.iter().map(PathBuf::as_path).collect();
+    let reference = init(MODES[0]);
+    reference.backup(&first);
+    let started = std::time::Instant::now();
+    reference.backup(&all);
+    let duration = started.elapsed();
+
+    let repo = init(MODES[3]);
+    repo.backup(&first);
+    let mut killed_mid_backup = 0;
+    for fraction in [0.3, 0.6, 0.9] {
+        let mut args = vec!["backup".to_string()];
+        args.extend(all.iter().map(|p| p.display().to_string()));
+        let mut child = repo
+            .command(&args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(duration.mul_f64(fraction));
+        let _ = child.kill();
+        child.wait().unwrap();
+        let check = repo.check(true);
+        check.expect_ok();
+        killed_mid_backup += usize::from(check.stderr.contains("no index segment names"));
+        let target = repo.new_path(&format!("restore-{fraction}"));
+        let snaps = repo.snapshots();
+        repo.restore(snaps[0]["id"].as_str().unwrap(), &target, &[])
+            .expect_ok();
+        assert_same_tree(&sources[0], &restored(&target, &sources[0]));
+    }
+    // At least one kill left containers that no segment names.
+    assert!(killed_mid_backup > 0);
+    repo.run(["index", "rebuild"]).expect_ok();
+    repo.backup(&all);
+    repo.check(true).expect_ok();
+    let unique = |r: &Repo| {
+        let out = r.run(["--json", "stats"]);
+        out.expect_ok();
+        out.json()["unique_bytes"].as_u64().unwrap()
+    };
+    assert_eq!(unique(&repo), unique(&reference));
+    let snaps = repo.snapshots();
+    let last = snaps.last().unwrap()["id"].as_str().unwrap();
+    let target = repo.new_path("restore-last");
+    repo.restore(last, &target, &[]).expect_ok();
+    for source in &sources {
+        assert_same_tree(source, &restored(&target, source));
+    }
+}

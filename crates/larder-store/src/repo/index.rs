@@ -1,0 +1,526 @@
+//! The repository's fingerprint index, in memory or on disk (docs/design/format.md,
+//! "config" and "Disk index"). The segments and containers are the source of truth
+//! for both: the memory index is built from them at every open; the disk index is
+//! derived from them once and then caught up with what it lacks.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use larder_hash::Fingerprint;
+use larder_index::disk::{DirIo, DiskIndex, DiskIndexConfig, DiskIndexMetrics, Lookup};
+use larder_index::{ChunkLocation, CuckooIndex, FingerprintIndex, IndexError};
+use serde::{Deserialize, Serialize};
+
+use crate::backend::sync_dir;
+use crate::error::{Result, StoreError};
+use crate::segment::SegmentContainer;
+
+/// The smallest budget a config may name: the disk index needs a few pages of cache
+/// and buffer to make progress.
+pub const MIN_INDEX_MEMORY: u64 = 1 << 20;
+/// The fewest fingerprints a new disk index is sized for.
+const MIN_EXPECTED: u64 = 1 << 20;
+/// Fingerprints a catch-up submits before it drains the answers.
+const CATCH_UP_BATCH: usize = 1 << 16;
+
+/// The config's `index` field: which index the repository keeps.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum IndexSettings {
+    /// The in-memory cuckoo index, built from the segments at every open.
+    #[default]
+    Memory,
+    /// The disk index under `index/disk/`, with its lookup strategy and memory budget.
+    Disk { lookup: DiskLookup, memory: u64 },
+}
+
+/// `--index-lookup`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DiskLookup {
+    Eager,
+    Lazy,
+}
+
+impl DiskLookup {
+    pub fn lookup(self) -> Lookup {
+        match self {
+            Self::Eager => Lookup::Eager,
+            Self::Lazy => Lookup::Lazy,
+        }
+    }
+}
+
+impl IndexSettings {
+    pub fn is_memory(&self) -> bool {
+        *self == Self::Memory
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        match self {
+            Self::Disk { memory, .. } if *memory < MIN_INDEX_MEMORY => Err(StoreError::Config(
+                format!("index memory {memory} bytes is below the minimum of {MIN_INDEX_MEMORY}"),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// A short description: `memory`, or `disk (lazy, 256 MiB)`.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Memory => "memory".into(),
+            Self::Disk { lookup, memory } => {
+                let lookup = match lookup {
+                    DiskLookup::Eager => "eager",
+                    DiskLookup::Lazy => "lazy",
+                };
+                format!("disk ({lookup}, {} MiB)", memory >> 20)
+            }
+        }
+    }
+}
+
+/// The disk index's token: the caller's number for a submitted fingerprint.
+pub type RepoDiskIndex = DiskIndex<DirIo, u64>;
+
+/// Container ids as ascending, non-touching inclusive runs: the `held` file.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ContainerRuns(Vec<(u64, u64)>);
+
+const HELD_MAGIC: &[u8; 8] = b"LDXHELD1";
+
+fn checksum(bytes: &[u8]) -> u64 {
+    u64::from_le_bytes(
+        blake3::hash(bytes).as_bytes()[..8]
+            .try_into()
+            .expect("8 bytes"),
+    )
+}
+
+impl ContainerRuns {
+    pub fn contains(&self, id: u64) -> bool {
+        let i = self.0.partition_point(|&(_, last)| last < id);
+        self.0.get(i).is_some_and(|&(first, _)| first <= id)
+    }
+
+    /// Ids in the runs that `keep` refuses, if any: the first one found.
+    pub fn first_outside(&self, keep: impl Fn(u64) -> bool) -> Option<u64> {
+        self.0
+            .iter()
+            .flat_map(|&(first, last)| first..=last)
+            .find(|&id| !keep(id))
+    }
+
+    /// These runs and `ids`.
+    pub fn with(&self, ids: impl IntoIterator<Item = u64>) -> Self {
+        let mut all: Vec<(u64, u64)> = self.0.clone();
+        all.extend(ids.into_iter().map(|id| (id, id)));
+        all.sort_unstable();
+        let mut runs: Vec<(u64, u64)> = Vec::with_capacity(all.len());
+        for (first, last) in all {
+            match runs.last_mut() {
+                Some(prev) if first <= prev.1.saturating_add(1) => prev.1 = prev.1.max(last),
+                _ => runs.push((first, last)),
+            }
+        }
+        Self(runs)
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(24 + 16 * self.0.len());
+        out.extend_from_slice(HELD_MAGIC);
+        out.extend_from_slice(&1u32.to_le_bytes());
+        out.extend_from_slice(&(self.0.len() as u32).to_le_bytes());
+        for &(first, last) in &self.0 {
+            out.extend_from_slice(&first.to_le_bytes());
+            out.extend_from_slice(&last.to_le_bytes());
+        }
+        out.extend_from_slice(&checksum(&out).to_le_bytes());
+        out
+    }
+
+    /// Parses a `held` file; never panics, whatever `raw` holds (the `held` fuzz
+    /// target).
+    pub fn decode(raw: &[u8]) -> Result<Self> {
+        let bad = |reason: &str| StoreError::corrupt("disk index file", "held", reason);
+        if raw.len() < 24 || &raw[..8] != HELD_MAGIC {
+            return Err(bad("not a held file"));
+        }
+        let version = u32::from_le_bytes(raw[8..12].try_into().expect("4 bytes"));
+        if version != 1 {
+            return Err(StoreError::UnsupportedVersion {
+                what: "disk index held file",
+                version: u64::from(version),
+                supported: "version 1",
+            });
+        }
+        let n = u32::from_le_bytes(raw[12..16].try_into().expect("4 bytes")) as usize;
+        if raw.len() != 24 + 16 * n {
+            return Err(bad("length does not match the run count"));
+        }
+        let body = &raw[..16 + 16 * n];
+        let sum = u64::from_le_bytes(raw[16 + 16 * n..].try_into().expect("8 bytes"));
+        // Fuzzing builds (`cfg(fuzzing)`) go on past a wrong checksum, to reach the
+        // checks below (docs/design/fuzzing.md).
+        if checksum(body) != sum && !cfg!(fuzzing) {
+            return Err(bad("checksum mismatch"));
+        }
+        let mut runs: Vec<(u64, u64)> = Vec::with_capacity(n);
+        for chunk in body[16..].chunks_exact(16) {
+            let first = u64::from_le_bytes(chunk[..8].try_into().expect("8 bytes"));
+            let last = u64::from_le_bytes(chunk[8..].try_into().expect("8 bytes"));
+            if first > last {
+                return Err(bad("a run ends before it starts"));
+            }
+            if runs
+                .last()
+                .is_some_and(|&(_, prev)| first <= prev.saturating_add(1))
+            {
+                return Err(bad("runs out of order or touching"));
+            }
+            runs.push((first, last));
+        }
+        Ok(Self(runs))
+    }
+}
+
+/// Chunk locations of a container's entries.
+fn entries(c: &SegmentContainer) -> impl Iterator<Item = (Fingerprint, ChunkLocation)> + '_ {
+    c.entries.iter().map(move |e| {
+        (
+            e.fingerprint,
+            ChunkLocation {
+                container: c.id,
+                offset: e.offset,
+                length: e.stored_len,
+            },
+        )
+    })
+}
+
+/// The disk index with the record of the containers it holds.
+pub struct DiskState {
+    index: RepoDiskIndex,
+    held: ContainerRuns,
+    dir: PathBuf,
+    tmp: PathBuf,
+    lookup: DiskLookup,
+    memory: u64,
+}
+
+/// Why an existing disk index cannot be used as it is.
+pub(crate) enum Unusable {
+    /// Missing, dirty or damaged: rebuild it.
+    Rebuild(&'static str),
+    /// Anything else (an I/O error): fail.
+    Fail(StoreError),
+}
+
+fn disk_config(memory: u64, expected: u64) -> DiskIndexConfig {
+    DiskIndexConfig {
+        memory_budget: memory,
+        expected_fingerprints: expected.max(MIN_EXPECTED),
+        ..DiskIndexConfig::default()
+    }
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
+    move |e| StoreError::io(path, e)
+}
+
+impl DiskState {
+    /// `root/index/disk`.
+    pub fn dir_of(root: &Path) -> PathBuf {
+        root.join("index").join("disk")
+    }
+
+    /// Opens the disk index of the repository at `root`.
+    pub(crate) fn open(
+        root: &Path,
+        lookup: DiskLookup,
+        memory: u64,
+    ) -> std::result::Result<Self, Unusable> {
+        let dir = Self::dir_of(root);
+        let held = match fs::read(dir.join("held")) {
+            Ok(raw) => ContainerRuns::decode(&raw).map_err(|_| Unusable::Rebuild("damaged"))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Unusable::Rebuild("missing"))
+            }
+            Err(e) => return Err(Unusable::Fail(StoreError::io(dir.join("held"), e))),
+        };
+        let io = DirIo::open(&dir, false).map_err(|e| Unusable::Fail(StoreError::io(&dir, e)))?;
+        // The expected count only sizes a new index; an existing one keeps its own.
+        let index =
+            DiskIndex::open(io, disk_config(memory, 0), lookup.lookup()).map_err(|e| match e {
+                IndexError::NeedsRebuild => {
+                    Unusable::Rebuild("dirty (a crash while it was written)")
+                }
+                IndexError::Corrupt { .. } => Unusable::Rebuild("damaged"),
+                IndexError::Missing(_) => Unusable::Rebuild("missing"),
+                e => Unusable::Fail(e.into()),
+            })?;
+        Ok(Self {
+            index,
+            held,
+            dir,
+            tmp: root.join("tmp"),
+            lookup,
+            memory,
+        })
+    }
+
+    /// Builds the disk index of the repository at `root` afresh from `containers` (in
+    /// ascending id, chunks in table order), replacing what `index/disk/` held.
+    pub(crate) fn rebuild(
+        root: &Path,
+        lookup: DiskLookup,
+        memory: u64,
+        containers: &[SegmentContainer],
+    ) -> Result<Self> {
+        let dir = Self::dir_of(root);
+        if dir.exists() {
+            fs::remove_dir_all(&dir).map_err(io_err(&dir))?;
+        }
+        fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+        sync_dir(&root.join("index"))?;
+        let chunks: u64 = containers.iter().map(|c| c.entries.len() as u64).sum();
+        let io = DirIo::open(&dir, false).map_err(io_err(&dir))?;
+        // Filled by an eager index, which answers in submission order, so that the
+        // metadata array keeps the containers' order; then opened as configured.
+        let config = disk_config(memory, 2 * chunks);
+        let mut eager = DiskIndex::create(io, config.clone(), Lookup::Eager)?;
+        let all: Vec<_> = containers.iter().flat_map(entries).collect();
+        fill(&mut eager, &all)?;
+        let index = DiskIndex::open(eager.close()?, config, lookup.lookup())?;
+        let mut state = Self {
+            index,
+            held: ContainerRuns::default(),
+            dir,
+            tmp: root.join("tmp"),
+            lookup,
+            memory,
+        };
+        state.record(containers.iter().map(|c| c.id))?;
+        Ok(state)
+    }
+
+    pub fn held(&self) -> &ContainerRuns {
+        &self.held
+    }
+
+    pub fn index_mut(&mut self) -> &mut RepoDiskIndex {
+        &mut self.index
+    }
+
+    pub fn index(&self) -> &RepoDiskIndex {
+        &self.index
+    }
+
+    pub fn lookup(&self) -> DiskLookup {
+        self.lookup
+    }
+
+    pub fn memory(&self) -> u64 {
+        self.memory
+    }
+
+    /// Indexes every chunk of `containers` that the index lacks (the first copy stays
+    /// canonical), then syncs and records them in `held` (rule 2 of "Disk index").
+    /// Idempotent: a container already held costs lookups only.
+    pub(crate) fn catch_up(&mut self, containers: &[SegmentContainer]) -> Result<()> {
+        let all: Vec<_> = containers.iter().flat_map(entries).collect();
+        fill(&mut self.index, &all)?;
+        self.record(containers.iter().map(|c| c.id))
+    }
+
+    /// Inserts the chunks of a backup's committed containers (their segment is
+    /// durable): each was answered `New` to the backup and awaits its insert; any
+    /// other (not submitted by this process) is caught up. Then syncs and records.
+    pub(crate) fn add_committed(&mut self, containers: &[SegmentContainer]) -> Result<()> {
+        let mut others = Vec::new();
+        for (fp, location) in containers.iter().flat_map(entries) {
+            match self.index.insert(fp, location) {
+                Ok(()) => {}
+                Err(IndexError::NotPending(_)) => others.push((fp, location)),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        fill(&mut self.index, &others)?;
+        self.record(containers.iter().map(|c| c.id))
+    }
+
+    /// Syncs the index, then names `ids` in `held` durably.
+    fn record(&mut self, ids: impl IntoIterator<Item = u64>) -> Result<()> {
+        self.index.sync()?;
+        let held = self.held.with(ids);
+        let tmp = self.tmp.join(format!("held-{}.tmp", std::process::id()));
+        crate::direct::write_durable(&tmp, &held.encode()).map_err(io_err(&tmp))?;
+        let dest = self.dir.join("held");
+        fs::rename(&tmp, &dest).map_err(io_err(&dest))?;
+        sync_dir(&self.dir)?;
+        self.held = held;
+        Ok(())
+    }
+
+    /// Gives up on the answers of a failed backup: fingerprints answered `New` are
+    /// forgotten (their containers, if written, are caught up at the next open).
+    pub fn abandon(&mut self) {
+        self.index.abandon();
+        while self.index.poll().is_some() {}
+    }
+
+    pub fn get(&mut self, fp: &Fingerprint) -> Result<Option<ChunkLocation>> {
+        Ok(self.index.get(fp)?)
+    }
+}
+
+/// Looks every chunk of `all` up and inserts those the index lacks; of the copies of
+/// one fingerprint, the first stays canonical.
+fn fill(index: &mut RepoDiskIndex, all: &[(Fingerprint, ChunkLocation)]) -> Result<()> {
+    for part in all.chunks(CATCH_UP_BATCH) {
+        for (token, (fp, _)) in part.iter().enumerate() {
+            index.submit(*fp, token as u64)?;
+        }
+        index.finish()?;
+        // Inserting a `New` answers the copies waiting on it: drain until none is left.
+        while let Some(r) = index.poll() {
+            if r.answer == larder_index::disk::Answer::New {
+                index.insert(r.fp, part[r.token as usize].1)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The repository's index: the one place that tells the two kinds apart.
+pub enum RepoIndex {
+    Memory(CuckooIndex),
+    /// Behind a mutex: its lookups move its cache, and readers share the repository.
+    Disk(Box<Mutex<DiskState>>),
+}
+
+impl Default for RepoIndex {
+    fn default() -> Self {
+        Self::Memory(CuckooIndex::new())
+    }
+}
+
+impl RepoIndex {
+    /// Where `fp` is stored, if it is indexed.
+    pub fn get(&self, fp: &Fingerprint) -> Result<Option<ChunkLocation>> {
+        match self {
+            Self::Memory(index) => Ok(index.get(fp)),
+            Self::Disk(state) => lock(state).get(fp),
+        }
+    }
+
+    /// `get` of each of `fps`, in order.
+    pub fn get_batch(&self, fps: &[Fingerprint]) -> Result<Vec<Option<ChunkLocation>>> {
+        match self {
+            Self::Memory(index) => Ok(index.get_batch(fps)),
+            Self::Disk(state) => {
+                let mut state = lock(state);
+                fps.iter().map(|fp| state.get(fp)).collect()
+            }
+        }
+    }
+
+    /// Fingerprints indexed.
+    pub fn len(&self) -> u64 {
+        match self {
+            Self::Memory(index) => index.len() as u64,
+            Self::Disk(state) => lock(state).index.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The disk index's counters since the repository was opened; `None` in memory.
+    pub fn disk_metrics(&self) -> Option<DiskIndexMetrics> {
+        match self {
+            Self::Memory(_) => None,
+            Self::Disk(state) => Some(*lock(state).index.metrics()),
+        }
+    }
+
+    /// What the disk index is: buckets, files' bytes, Bloom filter; `None` in memory.
+    pub fn disk_shape(&self) -> Option<DiskShape> {
+        match self {
+            Self::Memory(_) => None,
+            Self::Disk(state) => {
+                let state = lock(state);
+                let index = &state.index;
+                Some(DiskShape {
+                    fingerprints: index.len(),
+                    disk_bytes: index.disk_bytes(),
+                    table_buckets: index.buckets().0,
+                    buffer_buckets: index.buckets().1,
+                    bloom_bytes: index.bloom().bytes(),
+                    bloom_false_positive_rate: index.bloom_false_positive_rate(),
+                    memory_estimate: index.memory_estimate(),
+                })
+            }
+        }
+    }
+}
+
+/// The disk index's size and shape, for `stats --index`.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct DiskShape {
+    pub fingerprints: u64,
+    pub disk_bytes: u64,
+    pub table_buckets: u64,
+    pub buffer_buckets: u64,
+    pub bloom_bytes: u64,
+    /// The Bloom filter's false-positive rate at the current count.
+    pub bloom_false_positive_rate: f64,
+    /// The memory the budget covers at full use.
+    pub memory_estimate: u64,
+}
+
+fn lock(m: &Mutex<DiskState>) -> std::sync::MutexGuard<'_, DiskState> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_merge_and_round_trip() {
+        let runs = ContainerRuns::default().with([5, 1, 2, 3, 9, 10, 7]);
+        assert_eq!(runs.0, vec![(1, 3), (5, 5), (7, 7), (9, 10)]);
+        let runs = runs.with([4, 6, 8]);
+        assert_eq!(runs.0, vec![(1, 10)]);
+        for id in 0..12 {
+            assert_eq!(runs.contains(id), (1..=10).contains(&id), "{id}");
+        }
+        let bytes = runs.encode();
+        assert_eq!(ContainerRuns::decode(&bytes).unwrap(), runs);
+        assert_eq!(runs.first_outside(|id| id != 4), Some(4));
+    }
+
+    #[test]
+    fn damaged_held_files_are_refused() {
+        let bytes = ContainerRuns::default().with([1, 3, 5]).encode();
+        for i in 0..bytes.len() {
+            let mut b = bytes.clone();
+            b[i] ^= 1;
+            assert!(ContainerRuns::decode(&b).is_err(), "flip at {i}");
+        }
+        assert!(ContainerRuns::decode(&bytes[..bytes.len() - 1]).is_err());
+        // Touching runs, even with a good checksum.
+        let mut raw = b"LDXHELD1".to_vec();
+        raw.extend_from_slice(&1u32.to_le_bytes());
+        raw.extend_from_slice(&2u32.to_le_bytes());
+        for v in [1u64, 2, 3, 4] {
+            raw.extend_from_slice(&v.to_le_bytes());
+        }
+        let sum = checksum(&raw);
+        raw.extend_from_slice(&sum.to_le_bytes());
+        assert!(ContainerRuns::decode(&raw).is_err());
+    }
+}

@@ -1,0 +1,14 @@
+//! Parsing the disk index's `held` file (docs/design/format.md, "Disk index") must
+//! refuse or accept any bytes without panicking, and whatever it accepts must encode
+//! back to the same bytes but for the checksum (which fuzzing builds do not check).
+#![no_main]
+use larder_store::ContainerRuns;
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    if let Ok(runs) = ContainerRuns::decode(data) {
+        let again = runs.encode();
+        assert_eq!(again[..again.len() - 8], data[..data.len() - 8]);
+        assert_eq!(ContainerRuns::decode(&again).ok(), Some(runs));
+    }
+});
