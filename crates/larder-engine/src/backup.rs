@@ -991,11 +991,12 @@ pub fn backup(
         let tree_result = write_result.and_then(|busy| {
             // The tree stream goes through the same index and writer, after every file.
             let tree = build_tree(items, &indexer.recipes, &indexer.sizes);
-            let started_tree = Instant::now();
+            // In serial mode this takes the turn too: the syncers may still be writing.
+            let spell = turns.begin();
             let stream = store_stream(tree, chunker, algo, &mut indexer, &mut writer)?;
             writer.seal()?;
             // `compress_wall` was measured inside the intervals summed here.
-            stages.write = (busy + started_tree.elapsed()).saturating_sub(writer.compress_wall);
+            stages.write = (busy + spell.end()).saturating_sub(writer.compress_wall);
             stages.compress = writer.compress_time;
             Ok(stream)
         });
