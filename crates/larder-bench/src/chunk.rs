@@ -509,18 +509,7 @@ pub fn run_chunk_bench(
 mod tests {
     use super::*;
     use crate::corpus::Stream;
-
-    fn random(seed: u64, len: usize) -> Vec<u8> {
-        let mut state = seed | 1;
-        (0..len)
-            .map(|_| {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                (state >> 56) as u8
-            })
-            .collect()
-    }
+    use crate::test_bytes::random;
 
     fn corpus(streams: Vec<Vec<u8>>) -> Corpus {
         Corpus {

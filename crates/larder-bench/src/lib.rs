@@ -29,6 +29,8 @@ mod report_plots;
 mod report_text;
 pub mod stats;
 pub mod stream;
+#[cfg(test)]
+mod test_bytes;
 
 pub use chunk::{run_chunk_bench, ChunkBenchReport, Plan};
 pub use corpus::Corpus;

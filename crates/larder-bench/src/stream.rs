@@ -225,19 +225,8 @@ pub fn chunk_files(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_bytes::random;
     use larder_chunk::ChunkerKind;
-
-    fn random(seed: u64, len: usize) -> Vec<u8> {
-        let mut state = seed | 1;
-        (0..len)
-            .map(|_| {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                (state >> 56) as u8
-            })
-            .collect()
-    }
 
     /// A reader that hands out at most `step` bytes a call, like a pipe.
     struct Trickle<'a> {

@@ -5,12 +5,16 @@
 //! device tests (`tests/device.rs`). Needs `c++` on PATH; without it the test says so
 //! and passes, unless LARDER_REQUIRE_CXX=1.
 
+#[path = "support/noise.rs"]
+mod noise;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use larder_chunk::{CandidateChunker, WINDOW};
 use larder_gpu::stretch::{decode, ScanLayout, ScanOutput};
 use larder_hash::HashAlgo;
+use noise::noise;
 
 const HARNESS: &str = r#"
 #include <cstdio>
@@ -97,18 +101,6 @@ fn build_harness(dir: &Path) -> Option<PathBuf> {
             None
         }
     }
-}
-
-fn noise(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
-        })
-        .collect()
 }
 
 fn words(bytes: &[u8]) -> Vec<u32> {

@@ -3,21 +3,13 @@
 //! `CandidateChunker::scan` of the same range: stretch bounds, warm-up, slot overflow
 //! and the host rescan are exact without a GPU.
 
+#[path = "support/noise.rs"]
+mod noise;
+
 use larder_chunk::{CandidateChunker, WINDOW};
 use larder_gpu::stretch::{decode, emulate_scan, ScanLayout};
+use noise::noise;
 use proptest::prelude::*;
-
-fn noise(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
-        })
-        .collect()
-}
 
 /// Emulated scan + decode of `from..end`, against the portable scan; returns how many
 /// stretches overflowed.

@@ -5,17 +5,9 @@ use larder_chunk::{CandidateChunker, Chunker};
 use larder_gpu::{Backend, ChunkerHasher, GpuConfig};
 use larder_hash::HashAlgo;
 
-pub fn noise(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
-        })
-        .collect()
-}
+#[path = "../support/noise.rs"]
+mod noise;
+pub use noise::noise;
 
 /// One case: the stream, the chunker's sizes and level, the hash, the pipeline's
 /// configuration and the size of each push.

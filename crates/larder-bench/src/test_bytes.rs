@@ -1,0 +1,13 @@
+//! Seeded pseudo-random bytes (xorshift64) for this crate's unit tests.
+
+pub(crate) fn random(seed: u64, len: usize) -> Vec<u8> {
+    let mut state = seed | 1;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 56) as u8
+        })
+        .collect()
+}

@@ -1,0 +1,14 @@
+//! Seeded pseudo-random bytes (xorshift64) for the GPU crate's tests: the same seed
+//! always gives the same bytes.
+
+pub fn noise(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
