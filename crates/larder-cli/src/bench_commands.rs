@@ -25,7 +25,7 @@ pub struct ReportArgs {
     #[arg(long, default_value = "larder-bench-report")]
     pub out: PathBuf,
     /// Bytes of each generated generation [default: 256MiB, or 64MiB with --quick]
-    #[arg(long, value_parser = size::parse)]
+    #[arg(long, value_parser = size::parse_nonzero)]
     pub size: Option<usize>,
     /// Keys of the index experiment, one size [default: 1 and 10 million, or 1 million with --quick]
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]

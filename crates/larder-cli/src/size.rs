@@ -23,9 +23,20 @@ pub fn parse(s: &str) -> Result<usize, String> {
         .ok_or_else(|| format!("{s:?} is too large"))
 }
 
+/// Parses a size that must not be zero.
+pub fn parse_nonzero(s: &str) -> Result<usize, String> {
+    match parse(s)? {
+        0 => Err(format!(
+            "{:?} is zero; give a size of at least one byte",
+            s.trim()
+        )),
+        n => Ok(n),
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::parse;
+    use super::{parse, parse_nonzero};
 
     #[test]
     fn parses_suffixes() {
@@ -35,5 +46,12 @@ mod tests {
         assert_eq!(parse("1MiB"), Ok(1 << 20));
         assert!(parse("8XB").is_err());
         assert!(parse("KiB").is_err());
+    }
+
+    #[test]
+    fn nonzero_sizes_refuse_zero_in_any_unit() {
+        assert_eq!(parse_nonzero("1"), Ok(1));
+        assert!(parse_nonzero("0").is_err());
+        assert!(parse_nonzero("0MiB").is_err());
     }
 }
