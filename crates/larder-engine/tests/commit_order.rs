@@ -36,6 +36,10 @@ use syscall_trace::{Call, Event};
 mod seeded;
 use seeded::bytes;
 
+#[path = "support/options.rs"]
+mod options;
+use options::backup_options;
+
 // ---------------------------------------------------------------------------------
 // Shared helpers
 
@@ -90,14 +94,7 @@ fn make_tree(root: &Path, seed: u64, mib: usize) {
 }
 
 fn opts() -> BackupOptions {
-    BackupOptions {
-        threads: 2,
-        hostname: "test".into(),
-        username: "test".into(),
-        exclude: PatternList::default(),
-        progress: Arc::new(NoProgress),
-        serial: false,
-    }
+    backup_options(2)
 }
 
 fn run_backup(repo: &Path, src: &Path) -> BackupSummary {

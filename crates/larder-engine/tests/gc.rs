@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use larder_chunk::ChunkerConfig;
 use larder_engine::{
-    backup, check, forget, gc, mark, restore, BackupOptions, CheckOptions, NoProgress, PatternList,
+    backup, check, forget, gc, mark, restore, CheckOptions, NoProgress, PatternList,
     RestoreOptions, DEFAULT_RESTORE_CACHE,
 };
 use larder_hash::HashAlgo;
@@ -25,6 +25,10 @@ use larder_store::{decode_segment, GcOptions, GcReport, LockMode, RepoConfig, Re
 #[path = "support/bytes.rs"]
 mod seeded;
 use seeded::bytes;
+
+#[path = "support/options.rs"]
+mod options;
+use options::backup_options;
 
 const CONTAINER_SIZE: usize = 256 << 10;
 
@@ -71,14 +75,7 @@ fn init(repo: &Path) {
 
 fn backup_now(f: &mut Fixture) {
     let mut repo = Repository::open(&f.repo, LockMode::Exclusive).unwrap();
-    let opts = BackupOptions {
-        threads: 2,
-        hostname: "test".into(),
-        username: "test".into(),
-        exclude: PatternList::default(),
-        progress: Arc::new(NoProgress),
-        serial: false,
-    };
+    let opts = backup_options(2);
     let summary = backup(&mut repo, std::slice::from_ref(&f.src), &opts).unwrap();
     assert!(!summary.is_partial(), "{:?}", summary.warnings);
     f.snapshots.push((summary.snapshot_id, image(&f.src)));

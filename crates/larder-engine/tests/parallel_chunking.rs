@@ -3,12 +3,15 @@
 //! the thread count: the same chunk boundaries mean the same fingerprints.
 
 use std::path::Path;
-use std::sync::Arc;
 
 use larder_chunk::{ChunkerConfig, ChunkerKind};
-use larder_engine::{backup, load_tree, BackupOptions, ChunkReader, NoProgress, PatternList};
+use larder_engine::{backup, load_tree, ChunkReader};
 use larder_hash::{Fingerprint, HashAlgo};
 use larder_store::{EntryKind, LockMode, RepoConfig, Repository};
+
+#[path = "support/options.rs"]
+mod options;
+use options::backup_options;
 
 /// 26 MiB over several 8 MiB blocks: random data, zero runs long enough to give only
 /// maximum-size chunks, and a repeated stretch.
@@ -36,14 +39,7 @@ fn recipe(dir: &Path, config: ChunkerConfig, threads: usize, src: &Path) -> Vec<
     let repo_path = dir.join(format!("repo-{}-{threads}", config.kind.name()));
     Repository::init(&repo_path, &RepoConfig::new(config, HashAlgo::Blake3)).unwrap();
     let mut repo = Repository::open(&repo_path, LockMode::Exclusive).unwrap();
-    let opts = BackupOptions {
-        threads,
-        hostname: "test".into(),
-        username: "test".into(),
-        exclude: PatternList::default(),
-        progress: Arc::new(NoProgress),
-        serial: false,
-    };
+    let opts = backup_options(threads);
     let summary = backup(&mut repo, &[src.to_path_buf()], &opts).unwrap();
     assert!(!summary.is_partial(), "{:?}", summary.warnings);
     let (_, snap) = repo.find_snapshot(&summary.snapshot_id).unwrap();

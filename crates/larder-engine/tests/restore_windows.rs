@@ -11,28 +11,23 @@ use std::sync::Arc;
 
 use larder_chunk::{ChunkerConfig, ChunkerKind};
 use larder_engine::{
-    backup, load_tree, restore, BackupOptions, ChunkReader, NoProgress, PatternList,
-    RestoreOptions, RestoreSummary,
+    backup, load_tree, restore, ChunkReader, NoProgress, PatternList, RestoreOptions,
+    RestoreSummary,
 };
 use larder_hash::HashAlgo;
 use larder_store::{EntryKind, LockMode, RepoConfig, Repository};
 use proptest::prelude::*;
 
+// Seeded pseudo-random bytes: incompressible, so chunks of them are stored raw.
+#[path = "support/bytes.rs"]
+mod seeded;
+use seeded::bytes as noise;
+#[path = "support/options.rs"]
+mod options;
+use options::backup_options;
+
 /// Small containers and chunks, so a few hundred KiB spread over many containers.
 const CONTAINER_SIZE: usize = 16 << 10;
-
-/// xorshift bytes: incompressible, so chunks are stored raw.
-fn noise(seed: u64, len: usize) -> Vec<u8> {
-    let mut state = seed | 1;
-    (0..len)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state >> 24) as u8
-        })
-        .collect()
-}
 
 /// Compressible text: chunks of it are stored as zstd frames.
 fn text(seed: u64, len: usize) -> Vec<u8> {
@@ -137,14 +132,7 @@ fn init(path: &Path) {
 
 fn backup_source(repo_path: &Path, src: &Source) -> String {
     let mut repo = Repository::open(repo_path, LockMode::Exclusive).unwrap();
-    let opts = BackupOptions {
-        threads: 2,
-        hostname: "test".into(),
-        username: "test".into(),
-        exclude: PatternList::default(),
-        progress: Arc::new(NoProgress),
-        serial: false,
-    };
+    let opts = backup_options(2);
     let summary = backup(&mut repo, std::slice::from_ref(&src.root), &opts).unwrap();
     assert!(!summary.is_partial(), "{:?}", summary.warnings);
     summary.snapshot_id

@@ -13,6 +13,10 @@ use larder_engine::{
 use larder_hash::HashAlgo;
 use larder_store::{LockMode, RepoConfig, Repository};
 
+#[path = "support/options.rs"]
+mod options;
+use options::backup_options;
+
 #[path = "support/bytes.rs"]
 mod support;
 
@@ -40,12 +44,8 @@ fn backup_into(repo_path: &Path, src: &Path, serial: bool, threads: usize) -> Ba
     .unwrap();
     let mut repo = Repository::open(repo_path, LockMode::Exclusive).unwrap();
     let opts = BackupOptions {
-        threads,
-        hostname: "test".into(),
-        username: "test".into(),
-        exclude: PatternList::default(),
-        progress: Arc::new(NoProgress),
         serial,
+        ..backup_options(threads)
     };
     let summary = backup(&mut repo, &[src.to_path_buf()], &opts).unwrap();
     assert!(!summary.is_partial(), "{:?}", summary.warnings);
