@@ -342,15 +342,7 @@ struct Job {
 
 /// A pseudo-random probe, the same on every run (xorshift64).
 fn probe_data() -> Vec<u8> {
-    let mut state = 0x9e37_79b9_7f4a_7c15u64;
-    (0..(1 << 20))
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state >> 56) as u8
-        })
-        .collect()
+    crate::seeded::xorshift_bytes(0x9e37_79b9_7f4a_7c15, 1 << 20)
 }
 
 /// Whether two configurations cut the probe differently. This is how the experiments
@@ -509,7 +501,7 @@ pub fn run_chunk_bench(
 mod tests {
     use super::*;
     use crate::corpus::Stream;
-    use crate::test_bytes::random;
+    use crate::seeded::xorshift_bytes as random;
 
     fn corpus(streams: Vec<Vec<u8>>) -> Corpus {
         Corpus {

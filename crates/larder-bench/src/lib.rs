@@ -27,10 +27,9 @@ pub mod report;
 pub mod report_all;
 mod report_plots;
 mod report_text;
+mod seeded;
 pub mod stats;
 pub mod stream;
-#[cfg(test)]
-mod test_bytes;
 
 pub use chunk::{run_chunk_bench, ChunkBenchReport, Plan};
 pub use corpus::Corpus;

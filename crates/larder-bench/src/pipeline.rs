@@ -481,7 +481,7 @@ pub fn run_pipeline_bench(
 mod tests {
     use super::*;
     use crate::corpus::Stream;
-    use crate::test_bytes::random;
+    use crate::seeded::xorshift_bytes as random;
 
     #[test]
     fn differing_cuts_counts_both_ways() {

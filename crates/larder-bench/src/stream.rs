@@ -225,7 +225,7 @@ pub fn chunk_files(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_bytes::random;
+    use crate::seeded::xorshift_bytes as random;
     use larder_chunk::ChunkerKind;
 
     /// A reader that hands out at most `step` bytes a call, like a pipe.

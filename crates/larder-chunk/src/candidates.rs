@@ -175,32 +175,3 @@ impl CandidateChunker {
         end
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::Chunker;
-
-    fn noise(len: usize, seed: u64) -> Vec<u8> {
-        let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-        (0..len)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                (x >> 24) as u8
-            })
-            .collect()
-    }
-
-    #[test]
-    fn whole_stream_cuts_equal_fastcdc2020() {
-        let data = noise(1 << 20, 7);
-        let c = CandidateChunker::new(2048, 8192, 65536, 2);
-        let mut candidates = Vec::new();
-        c.scan(&data, 0..data.len(), &mut candidates);
-        let (lengths, consumed) = c.select(&data, &candidates, true);
-        assert_eq!(consumed, data.len());
-        assert_eq!(lengths, c.sequential().chunk_lengths(&data));
-    }
-}

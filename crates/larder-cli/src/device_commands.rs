@@ -142,16 +142,15 @@ mod gpu {
         algo.fingerprint_batch(&chunks).len()
     }
 
+    /// `len` incompressible bytes, the same on every run (the generator's xoshiro256**).
     fn noise(len: usize) -> Vec<u8> {
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        (0..len)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                (x >> 24) as u8
-            })
-            .collect()
+        let mut rng = larder_gen::Xoshiro256::new(0x9e37_79b9_7f4a_7c15);
+        let mut out = Vec::with_capacity(len + 8);
+        while out.len() < len {
+            out.extend_from_slice(&rng.next_u64().to_le_bytes());
+        }
+        out.truncate(len);
+        out
     }
 
     /// `--device auto`: the GPU when it opens and chunks plus hashes 64 MiB faster than
