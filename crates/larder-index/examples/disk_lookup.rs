@@ -9,7 +9,7 @@
 //! cargo run --release -p larder-index --example disk_lookup -- \
 //!     [--chunks 2000000] [--generations 5] [--memory-mib 32] [--bft 32] \
 //!     [--no-prelookup] [--seed 1] [--direct] [--dir DIR] [--lookup eager|lazy|both] \
-//!     [--batch-gap PAGES]
+//!     [--batch-gap PAGES] [--buffered-chunk-bytes N]
 //! ```
 //!
 //! `--direct` opens the files with `O_DIRECT`, so every read reaches the disk.
@@ -33,6 +33,7 @@ struct Options {
     memory_mib: u64,
     bft: usize,
     batch_gap_pages: u64,
+    buffered_chunk_bytes: u64,
     prelookup: bool,
     seed: u64,
     direct: bool,
@@ -47,6 +48,7 @@ fn options() -> Options {
         memory_mib: 32,
         bft: 32,
         batch_gap_pages: u64::MAX,
+        buffered_chunk_bytes: DiskIndexConfig::default().buffered_chunk_bytes,
         prelookup: true,
         seed: 1,
         direct: false,
@@ -62,6 +64,9 @@ fn options() -> Options {
             "--memory-mib" => o.memory_mib = value().parse().expect("--memory-mib N"),
             "--bft" => o.bft = value().parse().expect("--bft N"),
             "--batch-gap" => o.batch_gap_pages = value().parse().expect("--batch-gap PAGES"),
+            "--buffered-chunk-bytes" => {
+                o.buffered_chunk_bytes = value().parse().expect("--buffered-chunk-bytes N")
+            }
             "--seed" => o.seed = value().parse().expect("--seed N"),
             "--dir" => o.dir = PathBuf::from(value()),
             "--no-prelookup" => o.prelookup = false,
@@ -99,6 +104,7 @@ fn run(o: &Options, gens: &[Vec<u64>], unique: u64, lookup: Lookup) -> Run {
         expected_fingerprints: unique,
         bft: o.bft,
         batch_gap_pages: o.batch_gap_pages,
+        buffered_chunk_bytes: o.buffered_chunk_bytes,
         prelookup: o.prelookup,
         ..DiskIndexConfig::default()
     };

@@ -16,6 +16,7 @@ mod get;
 mod io;
 mod lazy;
 mod metrics;
+mod runs;
 mod store;
 
 use std::collections::{HashMap, VecDeque};
@@ -57,8 +58,12 @@ pub struct DiskIndexConfig {
     pub expected_fingerprints: u64,
     /// The Bloom filter's target false-positive rate at the expected count.
     pub bloom_target_rate: f64,
-    /// The average chunk, whose bytes wait in the lazy buffer with their fingerprint.
-    pub average_chunk: u64,
+    /// Bytes of chunk data the budget reserves for each lazily buffered fingerprint:
+    /// the average chunk when the caller keeps waiting chunks in memory (the paper's
+    /// layout, the default), 0 when it keeps them outside the budget (spilled to
+    /// disk). It sets how many buffer buckets the budget affords, and so how many
+    /// table pages one batch reads (docs/design/disk-index.md, "Memory budget").
+    pub buffered_chunk_bytes: u64,
     /// Buffer fingerprint threshold: a lazy bucket is looked up when it holds this many.
     pub bft: usize,
     /// Records prefetched around a hit (N).
@@ -84,7 +89,7 @@ impl Default for DiskIndexConfig {
             memory_budget: 256 << 20,
             expected_fingerprints: 1 << 20,
             bloom_target_rate: 0.01,
-            average_chunk: 8 << 10,
+            buffered_chunk_bytes: 8 << 10,
             bft: 32,
             prefetch: 2048,
             max_unique_length: 200,
@@ -96,8 +101,9 @@ impl Default for DiskIndexConfig {
     }
 }
 
-/// Bytes per insert-buffer entry counted for the budget.
-const INSERT_BUFFER_ENTRY_BYTES: u64 = 80;
+/// Bytes per insert-buffer entry counted for the budget: the entry itself, and what
+/// it costs in memory in each of the runs that may wait once it is spilled.
+const INSERT_BUFFER_ENTRY_BYTES: u64 = 80 + runs::MAX_RUNS as u64 * runs::RUN_BYTES_PER_ENTRY;
 /// Bytes per lazily buffered fingerprint besides its chunk: the slot, the bucket's and
 /// the cycle's references, the fingerprint map.
 const BUFFERED_ENTRY_BYTES: u64 = 96;
@@ -125,7 +131,7 @@ impl DiskIndexConfig {
             Lookup::Eager => (0, rest),
             Lookup::Lazy => (rest / 2, rest - rest / 2),
         };
-        let per_bucket = self.bft.max(1) as u64 * (BUFFERED_ENTRY_BYTES + self.average_chunk);
+        let per_bucket = self.bft.max(1) as u64 * (BUFFERED_ENTRY_BYTES + self.buffered_chunk_bytes);
         Budget {
             bloom_max_bytes: b / 4,
             insert_buffer_entries: (insert_buffer / INSERT_BUFFER_ENTRY_BYTES).max(1) as usize,
@@ -316,7 +322,7 @@ impl<I: IndexIo, T> DiskIndex<I, T> {
             + self.cache.capacity() as u64 * LruCache::BYTES_PER_ENTRY
             + budget.insert_buffer_entries as u64 * INSERT_BUFFER_ENTRY_BYTES
             + buffer_buckets
-                * (self.config.bft as u64 * (BUFFERED_ENTRY_BYTES + self.config.average_chunk) + 16)
+                * (self.config.bft as u64 * (BUFFERED_ENTRY_BYTES + self.config.buffered_chunk_bytes) + 16)
     }
 
     pub fn cache_capacity(&self) -> usize {
@@ -518,13 +524,13 @@ mod budget_tests {
         let eager = config.budget(Lookup::Eager, bloom);
         let lazy = config.budget(Lookup::Lazy, bloom);
         assert_eq!(eager.bloom_max_bytes, 64 << 20);
-        assert_eq!(eager.insert_buffer_entries as u64, (16 << 20) / 80);
+        assert_eq!(eager.insert_buffer_entries as u64, (16 << 20) / (80 + 16 * 3));
         let rest = (256u64 << 20) - bloom - (16 << 20);
         assert_eq!(eager.cache_entries as u64, rest / 112);
         assert_eq!(lazy.cache_entries as u64, (rest - rest / 2) / 112);
         assert_eq!(lazy.buffer_buckets, (rest / 2) / (32 * (96 + 8192)));
         let used = bloom
-            + eager.insert_buffer_entries as u64 * 80
+            + eager.insert_buffer_entries as u64 * (80 + 16 * 3)
             + lazy.cache_entries as u64 * 112
             + lazy.buffer_buckets * 32 * (96 + 8192);
         assert!(used <= 256 << 20);

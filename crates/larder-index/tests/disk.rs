@@ -106,7 +106,7 @@ fn config(budget: u64, expected: u64, bft: usize) -> DiskIndexConfig {
     DiskIndexConfig {
         memory_budget: budget,
         expected_fingerprints: expected,
-        average_chunk: 64,
+        buffered_chunk_bytes: 64,
         bft,
         ..DiskIndexConfig::default()
     }
@@ -271,7 +271,7 @@ fn copies_of_a_buffered_fingerprint_follow_its_answer() {
     let config = DiskIndexConfig {
         memory_budget: 16 << 10,
         expected_fingerprints: 10,
-        average_chunk: 64,
+        buffered_chunk_bytes: 64,
         bft: 8,
         ..DiskIndexConfig::default()
     };
@@ -315,7 +315,7 @@ fn lazy_batches_lookups_that_eager_makes_one_by_one() {
         // The eager cache holds about 8000 fingerprints of the 22 000 indexed.
         memory_budget: 1 << 20,
         expected_fingerprints: 25_000,
-        average_chunk: 1024,
+        buffered_chunk_bytes: 1024,
         ..DiskIndexConfig::default()
     };
     let eager = run_against_oracle(&workload, &config, Lookup::Eager, 4, false);

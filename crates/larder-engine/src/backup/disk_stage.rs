@@ -114,7 +114,7 @@ impl Waiting {
 /// least two batches so that it makes progress. Past it, everything is looked up.
 fn held_limit(index: &RepoDiskIndex) -> usize {
     let config = index.config();
-    let share = index.buckets().1 * config.bft as u64 * config.average_chunk;
+    let share = index.buckets().1 * config.bft as u64 * config.buffered_chunk_bytes;
     (share as usize).max(2 * BLOCK)
 }
 

@@ -202,19 +202,7 @@ impl BucketPage {
     /// Decodes page number `page` of bucket `bucket`'s chain, in a table of `header`'s
     /// shape (whose entry count bounds the metadata positions).
     pub fn decode(b: &[u8], page: u64, bucket: u64, header: &TableHeader) -> Result<Self, Reason> {
-        check_len(b, "bucket page")?;
-        check_sum(
-            u64_at(b, PAGE_CHECKSUM_AT),
-            &b[..PAGE_CHECKSUM_AT],
-            "bucket page",
-        )?;
-        let count = u16_at(b, 0) as usize;
-        if count > BUCKET_SLOTS {
-            return Err(format!(
-                "{count} entries in a bucket page of {BUCKET_SLOTS}"
-            ));
-        }
-        let next = u64_at(b, 8);
+        let (count, next) = check_entry_page(b, "bucket page")?;
         if next != 0 && (next <= header.buckets.max(page) || next > header.pages) {
             return Err(format!(
                 "page {page} chains to page {next} (overflow pages are {}..={})",
@@ -222,36 +210,80 @@ impl BucketPage {
                 header.pages
             ));
         }
-        let used_end = BUCKET_ENTRIES_AT + count * ENTRY_LEN;
-        if !all_zero(&b[2..8]) || !all_zero(&b[used_end..PAGE_CHECKSUM_AT]) {
-            return Err("nonzero bytes outside the entries of a bucket page".into());
-        }
-        let mut entries = Vec::with_capacity(count);
-        for i in 0..count {
-            let at = BUCKET_ENTRIES_AT + i * ENTRY_LEN;
-            let fp = fingerprint_at(b, at);
-            if bucket_of(&fp, header.buckets) != bucket {
+        let entries = decode_entries(b, count, header.entries, |fp| {
+            if bucket_of(fp, header.buckets) != bucket {
                 return Err(format!("an entry of page {page} is not in bucket {bucket}"));
             }
-            let position = u64_at(b, at + 32);
-            if position >= header.entries {
-                return Err(format!(
-                    "an entry names record {position} of {}",
-                    header.entries
-                ));
-            }
-            entries.push(BucketEntry {
-                fp,
-                position,
-                location: ChunkLocation {
-                    container: u64_at(b, at + 40),
-                    offset: u32_at(b, at + 48),
-                    length: u32_at(b, at + 52),
-                },
-            });
-        }
+            Ok(())
+        })?;
         Ok(Self { entries, next })
     }
+
+    /// Decodes a page of a spilled run (docs/design/disk-index.md, "`runs`"): a
+    /// bucket page without a next page whose entries are sorted by bucket, in a table
+    /// of `buckets` buckets whose metadata array holds `records`.
+    pub fn decode_run(b: &[u8], buckets: u64, records: u64) -> Result<Self, Reason> {
+        let (count, next) = check_entry_page(b, "run page")?;
+        if next != 0 {
+            return Err(format!("a run page names a next page ({next})"));
+        }
+        let mut last = 0;
+        let entries = decode_entries(b, count, records, |fp| {
+            let bucket = bucket_of(fp, buckets);
+            if bucket < last {
+                return Err("the entries of a run page are not sorted by bucket".into());
+            }
+            last = bucket;
+            Ok(())
+        })?;
+        Ok(Self { entries, next })
+    }
+}
+
+/// The checksum, count and padding of a page of entries (bucket or run page); its
+/// entry count and next page.
+fn check_entry_page(b: &[u8], what: &str) -> Result<(usize, u64), Reason> {
+    check_len(b, what)?;
+    check_sum(u64_at(b, PAGE_CHECKSUM_AT), &b[..PAGE_CHECKSUM_AT], what)?;
+    let count = u16_at(b, 0) as usize;
+    if count > BUCKET_SLOTS {
+        return Err(format!("{count} entries in a {what} of {BUCKET_SLOTS}"));
+    }
+    let used_end = BUCKET_ENTRIES_AT + count * ENTRY_LEN;
+    if !all_zero(&b[2..8]) || !all_zero(&b[used_end..PAGE_CHECKSUM_AT]) {
+        return Err(format!("nonzero bytes outside the entries of a {what}"));
+    }
+    Ok((count, u64_at(b, 8)))
+}
+
+/// The `count` entries of a checked page; `check` vets each fingerprint, and every
+/// metadata position must lie below `records`.
+fn decode_entries(
+    b: &[u8],
+    count: usize,
+    records: u64,
+    mut check: impl FnMut(&Fingerprint) -> Result<(), Reason>,
+) -> Result<Vec<BucketEntry>, Reason> {
+    let mut entries = Vec::with_capacity(count);
+    for i in 0..count {
+        let at = BUCKET_ENTRIES_AT + i * ENTRY_LEN;
+        let fp = fingerprint_at(b, at);
+        check(&fp)?;
+        let position = u64_at(b, at + 32);
+        if position >= records {
+            return Err(format!("an entry names record {position} of {records}"));
+        }
+        entries.push(BucketEntry {
+            fp,
+            position,
+            location: ChunkLocation {
+                container: u64_at(b, at + 40),
+                offset: u32_at(b, at + 48),
+                length: u32_at(b, at + 52),
+            },
+        });
+    }
+    Ok(entries)
 }
 
 /// The metadata file's header page.

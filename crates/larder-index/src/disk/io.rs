@@ -18,9 +18,13 @@ pub enum IndexFile {
     Table,
     Meta,
     Bloom,
+    /// Runs spilled from the insert buffer: scratch, valid only while the table is
+    /// dirty, so never synced (docs/design/disk-index.md, "`runs`").
+    Runs,
 }
 
 impl IndexFile {
+    /// The durable files, which `create` makes and `sync` syncs.
     pub const ALL: [IndexFile; 3] = [IndexFile::Table, IndexFile::Meta, IndexFile::Bloom];
 
     pub fn name(self) -> &'static str {
@@ -28,6 +32,7 @@ impl IndexFile {
             IndexFile::Table => "table",
             IndexFile::Meta => "meta",
             IndexFile::Bloom => "bloom",
+            IndexFile::Runs => "runs",
         }
     }
 
@@ -87,11 +92,11 @@ impl std::ops::DerefMut for PageBuf {
     }
 }
 
-/// The files in a directory: `DIR/table`, `DIR/meta`, `DIR/bloom`.
+/// The files in a directory: `DIR/table`, `DIR/meta`, `DIR/bloom`, `DIR/runs`.
 pub struct DirIo {
     dir: PathBuf,
     direct: bool,
-    files: [Option<File>; 3],
+    files: [Option<File>; 4],
 }
 
 impl DirIo {
@@ -108,7 +113,7 @@ impl DirIo {
         Ok(Self {
             dir: dir.to_path_buf(),
             direct,
-            files: [None, None, None],
+            files: [None, None, None, None],
         })
     }
 
@@ -172,7 +177,7 @@ impl IndexIo for DirIo {
 /// nothing.
 #[derive(Default, Clone)]
 pub struct MemIo {
-    files: [Option<Vec<u8>>; 3],
+    files: [Option<Vec<u8>>; 4],
     /// Reads that succeed before every later one fails; `None`: none fails.
     reads_before_failure: Option<u64>,
     /// The same for writes.

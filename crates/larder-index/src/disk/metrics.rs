@@ -57,6 +57,8 @@ pub struct DiskIndexMetrics {
     pub prefetch_ios: u64,
     pub prefetch_bytes: u64,
     pub prefetched_records: u64,
+    /// Merges of the spilled runs and the insert buffer into the hash table.
+    pub merges: u64,
     /// Insert-buffer flushes, the pages they read, their writes and bytes written.
     pub flushes: u64,
     pub flush_reads: u64,

@@ -18,6 +18,7 @@ use super::format::{
 };
 use super::io::{IndexFile, IndexIo, PageBuf, PAGE};
 use super::metrics::DiskIndexMetrics;
+use super::runs::{Run, MAX_RUNS};
 use super::FingerprintHasher;
 use crate::{ChunkLocation, IndexError, Result};
 
@@ -52,25 +53,28 @@ pub struct Found {
 ///
 /// Invariants: `records` counts every record appended; records `meta_tail_start ..
 /// records` are in `meta_tail` (`meta_tail_start` is a page boundary, so the last,
-/// partial page is rewritten whole); `header.entries` records are in the table's pages
-/// and the rest are in `insert_buffer`.
+/// partial page is rewritten whole); every record is in exactly one of the table's
+/// pages, a run of `runs` (pages `..runs_pages` of the `runs` file), or
+/// `insert_buffer`; `header.entries` is `records` from the first flush on.
 pub struct DiskStore<I> {
-    io: I,
-    header: TableHeader,
+    pub(super) io: I,
+    pub(super) header: TableHeader,
     /// Whether the on-disk header says dirty (rule 1 of "Crash safety").
     dirty_on_disk: bool,
-    records: u64,
+    pub(super) records: u64,
     meta_tail_start: u64,
     meta_tail: Vec<Record>,
-    insert_buffer: HashMap<Fingerprint, Found, FingerprintHasher>,
+    pub(super) insert_buffer: HashMap<Fingerprint, Found, FingerprintHasher>,
     insert_buffer_capacity: usize,
+    pub(super) runs: Vec<Run>,
+    pub(super) runs_pages: u64,
     /// Untouched pages a batch lookup reads rather than start another read.
     batch_gap_pages: u64,
     bloom: BloomFilter,
     pub metrics: DiskIndexMetrics,
 }
 
-fn page_offset(page: u64) -> u64 {
+pub(super) fn page_offset(page: u64) -> u64 {
     page * PAGE as u64
 }
 
@@ -101,6 +105,8 @@ impl<I: IndexIo> DiskStore<I> {
             meta_tail: Vec::new(),
             insert_buffer: HashMap::with_hasher(FingerprintHasher),
             insert_buffer_capacity: insert_buffer_capacity.max(1),
+            runs: Vec::new(),
+            runs_pages: 0,
             batch_gap_pages: u64::MAX,
             bloom,
             metrics: DiskIndexMetrics::default(),
@@ -148,6 +154,8 @@ impl<I: IndexIo> DiskStore<I> {
             meta_tail: Vec::new(),
             insert_buffer: HashMap::with_hasher(FingerprintHasher),
             insert_buffer_capacity: insert_buffer_capacity.max(1),
+            runs: Vec::new(),
+            runs_pages: 0,
             batch_gap_pages: u64::MAX,
             bloom: bloom_if_rebuilt,
             metrics: DiskIndexMetrics::default(),
@@ -232,7 +240,7 @@ impl<I: IndexIo> DiskStore<I> {
             + self.bloom.bytes()
     }
 
-    fn read_pages(&mut self, file: IndexFile, first: u64, count: u64) -> Result<PageBuf> {
+    pub(super) fn read_pages(&mut self, file: IndexFile, first: u64, count: u64) -> Result<PageBuf> {
         let mut buf = PageBuf::zeroed(count as usize * PAGE);
         self.io
             .read_at(file, page_offset(first), &mut buf)
@@ -240,7 +248,7 @@ impl<I: IndexIo> DiskStore<I> {
         Ok(buf)
     }
 
-    fn write(&mut self, file: IndexFile, offset: u64, bytes: &PageBuf) -> Result<()> {
+    pub(super) fn write(&mut self, file: IndexFile, offset: u64, bytes: &PageBuf) -> Result<()> {
         self.io
             .write_at(file, offset, bytes)
             .map_err(|e| io_error(&self.io, file, e))
@@ -292,41 +300,86 @@ impl<I: IndexIo> DiskStore<I> {
         Ok(position)
     }
 
-    /// Writes the metadata tail's pages, then every buffered entry into its bucket's
-    /// chain, bucket by bucket in order. A bucket leaves the insert buffer only once its
-    /// pages are written, so a failed flush can be retried.
+    /// Writes the metadata tail's whole pages, then the insert buffer: as a new run
+    /// while fewer than [`MAX_RUNS`] wait, otherwise merged with every run into the
+    /// table. On an error every entry not yet written stays where it was, so the
+    /// flush can be retried.
     pub fn flush(&mut self) -> Result<()> {
         if self.insert_buffer.is_empty() && self.meta_tail.len() < RECORDS_PER_PAGE {
             return Ok(());
         }
         let started = Instant::now();
+        let result = self.flush_unmeasured(false);
+        self.metrics.time.flush += started.elapsed();
+        result
+    }
+
+    /// `flush`, or with `merge` everything into the table (for `sync`).
+    fn flush_unmeasured(&mut self, merge: bool) -> Result<()> {
         self.mark_dirty()?;
-        let full_pages = self.meta_tail.len().div_ceil(RECORDS_PER_PAGE);
-        if full_pages > 0 {
-            let mut buf = PageBuf::zeroed(full_pages * PAGE);
-            for (i, records) in self.meta_tail.chunks(RECORDS_PER_PAGE).enumerate() {
-                encode_record_page(records, &mut buf[i * PAGE..(i + 1) * PAGE]);
-            }
-            let first = 1 + self.meta_tail_start / RECORDS_PER_PAGE as u64;
-            self.write(IndexFile::Meta, page_offset(first), &buf)?;
-            self.metrics.flush_writes += 1;
-            self.metrics.flush_bytes_written += buf.len() as u64;
-            let whole = self.meta_tail.len() / RECORDS_PER_PAGE * RECORDS_PER_PAGE;
-            self.meta_tail.drain(..whole);
-            self.meta_tail_start += whole as u64;
-        }
+        self.write_meta_pages()?;
         self.header.entries = self.records;
+        if merge && (!self.runs.is_empty() || !self.insert_buffer.is_empty()) {
+            self.merge()?;
+        } else if !self.insert_buffer.is_empty() {
+            if self.runs.len() < MAX_RUNS {
+                self.spill_run()?;
+            } else {
+                self.merge()?;
+            }
+        }
+        self.metrics.flushes += 1;
+        Ok(())
+    }
+
+    /// Writes the whole pages of the metadata tail.
+    fn write_meta_pages(&mut self) -> Result<()> {
+        let full_pages = self.meta_tail.len() / RECORDS_PER_PAGE;
+        if full_pages == 0 {
+            return Ok(());
+        }
+        let whole = full_pages * RECORDS_PER_PAGE;
+        let mut buf = PageBuf::zeroed(full_pages * PAGE);
+        for (i, records) in self.meta_tail[..whole].chunks(RECORDS_PER_PAGE).enumerate() {
+            encode_record_page(records, &mut buf[i * PAGE..(i + 1) * PAGE]);
+        }
+        let first = 1 + self.meta_tail_start / RECORDS_PER_PAGE as u64;
+        self.write(IndexFile::Meta, page_offset(first), &buf)?;
+        self.metrics.flush_writes += 1;
+        self.metrics.flush_bytes_written += buf.len() as u64;
+        self.meta_tail.drain(..whole);
+        self.meta_tail_start += whole as u64;
+        Ok(())
+    }
+
+    /// Writes every run's entries and the insert buffer's into their buckets' chains,
+    /// bucket by bucket in order, then forgets the runs. A buffered entry leaves the
+    /// insert buffer once its pages are written; the runs are forgotten only at the
+    /// end, and a retry skips the entries a chain holds already.
+    fn merge(&mut self) -> Result<()> {
+        let buckets = self.header.buckets;
         let mut by_bucket: Vec<(u64, Fingerprint, Found)> = self
-            .insert_buffer
-            .iter()
-            .map(|(fp, f)| (bucket_of(fp, self.header.buckets), *fp, *f))
+            .read_runs()?
+            .into_iter()
+            .map(|e| {
+                let found = Found {
+                    position: e.position,
+                    location: e.location,
+                };
+                (bucket_of(&e.fp, buckets), e.fp, found)
+            })
+            .chain(
+                self.insert_buffer
+                    .iter()
+                    .map(|(fp, f)| (bucket_of(fp, buckets), *fp, *f)),
+            )
             .collect();
         by_bucket.sort_unstable_by_key(|&(b, _, f)| (b, f.position));
         let groups: Vec<&[(u64, Fingerprint, Found)]> =
             by_bucket.chunk_by(|a, b| a.0 == b.0).collect();
-        let buckets: Vec<u64> = groups.iter().map(|g| g[0].0).collect();
+        let touched: Vec<u64> = groups.iter().map(|g| g[0].0).collect();
         let mut next_group = 0;
-        for run in runs(&buckets, FLUSH_GAP_PAGES) {
+        for run in runs(&touched, FLUSH_GAP_PAGES) {
             let mut pages =
                 self.read_pages(IndexFile::Table, 1 + run.start, run.end - run.start)?;
             self.metrics.flush_reads += 1;
@@ -346,8 +399,8 @@ impl<I: IndexIo> DiskStore<I> {
                 }
             }
         }
-        self.metrics.flushes += 1;
-        self.metrics.time.flush += started.elapsed();
+        self.runs.clear();
+        self.metrics.merges += 1;
         Ok(())
     }
 
@@ -442,6 +495,14 @@ impl<I: IndexIo> DiskStore<I> {
             }
             page_number = page.next;
         };
+        let result = match result {
+            None if !self.runs.is_empty() => {
+                let mut results = [None];
+                self.lookup_runs(std::slice::from_ref(fp), &mut results)?;
+                results[0]
+            }
+            found => found,
+        };
         self.metrics.disk_lookups += 1;
         self.metrics.time.disk_lookup += started.elapsed();
         Ok(result)
@@ -490,6 +551,9 @@ impl<I: IndexIo> DiskStore<I> {
                     page = self.read_bucket_page(page.next, bucket, true)?;
                 }
             }
+        }
+        if !self.runs.is_empty() {
+            self.lookup_runs(fps, &mut results)?;
         }
         self.metrics.disk_lookups += needed.len() as u64;
         self.metrics.batches += 1;
@@ -611,8 +675,13 @@ impl<I: IndexIo> DiskStore<I> {
         Ok(())
     }
 
+    /// Writes everything: the metadata tail (its partial last page too) and every
+    /// entry merged into the table.
     fn flush_all(&mut self) -> Result<()> {
-        self.flush()?;
+        let started = Instant::now();
+        let result = self.flush_unmeasured(true);
+        self.metrics.time.flush += started.elapsed();
+        result?;
         if !self.meta_tail.is_empty() {
             let mut buf = PageBuf::zeroed(PAGE);
             encode_record_page(&self.meta_tail, &mut buf);
@@ -646,14 +715,14 @@ fn page_of(bytes: &[u8]) -> PageBuf {
     buf
 }
 
-fn io_error<I: IndexIo>(io: &I, file: IndexFile, source: io::Error) -> IndexError {
+pub(super) fn io_error<I: IndexIo>(io: &I, file: IndexFile, source: io::Error) -> IndexError {
     IndexError::Io {
         path: io.path(file),
         source,
     }
 }
 
-fn corrupt(file: IndexFile, offset: u64, reason: impl Into<String>) -> IndexError {
+pub(super) fn corrupt(file: IndexFile, offset: u64, reason: impl Into<String>) -> IndexError {
     IndexError::Corrupt {
         file: file.name(),
         offset,
