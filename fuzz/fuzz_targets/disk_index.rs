@@ -1,7 +1,7 @@
 //! Every decoder of the disk index's files (docs/design/disk-index.md) must refuse bad
-//! bytes with an error, never panic: each page decoder on the input as one page, then
-//! a whole index opened from the input cut into its three files and asked for a few
-//! fingerprints (which reads bucket and metadata pages through the same decoders).
+//! bytes with an error, never panic: each page decoder (run pages included) on the
+//! input as one page, then a whole index opened from the input cut into its three
+//! files and asked for a few fingerprints (which reads bucket and metadata pages through the same decoders).
 #![no_main]
 use larder_hash::Fingerprint;
 use larder_index::disk::{
@@ -30,6 +30,9 @@ fuzz_target!(|data: &[u8]| {
     }
     let small = TableHeader { buckets: 3, pages: 9, entries: 40, dirty: false };
     let _ = BucketPage::decode(&page, 4, 1, &small);
+    for buckets in [1, 3, 1 << 20] {
+        let _ = BucketPage::decode_run(&page, buckets, 40);
+    }
 
     // A whole index: the first byte is the table's length in pages, the rest after it
     // the metadata array (each padded to whole pages, so that short inputs still reach
