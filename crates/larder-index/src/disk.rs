@@ -131,7 +131,8 @@ impl DiskIndexConfig {
             Lookup::Eager => (0, rest),
             Lookup::Lazy => (rest / 2, rest - rest / 2),
         };
-        let per_bucket = self.bft.max(1) as u64 * (BUFFERED_ENTRY_BYTES + self.buffered_chunk_bytes);
+        let per_bucket =
+            self.bft.max(1) as u64 * (BUFFERED_ENTRY_BYTES + self.buffered_chunk_bytes);
         Budget {
             bloom_max_bytes: b / 4,
             insert_buffer_entries: (insert_buffer / INSERT_BUFFER_ENTRY_BYTES).max(1) as usize,
@@ -322,7 +323,9 @@ impl<I: IndexIo, T> DiskIndex<I, T> {
             + self.cache.capacity() as u64 * LruCache::BYTES_PER_ENTRY
             + budget.insert_buffer_entries as u64 * INSERT_BUFFER_ENTRY_BYTES
             + buffer_buckets
-                * (self.config.bft as u64 * (BUFFERED_ENTRY_BYTES + self.config.buffered_chunk_bytes) + 16)
+                * (self.config.bft as u64
+                    * (BUFFERED_ENTRY_BYTES + self.config.buffered_chunk_bytes)
+                    + 16)
     }
 
     pub fn cache_capacity(&self) -> usize {
@@ -413,6 +416,23 @@ impl<I: IndexIo, T> DiskIndex<I, T> {
         let result = match self.lookup {
             Lookup::Eager => self.finish_eager(),
             Lookup::Lazy => self.finish_lazy(),
+        };
+        self.store.metrics.time.total += started.elapsed();
+        result
+    }
+
+    /// Looks the lazy buffer bucket holding `fp` up on disk now, with every
+    /// fingerprint waiting in it, so that `fp` is answered without waiting for its
+    /// bucket to fill: for a caller that must release what waits on `fp` (stage 3
+    /// holding chunk bytes in stream order). Nothing happens when `fp` is not buffered
+    /// (answered, pending, or an eager index). On an error nothing is lost, as with a
+    /// full bucket.
+    pub fn hasten(&mut self, fp: &Fingerprint) -> Result<()> {
+        let started = Instant::now();
+        let bucket = self.lazy.as_ref().and_then(|l| l.bucket_of_buffered(fp));
+        let result = match bucket {
+            Some(b) => self.look_up_bucket(b),
+            None => Ok(()),
         };
         self.store.metrics.time.total += started.elapsed();
         result
@@ -524,7 +544,10 @@ mod budget_tests {
         let eager = config.budget(Lookup::Eager, bloom);
         let lazy = config.budget(Lookup::Lazy, bloom);
         assert_eq!(eager.bloom_max_bytes, 64 << 20);
-        assert_eq!(eager.insert_buffer_entries as u64, (16 << 20) / (80 + 16 * 3));
+        assert_eq!(
+            eager.insert_buffer_entries as u64,
+            (16 << 20) / (80 + 16 * 3)
+        );
         let rest = (256u64 << 20) - bloom - (16 << 20);
         assert_eq!(eager.cache_entries as u64, rest / 112);
         assert_eq!(lazy.cache_entries as u64, (rest - rest / 2) / 112);

@@ -645,3 +645,34 @@ fn eager_answers_stay_in_submission_order_after_a_failed_lookup() {
     }
     assert!(tested > 10);
 }
+
+/// `hasten` answers a buffered fingerprint now, with the rest of its bucket, and
+/// leaves the other buckets waiting; on a fingerprint not buffered it does nothing.
+#[test]
+fn hasten_looks_up_one_bucket_now() {
+    let (io, config) = filled_index(Lookup::Lazy);
+    let mut index: DiskIndex<MemIo, u64> = DiskIndex::open(io, config, Lookup::Lazy).unwrap();
+    // Reopened, the cache is empty: old fingerprints wait in the buffer.
+    let ids: Vec<u64> = (0..6).map(|i| i * 401).collect();
+    for (token, &id) in ids.iter().enumerate() {
+        index.submit(fp(id), token as u64).unwrap();
+    }
+    assert!(index.poll().is_none(), "buffered, not answered");
+    let waiting = index.unresolved();
+    index.hasten(&fp(ids[2])).unwrap();
+    let answered: Vec<_> = std::iter::from_fn(|| index.poll()).collect();
+    assert!(answered.iter().any(|r| r.token == 2));
+    assert!(answered
+        .iter()
+        .all(|r| matches!(r.answer, Answer::Duplicate(_)) && r.fp == fp(ids[r.token as usize])));
+    assert_eq!(index.unresolved(), waiting - answered.len());
+    assert!(index.unresolved() > 0, "other buckets still wait");
+    index.hasten(&fp(ids[2])).unwrap();
+    index.hasten(&fp(999_999)).unwrap();
+    assert!(index.poll().is_none());
+    index.finish().unwrap();
+    assert_eq!(
+        std::iter::from_fn(|| index.poll()).count(),
+        waiting - answered.len()
+    );
+}

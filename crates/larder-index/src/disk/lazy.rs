@@ -102,6 +102,12 @@ impl<T> LazyBuffer<T> {
         self.waiting
     }
 
+    /// The buffer bucket of `fp`, if it waits in the buffer (not as a follower).
+    pub(super) fn bucket_of_buffered(&self, fp: &Fingerprint) -> Option<usize> {
+        let slot = *self.by_fp.get(fp)?;
+        self.slots[slot as usize].as_ref().map(|e| e.bucket)
+    }
+
     /// Algorithm 1 for a Bloom-negative fingerprint: a run of more than
     /// MAX_UNIQUE_LENGTH of them ends the cycle.
     fn count_unique(&mut self) {
@@ -278,7 +284,7 @@ impl<I: IndexIo, T> DiskIndex<I, T> {
     /// prefetches around each hit still in a cycle and postlooks up its cycle. The
     /// disk is read before anything changes, so an error loses nothing; a failed
     /// prefetch after the answers costs only cache hits.
-    fn look_up_bucket(&mut self, bucket: usize) -> Result<()> {
+    pub(super) fn look_up_bucket(&mut self, bucket: usize) -> Result<()> {
         let buffer = self.lazy.as_ref().expect("a lazy index has a buffer");
         let slots = buffer.buckets[bucket].clone();
         let fps: Vec<Fingerprint> = slots

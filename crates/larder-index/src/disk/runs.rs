@@ -205,7 +205,9 @@ mod tests {
         let mut filter = RunFilter::new(1000);
         (0..1000).for_each(|i| filter.insert(&fp(i)));
         assert!((0..1000).all(|i| filter.may_contain(&fp(i))));
-        let false_positives = (1000..101_000).filter(|&i| filter.may_contain(&fp(i))).count();
+        let false_positives = (1000..101_000)
+            .filter(|&i| filter.may_contain(&fp(i)))
+            .count();
         assert!(false_positives < 200, "{false_positives} of 100000");
     }
 

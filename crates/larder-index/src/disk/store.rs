@@ -240,7 +240,12 @@ impl<I: IndexIo> DiskStore<I> {
             + self.bloom.bytes()
     }
 
-    pub(super) fn read_pages(&mut self, file: IndexFile, first: u64, count: u64) -> Result<PageBuf> {
+    pub(super) fn read_pages(
+        &mut self,
+        file: IndexFile,
+        first: u64,
+        count: u64,
+    ) -> Result<PageBuf> {
         let mut buf = PageBuf::zeroed(count as usize * PAGE);
         self.io
             .read_at(file, page_offset(first), &mut buf)
