@@ -300,12 +300,12 @@ fn ratios(out: &mut String, report: &DiskIndexReport) {
         let (l, e) = (r.counts.lookup_ios as f64, eager.counts.lookup_ios as f64);
         let _ = writeln!(
             out,
-            "- {} / eager: on-disk lookup I/Os {} / {} = {:.3} ({:.1}% fewer); index time {:.3}",
+            "- {} / eager: on-disk lookup I/Os {} / {} = {:.3} ({}); index time {:.3}",
             r.label(),
             r.counts.lookup_ios,
             eager.counts.lookup_ios,
             l / e.max(1.0),
-            100.0 * (1.0 - l / e.max(1.0)),
+            change(l, e),
             r.seconds.total.median / eager.seconds.total.median.max(f64::MIN_POSITIVE)
         );
     }

@@ -103,7 +103,7 @@ pub enum DirectArg {
 
 #[derive(Args)]
 pub struct IndexArgs {
-    /// A small run for tests and CI: a first generation of 20 000 chunks under a 512 KiB
+    /// A small run for tests and CI: a first generation of 20 000 chunks under a 2 MiB
     /// budget, one run of each configuration
     #[arg(long)]
     pub quick: bool,
@@ -115,7 +115,7 @@ pub struct IndexArgs {
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
     pub generations: u64,
     /// The index's memory budget: Bloom filter, cache, insert buffer and lazy buffer
-    /// (KiB/MiB/GiB suffixes accepted) [default: 8MiB, or 512KiB with --quick]
+    /// (KiB/MiB/GiB suffixes accepted) [default: 8MiB, or 2MiB with --quick]
     #[arg(long, value_parser = size::parse_nonzero)]
     pub index_memory: Option<usize>,
     /// Buffer fingerprint thresholds of the lazy runs, comma-separated

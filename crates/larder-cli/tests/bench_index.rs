@@ -84,9 +84,9 @@ fn quick_run_has_every_configuration_exact_and_every_plot() {
         )
         .collect();
     assert_eq!(labels, expected);
-    // The quick budget is well under the index, as the experiment needs.
+    // The index is larger than the quick budget, as the experiment needs.
     let index_bytes = runs[0]["index_bytes"].as_u64().unwrap();
-    assert!(index_bytes >= 4 * (512 << 10), "{index_bytes}");
+    assert!(index_bytes > 2 << 20, "{index_bytes}");
     // Scratch removed after.
     assert_eq!(fs::read_dir(&work).unwrap().count(), 0);
 
