@@ -7,6 +7,9 @@ use crate::disk_index::{DiskIndexReport, RunKind, RunResult, Seconds};
 use crate::plot::{line_chart, Line, LineChart, PlotFile, Spread, XScale, YScale};
 use crate::BenchError;
 
+/// One component's seconds of a run.
+type Component = fn(&Seconds) -> Spread;
+
 const BFT_AXIS: &str = "buffer fingerprint threshold, BFT (fingerprints per batch)";
 
 /// The lazy runs of `kind`, by BFT.
@@ -54,7 +57,7 @@ fn components(
     if runs.is_empty() {
         return Ok(None);
     }
-    let parts: [(&str, fn(&Seconds) -> Spread); 8] = [
+    let parts: [(&str, Component); 8] = [
         ("on-disk lookup", |s| s.disk_lookup),
         ("prefetch", |s| s.prefetch),
         ("prelookup", |s| s.prelookup),

@@ -118,7 +118,7 @@ mod tests {
     }
 
     /// The stream as it was when the figures of docs/performance.md were measured
-    /// (then in crates/larder-index/benches/common/generations.rs).
+    /// (then among larder-index's bench helpers).
     #[test]
     fn the_stream_is_frozen() {
         let g = generations(1, 5, 2000);
