@@ -12,15 +12,11 @@
 //! `docs/design/bench.md` describes the experiment.
 
 use std::collections::{HashSet, VecDeque};
-use std::fs::OpenOptions;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use larder_gen::fingerprint_stream;
-use larder_index::disk::{
-    Answer, DirIo, DiskIndex, DiskIndexConfig, DiskIndexMetrics, Lookup, PageBuf, PAGE,
-};
+use larder_index::disk::{Answer, DirIo, DiskIndex, DiskIndexConfig, DiskIndexMetrics, Lookup};
 use serde::Serialize;
 
 use crate::disk_index_plots::disk_index_plots;
@@ -334,8 +330,20 @@ pub struct DiskIndexResults {
 }
 
 /// One page written to and read back from `path`, opened with `O_DIRECT`.
+#[cfg(not(target_os = "linux"))]
+fn direct_round_trip(_: &Path) -> std::io::Result<()> {
+    Err(std::io::Error::new(
+        std::io::ErrorKind::Unsupported,
+        "the index uses O_DIRECT on Linux only",
+    ))
+}
+
+/// One page written to and read back from `path`, opened with `O_DIRECT`.
+#[cfg(target_os = "linux")]
 fn direct_round_trip(path: &Path) -> std::io::Result<()> {
-    let file = OpenOptions::new()
+    use larder_index::disk::{PageBuf, PAGE};
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    let file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
@@ -359,6 +367,31 @@ fn probe_direct(dir: &Path) -> Result<(), String> {
     let result = direct_round_trip(&path);
     let _ = std::fs::remove_file(&path);
     result.map_err(|e| e.to_string())
+}
+
+#[cfg(not(target_os = "linux"))]
+fn on_tmpfs(_: &Path) -> bool {
+    false
+}
+
+/// Whether `dir` is on tmpfs, where `O_DIRECT` may work (Linux 6.6 and later) but
+/// there is no disk to reach.
+#[cfg(target_os = "linux")]
+fn on_tmpfs(dir: &Path) -> bool {
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {
+        return false;
+    };
+    let mut fs = std::mem::MaybeUninit::<libc::statfs>::uninit();
+    // SAFETY: `path` is a NUL-terminated string and `fs` is large enough for the
+    // struct statfs(2) fills; it is read only when the call succeeded.
+    let ok = unsafe { libc::statfs(path.as_ptr(), fs.as_mut_ptr()) } == 0;
+    // SAFETY: filled by the successful call above.
+    let f_type = ok.then(|| unsafe { fs.assume_init() }.f_type);
+    // `f_type`'s integer type differs between architectures.
+    #[allow(clippy::unnecessary_cast)]
+    let tmpfs = f_type.is_some_and(|t| t as i64 == TMPFS_MAGIC);
+    tmpfs
 }
 
 const DROP_CACHES: &str = "/proc/sys/vm/drop_caches";
@@ -399,6 +432,14 @@ fn cache_method(plan: &DiskIndexPlan, dir: &Path) -> Result<CacheMethod, BenchEr
             dir.display()
         ),
         (false, false, _) => "through the page cache (--direct off): reads may come from memory, not the disk".to_string(),
+    };
+    let note = if on_tmpfs(dir) {
+        format!(
+            "{note} ({} is on tmpfs: there is no disk, every read is from memory)",
+            dir.display()
+        )
+    } else {
+        note
     };
     Ok(CacheMethod {
         direct,

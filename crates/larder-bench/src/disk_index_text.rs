@@ -337,6 +337,12 @@ pub fn summary(report: &DiskIndexReport) -> String {
         p.runs,
         if p.runs == 1 { "" } else { "s" },
     );
+    if index < p.memory_budget {
+        let _ = writeln!(
+            out,
+            "\nNote: the index is smaller than the budget, so it may be held in memory: the experiment needs it several times larger (more --chunks, or a smaller --index-memory)."
+        );
+    }
     if p.batch_gap_pages != u64::MAX {
         let _ = writeln!(
             out,

@@ -47,7 +47,7 @@ pub enum BenchError {
     DropCaches { source: std::io::Error },
     #[error(
         "--direct on: {} does not take O_DIRECT ({reason}); give --dir on another \
-         filesystem (not tmpfs), or --direct off (with --drop-caches as root)",
+         filesystem, or --direct off (with --drop-caches as root)",
         dir.display()
     )]
     DirectUnsupported { dir: PathBuf, reason: String },
