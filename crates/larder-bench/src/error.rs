@@ -33,6 +33,24 @@ pub enum BenchError {
     Store(#[from] larder_store::StoreError),
     #[error(transparent)]
     Gen(#[from] larder_gen::GenError),
+    #[error(transparent)]
+    Index(#[from] larder_index::IndexError),
+    #[error(
+        "{run} answered wrongly: {detail} (every run must find exactly the oracle's new \
+         fingerprints; a benchmark of a wrong index means nothing)"
+    )]
+    Inexact { run: String, detail: String },
+    #[error(
+        "--drop-caches: cannot write 3 to /proc/sys/vm/drop_caches ({source}): it needs \
+         root and a writable /proc/sys; use --direct on instead where the filesystem allows"
+    )]
+    DropCaches { source: std::io::Error },
+    #[error(
+        "--direct on: {} does not take O_DIRECT ({reason}); give --dir on another \
+         filesystem, or --direct off (with --drop-caches as root)",
+        dir.display()
+    )]
+    DirectUnsupported { dir: PathBuf, reason: String },
 }
 
 impl BenchError {

@@ -58,7 +58,7 @@ pub const MISS: &str = "lookup, miss";
 
 /// Uniform fingerprint `i` (splitmix64 of `4i .. 4i+3`): what BLAKE3 digests look
 /// like to an index, without hashing.
-fn key(i: u64) -> Fingerprint {
+pub(crate) fn key(i: u64) -> Fingerprint {
     let mut out = [0; 32];
     for (k, word) in out.chunks_exact_mut(8).enumerate() {
         let mut z = (i * 4 + k as u64).wrapping_add(0x9e37_79b9_7f4a_7c15);
@@ -70,7 +70,7 @@ fn key(i: u64) -> Fingerprint {
 }
 
 /// Where a backup of 8 KiB chunks would put chunk `i`: 500 to a 4 MiB container.
-fn location(i: u64) -> ChunkLocation {
+pub(crate) fn location(i: u64) -> ChunkLocation {
     ChunkLocation {
         container: 1 + i / 500,
         offset: 32 + (i % 500) as u32 * 8192,

@@ -10,6 +10,8 @@
 //!   and parallel against sequential chunking;
 //! - [`gen_truth`]: larder's dedup against the workload generator's ground truth;
 //! - [`index`]: the fingerprint index's insert and lookup rates;
+//! - [`disk_index`]: `larder bench index`, eager against lazy lookup in the disk index
+//!   (the Lazy Exact Deduplication paper's Tables V to VII and Fig. 12);
 //! - [`report_all`]: `larder bench report`, every experiment in one report.md;
 //! - [`plot`]: SVG plots; [`report`]: Markdown tables and report.md of `bench chunk`;
 //! - [`corpus`]: loading the experiments' input files.
@@ -18,6 +20,9 @@
 
 pub mod chunk;
 pub mod corpus;
+pub mod disk_index;
+mod disk_index_plots;
+mod disk_index_text;
 mod error;
 pub mod gen_truth;
 pub mod index;

@@ -451,8 +451,8 @@ pub fn report_markdown(r: &ReportResults, command: &str) -> String {
     index_section(&mut out, &r.index, r.plan.index.threads, r.plan.index.runs);
     figure(&mut out, &r.index_plot, &footer);
     out.push_str(
-        "## Lazy\n\nEager against lazy index lookups arrive with the disk index (issue 6): \
-         larder's index is in memory only, so there is nothing to measure yet.\n",
+        "## Lazy\n\nEager against lazy lookups in the disk index are `larder bench index`'s \
+         experiment (docs/design/bench.md), with its own report: this one does not run them.\n",
     );
     out
 }

@@ -251,6 +251,12 @@ enum BenchCommand {
     /// backups against its model, parallel against sequential chunking, larder's dedup
     /// against the generator's ground truth, index rates. report.md and SVG plots in --out
     Report(bench_commands::ReportArgs),
+    /// Eager against lazy lookup in the disk index (the Lazy Exact Deduplication
+    /// paper's Tables V to VII and Fig. 12) on a generated multi-generation chunk stream
+    /// whose index is many times --index-memory: lazy with and without prelookup at
+    /// each BFT, every answer checked against an oracle. Tables on stdout;
+    /// disk-index.md and SVG plots in --out
+    Index(bench_commands::IndexArgs),
     /// Chunking (FastCDC 2020, default sizes) plus fingerprints on the GPU, transfers
     /// included, against the CPU path on all cores: throughput, each host stage's share,
     /// PCIe bytes (built with the `gpu` feature only)
@@ -666,6 +672,12 @@ fn run(cli: Cli, out: &Output) -> Result<ExitCode> {
             bench: BenchCommand::Report(args),
         } => {
             bench_commands::report(&args, out)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench {
+            bench: BenchCommand::Index(args),
+        } => {
+            bench_commands::index(&args, out)?;
             Ok(ExitCode::SUCCESS)
         }
         #[cfg(feature = "gpu")]

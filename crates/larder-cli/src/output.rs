@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use larder_bench::disk_index::{report_tables, DiskIndexResults};
 use larder_bench::plot::{format_size, PlotFile};
 use larder_bench::report;
 use larder_bench::report_all::ReportResults;
@@ -470,6 +471,22 @@ impl Output {
                 "{} plots and the report in {:.0} s: {}",
                 plots.len(),
                 r.seconds,
+                r.report_path.display()
+            );
+        }
+    }
+
+    pub fn bench_index_done(&self, r: &DiskIndexResults) {
+        if self.json {
+            println!(
+                "{}",
+                json!({ "report": r.report, "report_md": r.report_path, "plots": r.plots })
+            );
+        } else if self.text() {
+            print!("{}", report_tables(&r.report));
+            println!(
+                "{} plots and the report: {}",
+                r.plots.len(),
                 r.report_path.display()
             );
         }

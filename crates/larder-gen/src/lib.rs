@@ -8,9 +8,13 @@
 //! follow a Markov chain over U, R and BR (copied from the previous generation at the
 //! same position). Each generation is planned as extents first, which gives its
 //! ground truth (which bytes are copies of earlier ones), then rendered.
+//!
+//! [`fingerprint_stream`] is a second, byte-free workload: streams of chunk ids with
+//! locality over several generations, for the disk index's tests and `larder bench index`.
 
 mod error;
 mod extent;
+pub mod fingerprint_stream;
 mod lognormal;
 mod model;
 mod rng;

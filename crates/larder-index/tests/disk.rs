@@ -5,6 +5,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
+use larder_gen::fingerprint_stream::generations;
 use larder_hash::{Fingerprint, HashAlgo};
 use larder_index::disk::{
     Answer, DirIo, DiskIndex, DiskIndexConfig, IndexFile, IndexIo, Lookup, MemIo, PAGE,
@@ -24,11 +25,6 @@ fn loc(token: u64) -> ChunkLocation {
         length: 4096 + (token % 7) as u32,
     }
 }
-
-#[path = "../benches/common/generations.rs"]
-mod generations;
-
-use generations::generations;
 
 /// Drives an index like the engine will: submits, drains answers, inserts each `New`
 /// after `delay` more answers, and keeps every answer for the oracle.
