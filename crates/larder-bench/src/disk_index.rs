@@ -97,6 +97,11 @@ pub struct DiskIndexPlan {
     /// `DiskIndexConfig::batch_gap_pages` of the lazy runs (`u64::MAX`, the default:
     /// one read per batch, as the paper).
     pub batch_gap_pages: u64,
+    /// `DiskIndexConfig::buffered_chunk_bytes` of the lazy runs: 0 (the default) as a
+    /// backup configures the index, whose stage 3 holds the waiting chunks in its own
+    /// share of `--index-memory`; the average chunk (8192) reserves them inside the
+    /// index's budget, as the paper does, which leaves the buffer fewer buckets.
+    pub buffered_chunk_bytes: u64,
     /// Where the runs' index directories are made (in a temporary directory, removed
     /// at the end).
     pub dir: PathBuf,
@@ -121,6 +126,7 @@ impl DiskIndexPlan {
             drop_caches: false,
             insert_delay: 64,
             batch_gap_pages: DiskIndexConfig::default().batch_gap_pages,
+            buffered_chunk_bytes: 0,
             dir: std::env::temp_dir(),
         }
     }
@@ -569,6 +575,7 @@ fn measure(
         bft: bft.unwrap_or(DiskIndexConfig::default().bft),
         prelookup: kind != RunKind::LazyNoPrelookup,
         batch_gap_pages: plan.batch_gap_pages,
+        buffered_chunk_bytes: plan.buffered_chunk_bytes,
         ..DiskIndexConfig::default()
     };
     let lookup = match kind {

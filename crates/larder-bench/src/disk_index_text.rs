@@ -343,6 +343,11 @@ pub fn summary(report: &DiskIndexReport) -> String {
             "\nNote: the index is smaller than the budget, so it may be held in memory: the experiment needs it several times larger (more --chunks, or a smaller --index-memory)."
         );
     }
+    let _ = writeln!(
+        out,
+        "\nThe lazy buffer reserves {} bytes of chunk data per buffered fingerprint in the index's budget (--buffered-chunk-bytes; 0 is how backup configures it).",
+        p.buffered_chunk_bytes
+    );
     if p.batch_gap_pages != u64::MAX {
         let _ = writeln!(
             out,

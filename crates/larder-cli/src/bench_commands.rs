@@ -147,6 +147,11 @@ pub struct IndexArgs {
     /// needed ones [default: one read per batch, as the paper]
     #[arg(long, value_name = "PAGES")]
     pub batch_gap: Option<u64>,
+    /// Bytes of chunk data the index's budget reserves per lazily buffered fingerprint:
+    /// 0 as backup configures it (stage 3 holds the chunks in its own share), 8192 for
+    /// the paper's layout (chunks inside the budget: fewer, wider buffer buckets)
+    #[arg(long, value_name = "BYTES", default_value_t = 0)]
+    pub buffered_chunk_bytes: u64,
     /// Seed of the chunk stream
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -179,6 +184,7 @@ pub fn index(args: &IndexArgs, out: &Output) -> Result<()> {
     if let Some(gap) = args.batch_gap {
         plan.batch_gap_pages = gap;
     }
+    plan.buffered_chunk_bytes = args.buffered_chunk_bytes;
     if let Some(dir) = &args.dir {
         plan.dir = dir.clone();
     }

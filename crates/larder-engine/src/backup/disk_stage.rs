@@ -238,6 +238,7 @@ pub(super) fn metrics_since(
         prefetch_ios: after.prefetch_ios - before.prefetch_ios,
         prefetch_bytes: after.prefetch_bytes - before.prefetch_bytes,
         prefetched_records: after.prefetched_records - before.prefetched_records,
+        merges: after.merges - before.merges,
         flushes: after.flushes - before.flushes,
         flush_reads: after.flush_reads - before.flush_reads,
         flush_writes: after.flush_writes - before.flush_writes,
