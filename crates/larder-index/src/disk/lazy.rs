@@ -332,7 +332,14 @@ impl<I: IndexIo, T> DiskIndex<I, T> {
     /// answered; misses count a lookup, and leave the cycle at the limit.
     fn postlookup(&mut self, cycle: u64) {
         let started = Instant::now();
-        let Some(members) = self.buffer().cycles.get(&cycle).map(|c| c.members.clone()) else {
+        // Taken out while they are looked up (`take` and `leave_cycle` only touch the
+        // cycle's `live`); what stays in the cycle is put back below.
+        let Some(members) = self
+            .buffer()
+            .cycles
+            .get_mut(&cycle)
+            .map(|c| std::mem::take(&mut c.members))
+        else {
             return;
         };
         let mut kept = Vec::with_capacity(members.len());
