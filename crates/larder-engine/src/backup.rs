@@ -41,6 +41,7 @@ use crate::walk::{walk, Item, Walked};
 use crate::Progress;
 
 mod disk_stage;
+mod spool;
 
 /// Files smaller than this are read whole and chunked in parallel across files.
 const SMALL_FILE: u64 = 1 << 20;
@@ -141,6 +142,9 @@ pub struct BackupSummary {
     pub elapsed: Duration,
     pub stages: StageTimes,
     pub warnings: Vec<Warning>,
+    /// Chunk bytes stage 3 wrote to its spool while they waited for the lazy disk
+    /// index's answers, past its share of `--index-memory` (docs/design/pipeline.md).
+    pub bytes_spooled: u64,
     /// What the disk index did during this backup (`None` for a memory index); the
     /// CLI writes it into `--json` itself.
     #[serde(skip)]
@@ -193,6 +197,15 @@ struct Piece {
     end: PieceEnd,
 }
 
+/// What stage 3 keeps of a piece besides its bytes.
+struct PieceInfo {
+    item: usize,
+    lens: Vec<u32>,
+    end: PieceEnd,
+    /// The piece's length in bytes.
+    len: usize,
+}
+
 struct Batch {
     seq: u64,
     pieces: Vec<Piece>,
@@ -210,9 +223,9 @@ struct NewChunk {
     compressed: Option<Vec<u8>>,
 }
 
-/// New chunks for stage 4, in stream order.
+/// New chunks for stage 4, in stream order; `NewChunk::piece` indexes `buffers`.
 struct WriteBatch {
-    pieces: Vec<Piece>,
+    buffers: Vec<Vec<u8>>,
     chunks: Vec<NewChunk>,
 }
 
@@ -229,6 +242,8 @@ struct Indexer {
     chunks_new: u64,
     bytes_new: u64,
     bytes_in: u64,
+    /// Chunk bytes stage 3 spooled (disk index only).
+    bytes_spooled: u64,
 }
 
 impl Indexer {
@@ -274,49 +289,70 @@ impl Indexer {
         progress: &dyn Progress,
         warnings: &Mutex<Vec<Warning>>,
     ) -> WriteBatch {
-        let mut out = WriteBatch {
-            pieces: Vec::new(),
-            chunks: Vec::new(),
-        };
-        let mut fps = batch.fps.into_iter().zip(new.iter().copied());
+        let mut chunks = Vec::new();
+        let mut buffers = Vec::with_capacity(batch.pieces.len());
+        let mut fps = batch.fps.into_iter().zip(new.iter().copied()).enumerate();
         for (p, piece) in batch.pieces.into_iter().enumerate() {
-            let recipe = self.recipes[piece.item].get_or_insert_with(Vec::new);
-            recipe.reserve(piece.lens.len());
-            let mut start = 0;
-            for &len in &piece.lens {
-                let (fp, new) = fps.next().expect("stage 2 gives one fingerprint per chunk");
-                let len = len as usize;
-                self.chunks += 1;
-                if new {
-                    self.chunks_new += 1;
-                    self.bytes_new += len as u64;
-                    out.chunks.push(NewChunk {
-                        piece: p,
-                        start,
-                        len,
-                        fp,
-                        compressed: None,
-                    });
-                }
-                self.recipes[piece.item]
-                    .get_or_insert_with(Vec::new)
-                    .push(fp);
-                start += len;
-            }
-            self.bytes_in += piece.data.len() as u64;
-            progress.advance(piece.data.len() as u64);
-            match &piece.end {
-                PieceEnd::More => {}
-                PieceEnd::Done { size } => self.sizes[piece.item] = *size,
-                PieceEnd::Failed(w) => {
-                    self.recipes[piece.item] = None;
-                    progress.warn(w);
-                    lock(warnings).push(w.clone());
-                }
-            }
-            out.pieces.push(piece);
+            let info = PieceInfo {
+                item: piece.item,
+                lens: piece.lens,
+                end: piece.end,
+                len: piece.data.len(),
+            };
+            self.account(&info, &mut fps, progress, warnings, |_, start, len, fp| {
+                chunks.push(NewChunk {
+                    piece: p,
+                    start,
+                    len,
+                    fp,
+                    compressed: None,
+                });
+            });
+            buffers.push(piece.data);
         }
-        out
+        WriteBatch { buffers, chunks }
+    }
+
+    /// Counts the chunks of one piece, taking their fingerprints and whether each is
+    /// new from `fps` (numbered within the batch), extends the file's recipe, notes
+    /// the file's end or failure, and calls `new_chunk(number, start, len, fp)` for
+    /// each new chunk (`start` within the piece).
+    fn account(
+        &mut self,
+        piece: &PieceInfo,
+        fps: &mut impl Iterator<Item = (usize, (Fingerprint, bool))>,
+        progress: &dyn Progress,
+        warnings: &Mutex<Vec<Warning>>,
+        mut new_chunk: impl FnMut(usize, usize, usize, Fingerprint),
+    ) {
+        let recipe = self.recipes[piece.item].get_or_insert_with(Vec::new);
+        recipe.reserve(piece.lens.len());
+        let mut start = 0;
+        for &len in &piece.lens {
+            let (i, (fp, new)) = fps.next().expect("stage 2 gives one fingerprint per chunk");
+            let len = len as usize;
+            self.chunks += 1;
+            if new {
+                self.chunks_new += 1;
+                self.bytes_new += len as u64;
+                new_chunk(i, start, len, fp);
+            }
+            self.recipes[piece.item]
+                .get_or_insert_with(Vec::new)
+                .push(fp);
+            start += len;
+        }
+        self.bytes_in += piece.len as u64;
+        progress.advance(piece.len as u64);
+        match &piece.end {
+            PieceEnd::More => {}
+            PieceEnd::Done { size } => self.sizes[piece.item] = *size,
+            PieceEnd::Failed(w) => {
+                self.recipes[piece.item] = None;
+                progress.warn(w);
+                lock(warnings).push(w.clone());
+            }
+        }
     }
 }
 
@@ -504,11 +540,12 @@ impl BufferPool {
     }
 }
 
-/// Hands a block buffer back to stage 1; dropped if the pool is full.
-fn recycle(pool: &Sender<Vec<u8>>, pieces: Vec<Piece>) {
-    for p in pieces {
-        if p.data.capacity() >= BLOCK {
-            let _ = pool.try_send(p.data);
+/// Hands block buffers back to stage 1; dropped if the pool is full or they are not
+/// block buffers.
+fn recycle(pool: &Sender<Vec<u8>>, buffers: impl IntoIterator<Item = Vec<u8>>) {
+    for data in buffers {
+        if data.capacity() >= BLOCK {
+            let _ = pool.try_send(data);
         }
     }
 }
@@ -754,7 +791,7 @@ impl StageOut<'_> {
     /// outside a spell: it may wait on the queue.
     fn send(&self, out: WriteBatch) -> bool {
         if out.chunks.is_empty() {
-            recycle(self.pool, out.pieces);
+            recycle(self.pool, out.buffers);
             true
         } else {
             self.tx.send(out).is_ok()
@@ -801,9 +838,9 @@ fn write_stage(
     let mut busy = Duration::ZERO;
     for mut batch in rx {
         let spell = turns.begin();
-        let data: Vec<&[u8]> = batch.pieces.iter().map(|p| p.data.as_slice()).collect();
+        let data: Vec<&[u8]> = batch.buffers.iter().map(Vec::as_slice).collect();
         writer.store(&mut batch.chunks, &data)?;
-        recycle(pool, batch.pieces);
+        recycle(pool, batch.buffers);
         busy += spell.end();
     }
     Ok(busy)
@@ -893,6 +930,7 @@ pub fn backup(
         chunks_new: 0,
         bytes_new: 0,
         bytes_in: 0,
+        bytes_spooled: 0,
     };
     // Stage 4's threads for compressing new chunks, as many as fingerprinting threads.
     let compression = match config.compression {
@@ -1023,6 +1061,7 @@ pub fn backup(
         chunks_new,
         bytes_new,
         bytes_in,
+        bytes_spooled,
         recipes,
         ..
     } = indexer;
@@ -1109,6 +1148,7 @@ pub fn backup(
         elapsed: started.elapsed(),
         stages,
         warnings,
+        bytes_spooled,
         disk_index,
     })
 }

@@ -1,8 +1,8 @@
 //! Stage 3 with the disk index (docs/design/pipeline.md, "Stage 3 with the disk
 //! index"): every fingerprint met for the first time in this backup is submitted to the
 //! disk index; eager answers come at once, lazy ones late and out of order. Batches
-//! wait here, with their chunk data, until every chunk of theirs is decided, and leave
-//! for stage 4 in stream order.
+//! wait here until every chunk of theirs is decided, and leave for stage 4 in stream
+//! order.
 //!
 //! Exactness across copies is the engine's own: a fingerprint is submitted at most once
 //! per backup. A later copy of one already answered `New` (in `new_chunks`) or still
@@ -11,8 +11,14 @@
 //! stream order is the one stored, as with the memory index, and the disk index sees
 //! no second copy; the fingerprints it answered `New` get their insert at the commit,
 //! once their containers and segment are durable.
+//!
+//! Memory: a batch that cannot leave at once keeps only the bytes of its chunks that
+//! are new or undecided, each on its own, in memory while they fit in the held share
+//! of `--index-memory` ([`DiskState::held_chunk_bytes`]) and in the [`Spool`] past it;
+//! a chunk's bytes are dropped as soon as it is decided not new.
 
 use std::collections::{HashSet, VecDeque};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use crossbeam_channel::Receiver;
@@ -20,37 +26,85 @@ use larder_hash::Fingerprint;
 use larder_index::disk::{Answer, DiskIndexMetrics, FingerprintHasher};
 use larder_store::{DiskState, RepoDiskIndex, StoreError};
 
-use super::{Batch, Indexer, StageOut, Turns, WriteBatch, BLOCK};
-use crate::error::Result;
+use super::spool::Spool;
+use super::{recycle, Batch, Indexer, NewChunk, Piece, PieceInfo, StageOut, Turns, WriteBatch};
+use crate::error::{Result, Warning};
+use crate::Progress;
+
+/// What stage 3 knows of one chunk of a held batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Decision {
+    Undecided,
+    New,
+    /// In the repository, or a later copy of a chunk met earlier in this backup.
+    Old,
+}
+
+/// Where a held chunk's bytes are.
+enum Kept {
+    /// Not needed: the chunk is `Old`.
+    Dropped,
+    Memory(Vec<u8>),
+    /// At this offset of the spool.
+    Spooled(u64),
+}
+
+/// A held batch's bytes.
+enum Data {
+    /// As stage 2 sent it, block buffers and all: only the batch being pushed, until it
+    /// either leaves at once or is compacted.
+    Whole(Vec<Piece>),
+    /// Compacted: the pieces without their bytes, and each chunk's bytes (`Kept` by
+    /// chunk number in the batch).
+    Compact {
+        pieces: Vec<PieceInfo>,
+        chunks: Vec<Kept>,
+    },
+}
 
 /// A batch waiting for the answers of its chunks.
 struct Held {
-    batch: Batch,
-    /// The token of its first chunk: chunk `i` is token `first + i`.
+    data: Data,
+    fps: Vec<Fingerprint>,
+    /// Chunk `i` has token `first + i`.
     first: u64,
-    new: Vec<bool>,
+    decisions: Vec<Decision>,
     unresolved: usize,
-    bytes: usize,
+}
+
+impl Held {
+    fn new_flags(&self) -> Vec<bool> {
+        self.decisions.iter().map(|d| *d == Decision::New).collect()
+    }
 }
 
 /// The batches waiting, in stream order, and the fingerprints submitted and not
-/// answered yet. Invariant: every fingerprint of `in_flight` was submitted with the
-/// token of exactly one unresolved chunk of `held`, and every unresolved chunk's
-/// fingerprint is in `in_flight`.
+/// answered yet. Invariants: every fingerprint of `in_flight` was submitted with the
+/// token of exactly one `Undecided` chunk of `held`, and every `Undecided` chunk's
+/// fingerprint is in `in_flight`; only the back of `held` may be `Whole`; in a
+/// `Compact` batch a chunk is `Dropped` exactly when it is `Old`; `memory` is the sum
+/// of the `Memory` bytes, at most `limit` (the held share).
 struct Waiting {
     held: VecDeque<Held>,
     in_flight: HashSet<Fingerprint, FingerprintHasher>,
     next_token: u64,
-    bytes: usize,
+    memory: usize,
+    limit: usize,
+    spool: Spool,
+    /// Block buffers freed by compaction, for stage 1.
+    freed: Vec<Vec<u8>>,
 }
 
 impl Waiting {
-    fn new() -> Self {
+    fn new(limit: usize, spool: Spool) -> Self {
         Self {
             held: VecDeque::new(),
             in_flight: HashSet::with_hasher(FingerprintHasher),
             next_token: 0,
-            bytes: 0,
+            memory: 0,
+            limit,
+            spool,
+            freed: Vec::new(),
         }
     }
 
@@ -58,6 +112,7 @@ impl Waiting {
     fn push(&mut self, indexer: &Indexer, index: &mut RepoDiskIndex, batch: Batch) -> Result<()> {
         let first = self.next_token;
         self.next_token += batch.fps.len() as u64;
+        let mut decisions = vec![Decision::Old; batch.fps.len()];
         let mut unresolved = 0;
         for (i, fp) in batch.fps.iter().enumerate() {
             if indexer.new_chunks.contains(fp) || self.in_flight.contains(fp) {
@@ -68,59 +123,165 @@ impl Waiting {
                 .submit(*fp, first + i as u64)
                 .map_err(StoreError::from)?;
             self.in_flight.insert(*fp);
+            decisions[i] = Decision::Undecided;
             unresolved += 1;
         }
-        let bytes = batch.pieces.iter().map(|p| p.data.len()).sum();
-        self.bytes += bytes;
         self.held.push_back(Held {
-            new: vec![false; batch.fps.len()],
-            batch,
+            data: Data::Whole(batch.pieces),
+            fps: batch.fps,
             first,
+            decisions,
             unresolved,
-            bytes,
         });
         Ok(())
     }
 
-    /// Takes in every answer the index has.
-    fn collect(&mut self, indexer: &mut Indexer, index: &mut RepoDiskIndex) {
+    /// Takes in every answer the index has, dropping the bytes of chunks answered not
+    /// new.
+    fn collect(&mut self, indexer: &mut Indexer, index: &mut RepoDiskIndex) -> Result<()> {
         while let Some(r) = index.poll() {
             self.in_flight.remove(&r.fp);
             let at = self
                 .held
-                .partition_point(|h| h.first + h.new.len() as u64 <= r.token);
+                .partition_point(|h| h.first + h.decisions.len() as u64 <= r.token);
             let held = &mut self.held[at];
+            let i = (r.token - held.first) as usize;
+            held.unresolved -= 1;
             if r.answer == Answer::New {
                 indexer.new_chunks.insert(r.fp);
-                held.new[(r.token - held.first) as usize] = true;
+                held.decisions[i] = Decision::New;
+                continue;
             }
-            held.unresolved -= 1;
+            held.decisions[i] = Decision::Old;
+            if let Data::Compact { chunks, .. } = &mut held.data {
+                match std::mem::replace(&mut chunks[i], Kept::Dropped) {
+                    Kept::Memory(bytes) => self.memory -= bytes.len(),
+                    Kept::Spooled(_) => self.spool.release()?,
+                    Kept::Dropped => unreachable!("an undecided chunk keeps its bytes"),
+                }
+            }
         }
+        Ok(())
     }
 
-    /// The decided batches at the front, in stream order.
+    /// Compacts the batch at the back if it is still `Whole`: keeps the bytes of its
+    /// chunks that are new or undecided (in memory while the held share has room, in
+    /// the spool past it) and frees its block buffers.
+    fn compact_back(&mut self) -> Result<()> {
+        let Some(mut held) = self.held.pop_back() else {
+            return Ok(());
+        };
+        let whole = match std::mem::replace(&mut held.data, Data::Whole(Vec::new())) {
+            Data::Whole(whole) => whole,
+            compact => {
+                held.data = compact;
+                self.held.push_back(held);
+                return Ok(());
+            }
+        };
+        let mut pieces = Vec::with_capacity(whole.len());
+        let mut chunks = Vec::with_capacity(held.decisions.len());
+        for piece in whole {
+            let mut start = 0;
+            for &len in &piece.lens {
+                let bytes = &piece.data[start..start + len as usize];
+                start += len as usize;
+                chunks.push(if held.decisions[chunks.len()] == Decision::Old {
+                    Kept::Dropped
+                } else if self.memory + bytes.len() <= self.limit {
+                    self.memory += bytes.len();
+                    Kept::Memory(bytes.to_vec())
+                } else {
+                    Kept::Spooled(self.spool.append(bytes)?)
+                });
+            }
+            pieces.push(PieceInfo {
+                item: piece.item,
+                lens: piece.lens,
+                end: piece.end,
+                len: piece.data.len(),
+            });
+            self.freed.push(piece.data);
+        }
+        held.data = Data::Compact { pieces, chunks };
+        self.held.push_back(held);
+        Ok(())
+    }
+
+    /// The decided batch at the front, if any.
     fn pop_ready(&mut self) -> Option<Held> {
         if self.held.front()?.unresolved > 0 {
             return None;
         }
-        let held = self.held.pop_front()?;
-        self.bytes -= held.bytes;
-        Some(held)
+        self.held.pop_front()
+    }
+
+    /// What stage 4 gets of a decided batch: its new chunks, with their bytes taken
+    /// from memory or read back from the spool.
+    fn emit(
+        &mut self,
+        indexer: &mut Indexer,
+        held: Held,
+        progress: &dyn Progress,
+        warnings: &Mutex<Vec<Warning>>,
+    ) -> Result<WriteBatch> {
+        let new = held.new_flags();
+        let (pieces, chunks) = match held.data {
+            Data::Whole(pieces) => {
+                let batch = Batch {
+                    seq: 0,
+                    pieces,
+                    fps: held.fps,
+                };
+                return Ok(indexer.emit(batch, &new, progress, warnings));
+            }
+            Data::Compact { pieces, chunks } => (pieces, chunks),
+        };
+        // Every spool read happens before anything is counted, so an error counts
+        // nothing twice.
+        let mut bytes: Vec<Option<Vec<u8>>> = Vec::with_capacity(chunks.len());
+        for (kept, info) in chunks.into_iter().zip(chunk_lens(&pieces)) {
+            bytes.push(match kept {
+                Kept::Dropped => None,
+                Kept::Memory(b) => {
+                    self.memory -= b.len();
+                    Some(b)
+                }
+                Kept::Spooled(at) => Some(self.spool.take(at, info)?),
+            });
+        }
+        let mut out = WriteBatch {
+            buffers: Vec::new(),
+            chunks: Vec::new(),
+        };
+        let mut fps = held.fps.into_iter().zip(new).enumerate();
+        for info in &pieces {
+            indexer.account(info, &mut fps, progress, warnings, |i, _, len, fp| {
+                out.chunks.push(NewChunk {
+                    piece: out.buffers.len(),
+                    start: 0,
+                    len,
+                    fp,
+                    compressed: None,
+                });
+                out.buffers
+                    .push(bytes[i].take().expect("a new chunk keeps its bytes"));
+            });
+        }
+        Ok(out)
     }
 }
 
-/// Chunk bytes stage 3 may hold while lazy answers are outstanding: the lazy buffer's
-/// share of the budget (its buckets times BFT chunks of the average size), and at
-/// least two batches so that it makes progress. Past it, everything is looked up.
-fn held_limit(index: &RepoDiskIndex) -> usize {
-    let config = index.config();
-    let share = index.buckets().1 * config.bft as u64 * config.average_chunk;
-    (share as usize).max(2 * BLOCK)
+/// The lengths of the chunks of `pieces`, in order.
+fn chunk_lens(pieces: &[PieceInfo]) -> impl Iterator<Item = usize> + '_ {
+    pieces
+        .iter()
+        .flat_map(|p| p.lens.iter().map(|&l| l as usize))
 }
 
 /// Runs stage 3 over the batches of `rx`, in stream order. On an error of the disk
-/// index it stops: the batches it holds are dropped with the backup (nothing was
-/// committed; containers already written are adopted by the next writer).
+/// index or the spool it stops: the batches it holds are dropped with the backup
+/// (nothing was committed; containers already written are adopted by the next writer).
 pub(super) fn run(
     indexer: &mut Indexer,
     state: &mut DiskState,
@@ -128,12 +289,13 @@ pub(super) fn run(
     out: &StageOut<'_>,
     turns: &Turns,
 ) -> Result<Duration> {
+    let limit = usize::try_from(state.held_chunk_bytes()).unwrap_or(usize::MAX);
+    let spool = Spool::new(state.spool_dir());
     let index = state.index_mut();
-    let limit = held_limit(index);
     let mut busy = Duration::ZERO;
     let mut reorder = std::collections::BTreeMap::new();
     let mut next = 0u64;
-    let mut waiting = Waiting::new();
+    let mut waiting = Waiting::new(limit, spool);
     let result = (|| {
         for batch in rx {
             reorder.insert(batch.seq, batch);
@@ -141,12 +303,10 @@ pub(super) fn run(
                 next += 1;
                 let spell = turns.begin();
                 waiting.push(indexer, index, batch)?;
-                waiting.collect(indexer, index);
-                if waiting.bytes > limit {
-                    index.finish().map_err(StoreError::from)?;
-                    waiting.collect(indexer, index);
-                }
-                let ready = emit_ready(indexer, &mut waiting, out);
+                waiting.collect(indexer, index)?;
+                let ready = emit_ready(indexer, &mut waiting, out)?;
+                waiting.compact_back()?;
+                recycle(out.pool, waiting.freed.drain(..));
                 busy += spell.end();
                 if !ready.into_iter().all(|w| out.send(w)) {
                     return Ok(());
@@ -156,8 +316,8 @@ pub(super) fn run(
         // The end of the stream: everything still buffered is looked up and sent.
         let spell = turns.begin();
         index.finish().map_err(StoreError::from)?;
-        waiting.collect(indexer, index);
-        let ready = emit_ready(indexer, &mut waiting, out);
+        waiting.collect(indexer, index)?;
+        let ready = emit_ready(indexer, &mut waiting, out)?;
         busy += spell.end();
         for w in ready {
             if !out.send(w) {
@@ -167,6 +327,7 @@ pub(super) fn run(
         debug_assert!(waiting.held.is_empty() && waiting.in_flight.is_empty());
         Ok(())
     })();
+    indexer.bytes_spooled += waiting.spool.bytes_spooled;
     if result.is_err() {
         state.abandon();
     }
@@ -175,12 +336,16 @@ pub(super) fn run(
 
 /// Emits the decided batches at the front, in stream order, for sending once the
 /// spell has ended.
-fn emit_ready(indexer: &mut Indexer, waiting: &mut Waiting, out: &StageOut<'_>) -> Vec<WriteBatch> {
+fn emit_ready(
+    indexer: &mut Indexer,
+    waiting: &mut Waiting,
+    out: &StageOut<'_>,
+) -> Result<Vec<WriteBatch>> {
     let mut ready = Vec::new();
     while let Some(held) = waiting.pop_ready() {
-        ready.push(indexer.emit(held.batch, &held.new, out.progress, out.warnings));
+        ready.push(waiting.emit(indexer, held, out.progress, out.warnings)?);
     }
-    ready
+    Ok(ready)
 }
 
 /// Decides the chunks of one stream at once (the tree, after the pipeline).
@@ -189,8 +354,9 @@ pub(super) fn decide_now(
     state: &mut DiskState,
     fps: &[Fingerprint],
 ) -> Result<Vec<bool>> {
+    let spool = Spool::new(state.spool_dir());
     let index = state.index_mut();
-    let mut waiting = Waiting::new();
+    let mut waiting = Waiting::new(0, spool);
     let batch = Batch {
         seq: 0,
         pieces: Vec::new(),
@@ -198,16 +364,16 @@ pub(super) fn decide_now(
     };
     let result = waiting
         .push(indexer, index, batch)
-        .and_then(|()| Ok(index.finish().map_err(StoreError::from)?));
+        .and_then(|()| Ok(index.finish().map_err(StoreError::from)?))
+        .and_then(|()| waiting.collect(indexer, index));
     if let Err(e) = result {
         state.abandon();
         return Err(e);
     }
-    waiting.collect(indexer, index);
     let held = waiting
         .pop_ready()
         .expect("finish answers every submitted fingerprint");
-    Ok(held.new)
+    Ok(held.new_flags())
 }
 
 /// The counters of a backup: `after` less `before` (the index's counters run from
@@ -264,6 +430,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::backup::PieceEnd;
 
     fn fp(i: u64) -> Fingerprint {
         HashAlgo::Blake3.fingerprint(&i.to_le_bytes())
@@ -279,6 +446,7 @@ mod tests {
             chunks_new: 0,
             bytes_new: 0,
             bytes_in: 0,
+            bytes_spooled: 0,
         }
     }
 
@@ -316,50 +484,119 @@ mod tests {
         DiskIndex::open(index.close().unwrap(), config, Lookup::Lazy).unwrap()
     }
 
+    /// Chunk `i`'s bytes: 1 to 3000 bytes that differ from every other chunk's.
+    fn chunk_bytes(i: u64) -> Vec<u8> {
+        let len = 1 + (i * 7_919 % 3_000) as usize;
+        i.to_le_bytes().iter().copied().cycle().take(len).collect()
+    }
+
+    /// A batch of one piece (file `seq`, ending with it) holding chunks `ids`.
+    fn batch(seq: u64, ids: &[u64]) -> Batch {
+        let chunks: Vec<Vec<u8>> = ids.iter().map(|&i| chunk_bytes(i)).collect();
+        let data: Vec<u8> = chunks.concat();
+        Batch {
+            seq,
+            pieces: vec![Piece {
+                item: seq as usize,
+                lens: chunks.iter().map(|c| c.len() as u32).collect(),
+                end: PieceEnd::Done {
+                    size: data.len() as u64,
+                },
+                data,
+            }],
+            fps: ids.iter().map(|&i| fp(i)).collect(),
+        }
+    }
+
+    /// The invariants of `Waiting` on bytes: only the back may be `Whole`; a compact
+    /// chunk is `Dropped` exactly when it is `Old` (decided duplicates keep nothing);
+    /// `memory` is the sum of the kept bytes and within the limit.
+    fn check_bytes(w: &Waiting) -> std::result::Result<(), TestCaseError> {
+        let mut memory = 0;
+        for (n, h) in w.held.iter().enumerate() {
+            match &h.data {
+                Data::Whole(_) => prop_assert_eq!(n + 1, w.held.len(), "only the back is whole"),
+                Data::Compact { chunks, .. } => {
+                    for (k, d) in chunks.iter().zip(&h.decisions) {
+                        prop_assert_eq!(matches!(k, Kept::Dropped), *d == Decision::Old);
+                        if let Kept::Memory(b) = k {
+                            memory += b.len();
+                        }
+                    }
+                }
+            }
+        }
+        prop_assert_eq!(memory, w.memory);
+        prop_assert!(w.memory <= w.limit);
+        Ok(())
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(24))]
 
         /// Whatever the stream (old and new fingerprints, repeated within and across
-        /// batches while their first copy still waits in the lazy buffer), stage 3's
+        /// batches while their first copy still waits in the lazy buffer) and the held
+        /// share (none, so everything waiting is spooled, to all of it), stage 3's
         /// decisions are the in-memory oracle's: new exactly at the first copy of a
-        /// fingerprint the index did not hold, and batches leave in stream order.
+        /// fingerprint the index did not hold; batches leave in stream order; stage 4
+        /// gets each new chunk's bytes exactly, from memory or the spool; and the bytes
+        /// of chunks decided old are dropped at once.
         #[test]
-        fn decisions_match_the_oracle(
+        fn decisions_and_bytes_match_the_oracle(
             picks in proptest::collection::vec(0u64..6_000, 1..3_000),
-            batch in 1usize..80,
+            batch_len in 1usize..80,
+            limit in prop_oneof![Just(0usize), 0usize..200_000, Just(usize::MAX)],
         ) {
             let dir = tempfile::tempdir().unwrap();
             let old = 3_000;
             let mut index = lazy_index(dir.path(), old);
             let mut indexer = indexer();
-            let mut waiting = Waiting::new();
-            let mut decided: Vec<(u64, Vec<bool>)> = Vec::new();
-            for (seq, part) in picks.chunks(batch).enumerate() {
-                let b = Batch {
-                    seq: seq as u64,
-                    pieces: Vec::new(),
-                    fps: part.iter().map(|&i| fp(i)).collect(),
-                };
-                waiting.push(&indexer, &mut index, b).unwrap();
-                waiting.collect(&mut indexer, &mut index);
+            let batches = picks.chunks(batch_len).len();
+            indexer.recipes = vec![None; batches];
+            indexer.sizes = vec![0; batches];
+            let spool_dir = tempfile::tempdir().unwrap();
+            let mut waiting = Waiting::new(limit, Spool::new(spool_dir.path()));
+            let warnings = Mutex::new(Vec::new());
+            let mut out: Vec<WriteBatch> = Vec::new();
+            for (seq, part) in picks.chunks(batch_len).enumerate() {
+                waiting.push(&indexer, &mut index, batch(seq as u64, part)).unwrap();
+                waiting.collect(&mut indexer, &mut index).unwrap();
                 while let Some(h) = waiting.pop_ready() {
-                    decided.push((h.batch.seq, h.new));
+                    out.push(waiting.emit(&mut indexer, h, &crate::NoProgress, &warnings).unwrap());
                 }
+                waiting.compact_back().unwrap();
+                check_bytes(&waiting)?;
             }
             index.finish().unwrap();
-            waiting.collect(&mut indexer, &mut index);
+            waiting.collect(&mut indexer, &mut index).unwrap();
+            check_bytes(&waiting)?;
             while let Some(h) = waiting.pop_ready() {
-                decided.push((h.batch.seq, h.new));
+                out.push(waiting.emit(&mut indexer, h, &crate::NoProgress, &warnings).unwrap());
             }
             prop_assert!(waiting.held.is_empty() && waiting.in_flight.is_empty());
-            let seqs: Vec<u64> = decided.iter().map(|d| d.0).collect();
-            prop_assert_eq!(seqs, (0..picks.chunks(batch).len() as u64).collect::<Vec<_>>());
+            prop_assert_eq!(waiting.memory, 0);
+            // Stream order: each file's recipe, and the new chunks' bytes in order.
+            for (seq, part) in picks.chunks(batch_len).enumerate() {
+                let want: Vec<Fingerprint> = part.iter().map(|&i| fp(i)).collect();
+                prop_assert_eq!(indexer.recipes[seq].as_ref(), Some(&want));
+            }
             let mut seen = HashSet::new();
-            let oracle: Vec<bool> = picks.iter().map(|&i| i >= old && seen.insert(i)).collect();
-            let got: Vec<bool> = decided.into_iter().flat_map(|d| d.1).collect();
-            prop_assert_eq!(got, oracle);
+            let oracle: Vec<u64> = picks.iter().copied().filter(|&i| i >= old && seen.insert(i)).collect();
+            let got_fps: Vec<Fingerprint> = out.iter().flat_map(|w| w.chunks.iter().map(|c| c.fp)).collect();
+            prop_assert_eq!(got_fps, oracle.iter().map(|&i| fp(i)).collect::<Vec<_>>());
+            let got_bytes: Vec<u8> = out
+                .iter()
+                .flat_map(|w| w.chunks.iter().flat_map(|c| w.buffers[c.piece][c.start..][..c.len].to_vec()))
+                .collect();
+            prop_assert_eq!(got_bytes, oracle.iter().flat_map(|&i| chunk_bytes(i)).collect::<Vec<u8>>());
+            prop_assert_eq!(indexer.bytes_in, picks.iter().map(|&i| chunk_bytes(i).len() as u64).sum::<u64>());
             // Every `New` awaits its insert at the commit, once.
             prop_assert_eq!(index.awaiting_insert(), indexer.new_chunks.len());
+            // Everything spooled was read back or released, and the file emptied.
+            prop_assert_eq!(waiting.spool.live, 0);
+            if limit == 0 {
+                prop_assert_eq!(waiting.memory, 0);
+            }
             // The stream went through the buffer and the disk, and met false positives.
             let m = index.metrics();
             prop_assert!(m.buffered > 0 && m.batches > 0, "{m}");
@@ -367,5 +604,51 @@ mod tests {
                 prop_assert!(m.bloom_false_positives > 0, "{m}");
             }
         }
+    }
+
+    /// With no held share, every chunk that waits goes to the spool and comes back for
+    /// stage 4 exactly when it is new; an eager-like stream (all decided at push)
+    /// leaves at once, block buffers and all, without a copy.
+    #[test]
+    fn waiting_chunks_are_spooled_and_only_new_ones_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut index = lazy_index(dir.path(), 3_000);
+        let mut indexer = indexer();
+        indexer.recipes = vec![None; 2];
+        indexer.sizes = vec![0; 2];
+        let spool_dir = tempfile::tempdir().unwrap();
+        let mut waiting = Waiting::new(0, Spool::new(spool_dir.path()));
+        let warnings = Mutex::new(Vec::new());
+        // Old chunks 0..40 (they wait in the buffer: the cache is cold), new 5000..5010.
+        let ids: Vec<u64> = (0..40).chain(5_000..5_010).collect();
+        waiting.push(&indexer, &mut index, batch(0, &ids)).unwrap();
+        waiting.collect(&mut indexer, &mut index).unwrap();
+        assert!(waiting.pop_ready().is_none(), "old chunks wait");
+        waiting.compact_back().unwrap();
+        assert_eq!(waiting.memory, 0);
+        let spooled = waiting.spool.bytes_spooled;
+        assert!(spooled > 0);
+        index.finish().unwrap();
+        waiting.collect(&mut indexer, &mut index).unwrap();
+        let held = waiting.pop_ready().unwrap();
+        let out = waiting
+            .emit(&mut indexer, held, &crate::NoProgress, &warnings)
+            .unwrap();
+        let got: Vec<Vec<u8>> = out
+            .chunks
+            .iter()
+            .map(|c| out.buffers[c.piece].clone())
+            .collect();
+        let want: Vec<Vec<u8>> = (5_000..5_010).map(chunk_bytes).collect();
+        assert_eq!(got, want);
+        assert_eq!(waiting.spool.live, 0);
+        // A second batch of chunks just answered duplicate (now in the cache) leaves whole.
+        waiting
+            .push(&indexer, &mut index, batch(1, &[5_000, 0]))
+            .unwrap();
+        waiting.collect(&mut indexer, &mut index).unwrap();
+        let held = waiting.pop_ready().expect("decided at once");
+        assert!(matches!(held.data, Data::Whole(_)));
+        assert_eq!(waiting.spool.bytes_spooled, spooled);
     }
 }
