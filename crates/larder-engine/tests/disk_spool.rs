@@ -24,10 +24,11 @@ use seeded::bytes;
 mod options;
 use options::backup_options;
 
-/// The smallest budget: a held share of 256 KiB, far less than what waits.
-const LAZY_1MIB: IndexSettings = IndexSettings::Disk {
+/// A small budget: a held share of 1 MiB (768 KiB of chunk bytes, the bookkeeping of
+/// 2048 chunks), far less than what waits.
+const LAZY_4MIB: IndexSettings = IndexSettings::Disk {
     lookup: DiskLookup::Lazy,
-    memory: 1 << 20,
+    memory: 4 << 20,
 };
 
 fn init(root: &Path, index: IndexSettings) {
@@ -137,7 +138,7 @@ fn spooled_chunks_are_stored_as_the_memory_index_stores_them() {
     let src = base.join("src");
     let (memory, lazy) = (base.join("memory"), base.join("lazy"));
     init(&memory, IndexSettings::Memory);
-    init(&lazy, LAZY_1MIB);
+    init(&lazy, LAZY_4MIB);
     let mut spooled = 0;
     for generation in [1, 2] {
         write_generation(&src, generation);
@@ -175,7 +176,7 @@ fn an_error_while_spooling_fails_the_backup_and_commits_nothing() {
     let base = fs::canonicalize(dir.path()).unwrap();
     let src = base.join("src");
     let repo = base.join("repo");
-    init(&repo, LAZY_1MIB);
+    init(&repo, LAZY_4MIB);
     write_generation(&src, 1);
     run_backup(&repo, &src).unwrap();
     write_generation(&src, 2);

@@ -31,6 +31,12 @@ use super::{recycle, Batch, Indexer, NewChunk, Piece, PieceInfo, StageOut, Turns
 use crate::error::{Result, Warning};
 use crate::Progress;
 
+/// Bytes of bookkeeping counted for each chunk of a compacted batch, whatever its
+/// bytes: its fingerprint (32), its `Kept` (32) and decision (1), its length (4), its
+/// entry in `in_flight` while undecided (about 40), the allocator's header of its kept
+/// bytes (16). Counted, not measured; rounded up.
+const HELD_CHUNK_COST: usize = 128;
+
 /// What stage 3 knows of one chunk of a held batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Decision {
@@ -83,12 +89,15 @@ impl Held {
 /// token of exactly one `Undecided` chunk of `held`, and every `Undecided` chunk's
 /// fingerprint is in `in_flight`; only the back of `held` may be `Whole`; in a
 /// `Compact` batch a chunk is `Dropped` exactly when it is `Old`; `memory` is the sum
-/// of the `Memory` bytes, at most `limit` (the held share).
+/// of the `Memory` bytes, at most `limit - limit / 4`; `bookkeeping` is
+/// [`HELD_CHUNK_COST`] times the chunks of `Compact` batches, at most `limit / 4`
+/// (the held share, `limit`, is split so).
 struct Waiting {
     held: VecDeque<Held>,
     in_flight: HashSet<Fingerprint, FingerprintHasher>,
     next_token: u64,
     memory: usize,
+    bookkeeping: usize,
     limit: usize,
     spool: Spool,
     /// Block buffers freed by compaction, for stage 1.
@@ -102,10 +111,50 @@ impl Waiting {
             in_flight: HashSet::with_hasher(FingerprintHasher),
             next_token: 0,
             memory: 0,
+            bookkeeping: 0,
             limit,
             spool,
             freed: Vec::new(),
         }
+    }
+
+    /// Takes in the next batch in stream order: decides what it can at once, submits
+    /// the rest, takes in the answers, returns the batches now decided at the front
+    /// (for stage 4, in stream order), and compacts the new batch if it waits.
+    fn take(
+        &mut self,
+        indexer: &mut Indexer,
+        index: &mut RepoDiskIndex,
+        batch: Batch,
+        progress: &dyn Progress,
+        warnings: &Mutex<Vec<Warning>>,
+    ) -> Result<Vec<WriteBatch>> {
+        self.push(indexer, index, batch)?;
+        self.collect(indexer, index)?;
+        let mut ready = self.emit_ready(indexer, progress, warnings)?;
+        if self.bookkeeping_overflows()
+            || std::env::var_os("LARDER_HELD_FINISH").is_some() && self.back_overflows()
+        {
+            index.finish().map_err(StoreError::from)?;
+            self.collect(indexer, index)?;
+            ready.extend(self.emit_ready(indexer, progress, warnings)?);
+        }
+        self.compact_back()?;
+        Ok(ready)
+    }
+
+    /// The decided batches at the front, in stream order, for stage 4.
+    fn emit_ready(
+        &mut self,
+        indexer: &mut Indexer,
+        progress: &dyn Progress,
+        warnings: &Mutex<Vec<Warning>>,
+    ) -> Result<Vec<WriteBatch>> {
+        let mut ready = Vec::new();
+        while let Some(held) = self.pop_ready() {
+            ready.push(self.emit(indexer, held, progress, warnings)?);
+        }
+        Ok(ready)
     }
 
     /// Decides what it can of `batch` at once and submits the rest.
@@ -188,7 +237,7 @@ impl Waiting {
                 start += len as usize;
                 chunks.push(if held.decisions[chunks.len()] == Decision::Old {
                     Kept::Dropped
-                } else if self.memory + bytes.len() <= self.limit {
+                } else if self.memory + bytes.len() <= self.limit - self.limit / 4 {
                     self.memory += bytes.len();
                     Kept::Memory(bytes.to_vec())
                 } else {
@@ -203,9 +252,39 @@ impl Waiting {
             });
             self.freed.push(piece.data);
         }
+        self.bookkeeping += HELD_CHUNK_COST * chunks.len();
         held.data = Data::Compact { pieces, chunks };
         self.held.push_back(held);
         Ok(())
+    }
+
+    /// MEASUREMENT ONLY: whether compacting the back would spool.
+    fn back_overflows(&self) -> bool {
+        let Some(held) = self.held.back() else {
+            return false;
+        };
+        let Data::Whole(pieces) = &held.data else {
+            return false;
+        };
+        let lens = pieces
+            .iter()
+            .flat_map(|p| p.lens.iter().map(|&l| l as usize));
+        let kept: usize = lens
+            .zip(&held.decisions)
+            .filter(|(_, d)| **d != Decision::Old)
+            .map(|(l, _)| l)
+            .sum();
+        self.memory + kept > self.limit - self.limit / 4
+    }
+
+    /// Whether compacting the batch at the back would take the bookkeeping past its
+    /// part of the held share: chunk bytes can go to the spool, bookkeeping cannot,
+    /// so then everything buffered is looked up first (`finish`).
+    fn bookkeeping_overflows(&self) -> bool {
+        self.held.back().is_some_and(|h| {
+            matches!(h.data, Data::Whole(_))
+                && self.bookkeeping + HELD_CHUNK_COST * h.decisions.len() > self.limit / 4
+        })
     }
 
     /// The decided batch at the front, if any.
@@ -237,6 +316,7 @@ impl Waiting {
             }
             Data::Compact { pieces, chunks } => (pieces, chunks),
         };
+        self.bookkeeping -= HELD_CHUNK_COST * chunks.len();
         // Every spool read happens before anything is counted, so an error counts
         // nothing twice.
         let mut bytes: Vec<Option<Vec<u8>>> = Vec::with_capacity(chunks.len());
@@ -302,10 +382,7 @@ pub(super) fn run(
             while let Some(batch) = reorder.remove(&next) {
                 next += 1;
                 let spell = turns.begin();
-                waiting.push(indexer, index, batch)?;
-                waiting.collect(indexer, index)?;
-                let ready = emit_ready(indexer, &mut waiting, out)?;
-                waiting.compact_back()?;
+                let ready = waiting.take(indexer, index, batch, out.progress, out.warnings)?;
                 recycle(out.pool, waiting.freed.drain(..));
                 busy += spell.end();
                 if !ready.into_iter().all(|w| out.send(w)) {
@@ -317,7 +394,7 @@ pub(super) fn run(
         let spell = turns.begin();
         index.finish().map_err(StoreError::from)?;
         waiting.collect(indexer, index)?;
-        let ready = emit_ready(indexer, &mut waiting, out)?;
+        let ready = waiting.emit_ready(indexer, out.progress, out.warnings)?;
         busy += spell.end();
         for w in ready {
             if !out.send(w) {
@@ -332,20 +409,6 @@ pub(super) fn run(
         state.abandon();
     }
     result.map(|()| busy)
-}
-
-/// Emits the decided batches at the front, in stream order, for sending once the
-/// spell has ended.
-fn emit_ready(
-    indexer: &mut Indexer,
-    waiting: &mut Waiting,
-    out: &StageOut<'_>,
-) -> Result<Vec<WriteBatch>> {
-    let mut ready = Vec::new();
-    while let Some(held) = waiting.pop_ready() {
-        ready.push(waiting.emit(indexer, held, out.progress, out.warnings)?);
-    }
-    Ok(ready)
 }
 
 /// Decides the chunks of one stream at once (the tree, after the pipeline).
@@ -510,13 +573,16 @@ mod tests {
 
     /// The invariants of `Waiting` on bytes: only the back may be `Whole`; a compact
     /// chunk is `Dropped` exactly when it is `Old` (decided duplicates keep nothing);
-    /// `memory` is the sum of the kept bytes and within the limit.
+    /// `memory` is the sum of the kept bytes and `bookkeeping` counts the compacted
+    /// chunks, each within its part of the limit.
     fn check_bytes(w: &Waiting) -> std::result::Result<(), TestCaseError> {
         let mut memory = 0;
+        let mut compacted = 0;
         for (n, h) in w.held.iter().enumerate() {
             match &h.data {
                 Data::Whole(_) => prop_assert_eq!(n + 1, w.held.len(), "only the back is whole"),
                 Data::Compact { chunks, .. } => {
+                    compacted += chunks.len();
                     for (k, d) in chunks.iter().zip(&h.decisions) {
                         prop_assert_eq!(matches!(k, Kept::Dropped), *d == Decision::Old);
                         if let Kept::Memory(b) = k {
@@ -527,7 +593,9 @@ mod tests {
             }
         }
         prop_assert_eq!(memory, w.memory);
-        prop_assert!(w.memory <= w.limit);
+        prop_assert_eq!(compacted * HELD_CHUNK_COST, w.bookkeeping);
+        prop_assert!(w.memory <= w.limit - w.limit / 4);
+        prop_assert!(w.bookkeeping <= w.limit / 4);
         Ok(())
     }
 
@@ -559,20 +627,14 @@ mod tests {
             let warnings = Mutex::new(Vec::new());
             let mut out: Vec<WriteBatch> = Vec::new();
             for (seq, part) in picks.chunks(batch_len).enumerate() {
-                waiting.push(&indexer, &mut index, batch(seq as u64, part)).unwrap();
-                waiting.collect(&mut indexer, &mut index).unwrap();
-                while let Some(h) = waiting.pop_ready() {
-                    out.push(waiting.emit(&mut indexer, h, &crate::NoProgress, &warnings).unwrap());
-                }
-                waiting.compact_back().unwrap();
+                let b = batch(seq as u64, part);
+                out.extend(waiting.take(&mut indexer, &mut index, b, &crate::NoProgress, &warnings).unwrap());
                 check_bytes(&waiting)?;
             }
             index.finish().unwrap();
             waiting.collect(&mut indexer, &mut index).unwrap();
             check_bytes(&waiting)?;
-            while let Some(h) = waiting.pop_ready() {
-                out.push(waiting.emit(&mut indexer, h, &crate::NoProgress, &warnings).unwrap());
-            }
+            out.extend(waiting.emit_ready(&mut indexer, &crate::NoProgress, &warnings).unwrap());
             prop_assert!(waiting.held.is_empty() && waiting.in_flight.is_empty());
             prop_assert_eq!(waiting.memory, 0);
             // Stream order: each file's recipe, and the new chunks' bytes in order.
@@ -606,9 +668,9 @@ mod tests {
         }
     }
 
-    /// With no held share, every chunk that waits goes to the spool and comes back for
-    /// stage 4 exactly when it is new; an eager-like stream (all decided at push)
-    /// leaves at once, block buffers and all, without a copy.
+    /// Past the held share's room for bytes, chunks that wait go to the spool and come
+    /// back for stage 4 exactly when they are new; a batch decided at push leaves at
+    /// once, block buffers and all, without a copy.
     #[test]
     fn waiting_chunks_are_spooled_and_only_new_ones_read_back() {
         let dir = tempfile::tempdir().unwrap();
@@ -617,7 +679,8 @@ mod tests {
         indexer.recipes = vec![None; 2];
         indexer.sizes = vec![0; 2];
         let spool_dir = tempfile::tempdir().unwrap();
-        let mut waiting = Waiting::new(0, Spool::new(spool_dir.path()));
+        // Room for 24 KiB of bytes (of about 75 KiB waiting) and 64 chunks' bookkeeping.
+        let mut waiting = Waiting::new(32 << 10, Spool::new(spool_dir.path()));
         let warnings = Mutex::new(Vec::new());
         // Old chunks 0..40 (they wait in the buffer: the cache is cold), new 5000..5010.
         let ids: Vec<u64> = (0..40).chain(5_000..5_010).collect();
@@ -625,7 +688,7 @@ mod tests {
         waiting.collect(&mut indexer, &mut index).unwrap();
         assert!(waiting.pop_ready().is_none(), "old chunks wait");
         waiting.compact_back().unwrap();
-        assert_eq!(waiting.memory, 0);
+        assert!(waiting.memory > 0 && waiting.memory <= 24 << 10);
         let spooled = waiting.spool.bytes_spooled;
         assert!(spooled > 0);
         index.finish().unwrap();
