@@ -115,7 +115,6 @@ impl Output {
                         "sync": secs(t.sync),
                     },
                     "warnings": s.warnings,
-                    "bytes_spooled": s.bytes_spooled,
                     "disk_index": s.disk_index.as_ref().map(disk_metrics_json),
                 })
             );
@@ -171,12 +170,6 @@ impl Output {
         );
         if let Some(m) = &s.disk_index {
             println!("  disk index");
-            if s.bytes_spooled > 0 {
-                println!(
-                    "    {} of waiting chunks spooled (past the held share of --index-memory)",
-                    mb(s.bytes_spooled)
-                );
-            }
             for line in m.to_string().lines() {
                 println!("    {line}");
             }

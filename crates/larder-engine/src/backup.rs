@@ -23,7 +23,7 @@ use std::time::{Duration, Instant, SystemTime};
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use larder_chunk::{Chunker, ParallelChunker};
 use larder_hash::{Fingerprint, HashAlgo};
-use larder_index::disk::DiskIndexMetrics;
+use larder_index::disk::{DiskIndexMetrics, FingerprintHasher};
 use larder_index::{CuckooIndex, FingerprintIndex};
 use larder_store::{
     encode_tree_header, Backend, ChunkCompressor, ChunkEncoding, Compression, ContainerBuilder,
@@ -41,7 +41,6 @@ use crate::walk::{walk, Item, Walked};
 use crate::Progress;
 
 mod disk_stage;
-mod spool;
 
 /// Files smaller than this are read whole and chunked in parallel across files.
 const SMALL_FILE: u64 = 1 << 20;
@@ -142,9 +141,6 @@ pub struct BackupSummary {
     pub elapsed: Duration,
     pub stages: StageTimes,
     pub warnings: Vec<Warning>,
-    /// Chunk bytes stage 3 wrote to its spool while they waited for the lazy disk
-    /// index's answers, past its share of `--index-memory` (docs/design/pipeline.md).
-    pub bytes_spooled: u64,
     /// What the disk index did during this backup (`None` for a memory index); the
     /// CLI writes it into `--json` itself.
     #[serde(skip)]
@@ -234,16 +230,15 @@ struct Indexer {
     index: RepoIndex,
     /// Fingerprints this backup has sent to be written. They enter `index` with their
     /// locations at the commit ([`Repository::commit`]): a location is known only once
-    /// stage 4 has placed the chunk by its compressed size.
-    new_chunks: HashSet<Fingerprint>,
+    /// stage 4 has placed the chunk by its compressed size. Fingerprints are uniform,
+    /// so their first bytes hash them (no SipHash).
+    new_chunks: HashSet<Fingerprint, FingerprintHasher>,
     recipes: Vec<Option<Vec<Fingerprint>>>,
     sizes: Vec<u64>,
     chunks: u64,
     chunks_new: u64,
     bytes_new: u64,
     bytes_in: u64,
-    /// Chunk bytes stage 3 spooled (disk index only).
-    bytes_spooled: u64,
 }
 
 impl Indexer {
@@ -923,14 +918,13 @@ pub fn backup(
     let warnings = Mutex::new(warnings);
     let mut indexer = Indexer {
         index,
-        new_chunks: HashSet::new(),
+        new_chunks: HashSet::with_hasher(FingerprintHasher),
         recipes: vec![None; items.len()],
         sizes: vec![0; items.len()],
         chunks: 0,
         chunks_new: 0,
         bytes_new: 0,
         bytes_in: 0,
-        bytes_spooled: 0,
     };
     // Stage 4's threads for compressing new chunks, as many as fingerprinting threads.
     let compression = match config.compression {
@@ -1061,7 +1055,6 @@ pub fn backup(
         chunks_new,
         bytes_new,
         bytes_in,
-        bytes_spooled,
         recipes,
         ..
     } = indexer;
@@ -1148,7 +1141,6 @@ pub fn backup(
         elapsed: started.elapsed(),
         stages,
         warnings,
-        bytes_spooled,
         disk_index,
     })
 }

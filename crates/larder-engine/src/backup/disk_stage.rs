@@ -13,9 +13,11 @@
 //! once their containers and segment are durable.
 //!
 //! Memory: a batch that cannot leave at once keeps only the bytes of its chunks that
-//! are new or undecided, each on its own, in memory while they fit in the held share
-//! of `--index-memory` ([`DiskState::held_chunk_bytes`]) and in the [`Spool`] past it;
-//! a chunk's bytes are dropped as soon as it is decided not new.
+//! are new or undecided, each on its own, within the held share of `--index-memory`
+//! ([`DiskState::held_chunk_bytes`]); a chunk's bytes are dropped as soon as it is
+//! decided not new. A batch that would take the held bytes past the share makes
+//! stage 3 look everything buffered up first (`finish`): measured faster than
+//! spooling the bytes to a file (docs/performance.md, "Backups with the disk index").
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::Mutex;
@@ -26,7 +28,6 @@ use larder_hash::Fingerprint;
 use larder_index::disk::{Answer, DiskIndexMetrics, FingerprintHasher};
 use larder_store::{DiskState, RepoDiskIndex, StoreError};
 
-use super::spool::Spool;
 use super::{recycle, Batch, Indexer, NewChunk, Piece, PieceInfo, StageOut, Turns, WriteBatch};
 use crate::error::{Result, Warning};
 use crate::Progress;
@@ -46,25 +47,16 @@ enum Decision {
     Old,
 }
 
-/// Where a held chunk's bytes are.
-enum Kept {
-    /// Not needed: the chunk is `Old`.
-    Dropped,
-    Memory(Vec<u8>),
-    /// At this offset of the spool.
-    Spooled(u64),
-}
-
 /// A held batch's bytes.
 enum Data {
     /// As stage 2 sent it, block buffers and all: only the batch being pushed, until it
     /// either leaves at once or is compacted.
     Whole(Vec<Piece>),
-    /// Compacted: the pieces without their bytes, and each chunk's bytes (`Kept` by
-    /// chunk number in the batch).
+    /// Compacted: the pieces without their bytes, and each chunk's bytes by chunk
+    /// number in the batch (`None` once the chunk is decided old).
     Compact {
         pieces: Vec<PieceInfo>,
-        chunks: Vec<Kept>,
+        chunks: Vec<Option<Vec<u8>>>,
     },
 }
 
@@ -88,8 +80,8 @@ impl Held {
 /// answered yet. Invariants: every fingerprint of `in_flight` was submitted with the
 /// token of exactly one `Undecided` chunk of `held`, and every `Undecided` chunk's
 /// fingerprint is in `in_flight`; only the back of `held` may be `Whole`; in a
-/// `Compact` batch a chunk is `Dropped` exactly when it is `Old`; `memory` is the sum
-/// of the `Memory` bytes, at most `limit - limit / 4`; `bookkeeping` is
+/// `Compact` batch a chunk keeps no bytes exactly when it is `Old`; `memory` is the
+/// sum of the kept bytes, at most `limit - limit / 4`; `bookkeeping` is
 /// [`HELD_CHUNK_COST`] times the chunks of `Compact` batches, at most `limit / 4`
 /// (the held share, `limit`, is split so).
 struct Waiting {
@@ -99,13 +91,12 @@ struct Waiting {
     memory: usize,
     bookkeeping: usize,
     limit: usize,
-    spool: Spool,
     /// Block buffers freed by compaction, for stage 1.
     freed: Vec<Vec<u8>>,
 }
 
 impl Waiting {
-    fn new(limit: usize, spool: Spool) -> Self {
+    fn new(limit: usize) -> Self {
         Self {
             held: VecDeque::new(),
             in_flight: HashSet::with_hasher(FingerprintHasher),
@@ -113,7 +104,6 @@ impl Waiting {
             memory: 0,
             bookkeeping: 0,
             limit,
-            spool,
             freed: Vec::new(),
         }
     }
@@ -130,16 +120,15 @@ impl Waiting {
         warnings: &Mutex<Vec<Warning>>,
     ) -> Result<Vec<WriteBatch>> {
         self.push(indexer, index, batch)?;
-        self.collect(indexer, index)?;
-        let mut ready = self.emit_ready(indexer, progress, warnings)?;
-        if self.bookkeeping_overflows()
-            || std::env::var_os("LARDER_HELD_FINISH").is_some() && self.back_overflows()
-        {
+        self.collect(indexer, index);
+        let mut ready = self.emit_ready(indexer, progress, warnings);
+        if self.back_overflows() {
+            // Everything buffered is answered, so every held batch leaves.
             index.finish().map_err(StoreError::from)?;
-            self.collect(indexer, index)?;
-            ready.extend(self.emit_ready(indexer, progress, warnings)?);
+            self.collect(indexer, index);
+            ready.extend(self.emit_ready(indexer, progress, warnings));
         }
-        self.compact_back()?;
+        self.compact_back();
         Ok(ready)
     }
 
@@ -149,12 +138,12 @@ impl Waiting {
         indexer: &mut Indexer,
         progress: &dyn Progress,
         warnings: &Mutex<Vec<Warning>>,
-    ) -> Result<Vec<WriteBatch>> {
+    ) -> Vec<WriteBatch> {
         let mut ready = Vec::new();
         while let Some(held) = self.pop_ready() {
-            ready.push(self.emit(indexer, held, progress, warnings)?);
+            ready.push(self.emit(indexer, held, progress, warnings));
         }
-        Ok(ready)
+        ready
     }
 
     /// Decides what it can of `batch` at once and submits the rest.
@@ -187,7 +176,7 @@ impl Waiting {
 
     /// Takes in every answer the index has, dropping the bytes of chunks answered not
     /// new.
-    fn collect(&mut self, indexer: &mut Indexer, index: &mut RepoDiskIndex) -> Result<()> {
+    fn collect(&mut self, indexer: &mut Indexer, index: &mut RepoDiskIndex) {
         while let Some(r) = index.poll() {
             self.in_flight.remove(&r.fp);
             let at = self
@@ -203,29 +192,27 @@ impl Waiting {
             }
             held.decisions[i] = Decision::Old;
             if let Data::Compact { chunks, .. } = &mut held.data {
-                match std::mem::replace(&mut chunks[i], Kept::Dropped) {
-                    Kept::Memory(bytes) => self.memory -= bytes.len(),
-                    Kept::Spooled(_) => self.spool.release()?,
-                    Kept::Dropped => unreachable!("an undecided chunk keeps its bytes"),
-                }
+                let bytes = chunks[i]
+                    .take()
+                    .expect("an undecided chunk keeps its bytes");
+                self.memory -= bytes.len();
             }
         }
-        Ok(())
     }
 
-    /// Compacts the batch at the back if it is still `Whole`: keeps the bytes of its
-    /// chunks that are new or undecided (in memory while the held share has room, in
-    /// the spool past it) and frees its block buffers.
-    fn compact_back(&mut self) -> Result<()> {
+    /// Compacts the batch at the back if it is still `Whole`: keeps a copy of the
+    /// bytes of its chunks that are new or undecided and frees its block buffers. The
+    /// caller has made sure they fit ([`Waiting::back_overflows`]).
+    fn compact_back(&mut self) {
         let Some(mut held) = self.held.pop_back() else {
-            return Ok(());
+            return;
         };
         let whole = match std::mem::replace(&mut held.data, Data::Whole(Vec::new())) {
             Data::Whole(whole) => whole,
             compact => {
                 held.data = compact;
                 self.held.push_back(held);
-                return Ok(());
+                return;
             }
         };
         let mut pieces = Vec::with_capacity(whole.len());
@@ -236,12 +223,10 @@ impl Waiting {
                 let bytes = &piece.data[start..start + len as usize];
                 start += len as usize;
                 chunks.push(if held.decisions[chunks.len()] == Decision::Old {
-                    Kept::Dropped
-                } else if self.memory + bytes.len() <= self.limit - self.limit / 4 {
-                    self.memory += bytes.len();
-                    Kept::Memory(bytes.to_vec())
+                    None
                 } else {
-                    Kept::Spooled(self.spool.append(bytes)?)
+                    self.memory += bytes.len();
+                    Some(bytes.to_vec())
                 });
             }
             pieces.push(PieceInfo {
@@ -253,12 +238,15 @@ impl Waiting {
             self.freed.push(piece.data);
         }
         self.bookkeeping += HELD_CHUNK_COST * chunks.len();
+        debug_assert!(self.memory <= self.limit - self.limit / 4);
+        debug_assert!(self.bookkeeping <= self.limit / 4);
         held.data = Data::Compact { pieces, chunks };
         self.held.push_back(held);
-        Ok(())
     }
 
-    /// MEASUREMENT ONLY: whether compacting the back would spool.
+    /// Whether the batch at the back, still `Whole`, would take stage 3 past the held
+    /// share if compacted: its kept bytes past three quarters of it, or its chunks'
+    /// bookkeeping past the last quarter.
     fn back_overflows(&self) -> bool {
         let Some(held) = self.held.back() else {
             return false;
@@ -275,16 +263,7 @@ impl Waiting {
             .map(|(l, _)| l)
             .sum();
         self.memory + kept > self.limit - self.limit / 4
-    }
-
-    /// Whether compacting the batch at the back would take the bookkeeping past its
-    /// part of the held share: chunk bytes can go to the spool, bookkeeping cannot,
-    /// so then everything buffered is looked up first (`finish`).
-    fn bookkeeping_overflows(&self) -> bool {
-        self.held.back().is_some_and(|h| {
-            matches!(h.data, Data::Whole(_))
-                && self.bookkeeping + HELD_CHUNK_COST * h.decisions.len() > self.limit / 4
-        })
+            || self.bookkeeping + HELD_CHUNK_COST * held.decisions.len() > self.limit / 4
     }
 
     /// The decided batch at the front, if any.
@@ -295,15 +274,15 @@ impl Waiting {
         self.held.pop_front()
     }
 
-    /// What stage 4 gets of a decided batch: its new chunks, with their bytes taken
-    /// from memory or read back from the spool.
+    /// What stage 4 gets of a decided batch: its new chunks, each in its own buffer
+    /// when the batch was compacted.
     fn emit(
         &mut self,
         indexer: &mut Indexer,
         held: Held,
         progress: &dyn Progress,
         warnings: &Mutex<Vec<Warning>>,
-    ) -> Result<WriteBatch> {
+    ) -> WriteBatch {
         let new = held.new_flags();
         let (pieces, chunks) = match held.data {
             Data::Whole(pieces) => {
@@ -312,24 +291,13 @@ impl Waiting {
                     pieces,
                     fps: held.fps,
                 };
-                return Ok(indexer.emit(batch, &new, progress, warnings));
+                return indexer.emit(batch, &new, progress, warnings);
             }
             Data::Compact { pieces, chunks } => (pieces, chunks),
         };
         self.bookkeeping -= HELD_CHUNK_COST * chunks.len();
-        // Every spool read happens before anything is counted, so an error counts
-        // nothing twice.
-        let mut bytes: Vec<Option<Vec<u8>>> = Vec::with_capacity(chunks.len());
-        for (kept, info) in chunks.into_iter().zip(chunk_lens(&pieces)) {
-            bytes.push(match kept {
-                Kept::Dropped => None,
-                Kept::Memory(b) => {
-                    self.memory -= b.len();
-                    Some(b)
-                }
-                Kept::Spooled(at) => Some(self.spool.take(at, info)?),
-            });
-        }
+        let mut bytes = chunks;
+        self.memory -= bytes.iter().flatten().map(Vec::len).sum::<usize>();
         let mut out = WriteBatch {
             buffers: Vec::new(),
             chunks: Vec::new(),
@@ -348,19 +316,12 @@ impl Waiting {
                     .push(bytes[i].take().expect("a new chunk keeps its bytes"));
             });
         }
-        Ok(out)
+        out
     }
 }
 
-/// The lengths of the chunks of `pieces`, in order.
-fn chunk_lens(pieces: &[PieceInfo]) -> impl Iterator<Item = usize> + '_ {
-    pieces
-        .iter()
-        .flat_map(|p| p.lens.iter().map(|&l| l as usize))
-}
-
 /// Runs stage 3 over the batches of `rx`, in stream order. On an error of the disk
-/// index or the spool it stops: the batches it holds are dropped with the backup
+/// index it stops: the batches it holds are dropped with the backup
 /// (nothing was committed; containers already written are adopted by the next writer).
 pub(super) fn run(
     indexer: &mut Indexer,
@@ -370,12 +331,11 @@ pub(super) fn run(
     turns: &Turns,
 ) -> Result<Duration> {
     let limit = usize::try_from(state.held_chunk_bytes()).unwrap_or(usize::MAX);
-    let spool = Spool::new(state.spool_dir());
     let index = state.index_mut();
     let mut busy = Duration::ZERO;
     let mut reorder = std::collections::BTreeMap::new();
     let mut next = 0u64;
-    let mut waiting = Waiting::new(limit, spool);
+    let mut waiting = Waiting::new(limit);
     let result = (|| {
         for batch in rx {
             reorder.insert(batch.seq, batch);
@@ -393,8 +353,8 @@ pub(super) fn run(
         // The end of the stream: everything still buffered is looked up and sent.
         let spell = turns.begin();
         index.finish().map_err(StoreError::from)?;
-        waiting.collect(indexer, index)?;
-        let ready = waiting.emit_ready(indexer, out.progress, out.warnings)?;
+        waiting.collect(indexer, index);
+        let ready = waiting.emit_ready(indexer, out.progress, out.warnings);
         busy += spell.end();
         for w in ready {
             if !out.send(w) {
@@ -404,7 +364,6 @@ pub(super) fn run(
         debug_assert!(waiting.held.is_empty() && waiting.in_flight.is_empty());
         Ok(())
     })();
-    indexer.bytes_spooled += waiting.spool.bytes_spooled;
     if result.is_err() {
         state.abandon();
     }
@@ -417,9 +376,8 @@ pub(super) fn decide_now(
     state: &mut DiskState,
     fps: &[Fingerprint],
 ) -> Result<Vec<bool>> {
-    let spool = Spool::new(state.spool_dir());
     let index = state.index_mut();
-    let mut waiting = Waiting::new(0, spool);
+    let mut waiting = Waiting::new(0);
     let batch = Batch {
         seq: 0,
         pieces: Vec::new(),
@@ -427,12 +385,12 @@ pub(super) fn decide_now(
     };
     let result = waiting
         .push(indexer, index, batch)
-        .and_then(|()| Ok(index.finish().map_err(StoreError::from)?))
-        .and_then(|()| waiting.collect(indexer, index));
+        .and_then(|()| Ok(index.finish().map_err(StoreError::from)?));
     if let Err(e) = result {
         state.abandon();
         return Err(e);
     }
+    waiting.collect(indexer, index);
     let held = waiting
         .pop_ready()
         .expect("finish answers every submitted fingerprint");
@@ -502,14 +460,13 @@ mod tests {
     fn indexer() -> Indexer {
         Indexer {
             index: larder_store::RepoIndex::default(),
-            new_chunks: HashSet::new(),
+            new_chunks: HashSet::with_hasher(FingerprintHasher),
             recipes: Vec::new(),
             sizes: Vec::new(),
             chunks: 0,
             chunks_new: 0,
             bytes_new: 0,
             bytes_in: 0,
-            bytes_spooled: 0,
         }
     }
 
@@ -584,10 +541,8 @@ mod tests {
                 Data::Compact { chunks, .. } => {
                     compacted += chunks.len();
                     for (k, d) in chunks.iter().zip(&h.decisions) {
-                        prop_assert_eq!(matches!(k, Kept::Dropped), *d == Decision::Old);
-                        if let Kept::Memory(b) = k {
-                            memory += b.len();
-                        }
+                        prop_assert_eq!(k.is_none(), *d == Decision::Old);
+                        memory += k.as_ref().map_or(0, Vec::len);
                     }
                 }
             }
@@ -604,11 +559,12 @@ mod tests {
 
         /// Whatever the stream (old and new fingerprints, repeated within and across
         /// batches while their first copy still waits in the lazy buffer) and the held
-        /// share (none, so everything waiting is spooled, to all of it), stage 3's
-        /// decisions are the in-memory oracle's: new exactly at the first copy of a
-        /// fingerprint the index did not hold; batches leave in stream order; stage 4
-        /// gets each new chunk's bytes exactly, from memory or the spool; and the bytes
-        /// of chunks decided old are dropped at once.
+        /// share (none, so that every waiting batch makes stage 3 look everything up,
+        /// to unbounded), stage 3's decisions are the in-memory oracle's: new exactly at
+        /// the first copy of a fingerprint the index did not hold; batches leave in
+        /// stream order; stage 4 gets each new chunk's bytes exactly; the bytes of
+        /// chunks decided old are dropped at once; and what is held stays within the
+        /// share.
         #[test]
         fn decisions_and_bytes_match_the_oracle(
             picks in proptest::collection::vec(0u64..6_000, 1..3_000),
@@ -622,8 +578,7 @@ mod tests {
             let batches = picks.chunks(batch_len).len();
             indexer.recipes = vec![None; batches];
             indexer.sizes = vec![0; batches];
-            let spool_dir = tempfile::tempdir().unwrap();
-            let mut waiting = Waiting::new(limit, Spool::new(spool_dir.path()));
+            let mut waiting = Waiting::new(limit);
             let warnings = Mutex::new(Vec::new());
             let mut out: Vec<WriteBatch> = Vec::new();
             for (seq, part) in picks.chunks(batch_len).enumerate() {
@@ -632,11 +587,11 @@ mod tests {
                 check_bytes(&waiting)?;
             }
             index.finish().unwrap();
-            waiting.collect(&mut indexer, &mut index).unwrap();
+            waiting.collect(&mut indexer, &mut index);
             check_bytes(&waiting)?;
-            out.extend(waiting.emit_ready(&mut indexer, &crate::NoProgress, &warnings).unwrap());
+            out.extend(waiting.emit_ready(&mut indexer, &crate::NoProgress, &warnings));
             prop_assert!(waiting.held.is_empty() && waiting.in_flight.is_empty());
-            prop_assert_eq!(waiting.memory, 0);
+            prop_assert_eq!((waiting.memory, waiting.bookkeeping), (0, 0));
             // Stream order: each file's recipe, and the new chunks' bytes in order.
             for (seq, part) in picks.chunks(batch_len).enumerate() {
                 let want: Vec<Fingerprint> = part.iter().map(|&i| fp(i)).collect();
@@ -654,11 +609,6 @@ mod tests {
             prop_assert_eq!(indexer.bytes_in, picks.iter().map(|&i| chunk_bytes(i).len() as u64).sum::<u64>());
             // Every `New` awaits its insert at the commit, once.
             prop_assert_eq!(index.awaiting_insert(), indexer.new_chunks.len());
-            // Everything spooled was read back or released, and the file emptied.
-            prop_assert_eq!(waiting.spool.live, 0);
-            if limit == 0 {
-                prop_assert_eq!(waiting.memory, 0);
-            }
             // The stream went through the buffer and the disk, and met false positives.
             let m = index.metrics();
             prop_assert!(m.buffered > 0 && m.batches > 0, "{m}");
@@ -668,50 +618,78 @@ mod tests {
         }
     }
 
-    /// Past the held share's room for bytes, chunks that wait go to the spool and come
-    /// back for stage 4 exactly when they are new; a batch decided at push leaves at
-    /// once, block buffers and all, without a copy.
+    /// A waiting batch keeps only its new and undecided chunks' bytes, and drops a
+    /// chunk's bytes at the answer that it is old; a batch that would not fit in the
+    /// held share makes stage 3 look everything up first; a batch decided at push
+    /// leaves at once, block buffers and all, without a copy.
     #[test]
-    fn waiting_chunks_are_spooled_and_only_new_ones_read_back() {
+    fn held_batches_keep_only_what_stage_4_may_need() {
         let dir = tempfile::tempdir().unwrap();
         let mut index = lazy_index(dir.path(), 3_000);
         let mut indexer = indexer();
-        indexer.recipes = vec![None; 2];
-        indexer.sizes = vec![0; 2];
-        let spool_dir = tempfile::tempdir().unwrap();
-        // Room for 24 KiB of bytes (of about 75 KiB waiting) and 64 chunks' bookkeeping.
-        let mut waiting = Waiting::new(32 << 10, Spool::new(spool_dir.path()));
+        indexer.recipes = vec![None; 4];
+        indexer.sizes = vec![0; 4];
+        let mut waiting = Waiting::new(1 << 20);
         let warnings = Mutex::new(Vec::new());
-        // Old chunks 0..40 (they wait in the buffer: the cache is cold), new 5000..5010.
-        let ids: Vec<u64> = (0..40).chain(5_000..5_010).collect();
-        waiting.push(&indexer, &mut index, batch(0, &ids)).unwrap();
-        waiting.collect(&mut indexer, &mut index).unwrap();
-        assert!(waiting.pop_ready().is_none(), "old chunks wait");
-        waiting.compact_back().unwrap();
-        assert!(waiting.memory > 0 && waiting.memory <= 24 << 10);
-        let spooled = waiting.spool.bytes_spooled;
-        assert!(spooled > 0);
-        index.finish().unwrap();
-        waiting.collect(&mut indexer, &mut index).unwrap();
-        let held = waiting.pop_ready().unwrap();
+        let progress = crate::NoProgress;
+        let bytes_of = |ids: &mut dyn Iterator<Item = u64>| -> usize {
+            ids.map(|i| chunk_bytes(i).len()).sum()
+        };
+        // Old chunks 0..40 (they wait in the buffer: the cache is cold), new 5000..5010,
+        // and later copies of 5000 and of 0 (decided old at once: no bytes kept).
+        let ids: Vec<u64> = (0..40).chain(5_000..5_010).chain([5_000, 0]).collect();
         let out = waiting
-            .emit(&mut indexer, held, &crate::NoProgress, &warnings)
+            .take(
+                &mut indexer,
+                &mut index,
+                batch(0, &ids),
+                &progress,
+                &warnings,
+            )
             .unwrap();
-        let got: Vec<Vec<u8>> = out
+        assert!(out.is_empty(), "old chunks wait");
+        let copies = bytes_of(&mut [5_000, 0].into_iter());
+        let kept = waiting.memory;
+        assert!(kept > 0 && kept <= bytes_of(&mut ids.iter().copied()) - copies);
+        assert_eq!(waiting.freed.len(), 1, "the block buffer is freed");
+        // Every answer in: the old chunks' bytes are gone, the new ones' stay.
+        index.finish().unwrap();
+        waiting.collect(&mut indexer, &mut index);
+        let new_bytes = bytes_of(&mut (5_000..5_010));
+        assert_eq!(waiting.memory, new_bytes);
+        let Data::Compact { chunks, .. } = &waiting.held[0].data else {
+            panic!("compacted")
+        };
+        assert_eq!(chunks.iter().filter(|c| c.is_some()).count(), 10);
+        let out = waiting.emit_ready(&mut indexer, &progress, &warnings);
+        let got: Vec<Vec<u8>> = out[0]
             .chunks
             .iter()
-            .map(|c| out.buffers[c.piece].clone())
+            .map(|c| out[0].buffers[c.piece].clone())
             .collect();
-        let want: Vec<Vec<u8>> = (5_000..5_010).map(chunk_bytes).collect();
-        assert_eq!(got, want);
-        assert_eq!(waiting.spool.live, 0);
-        // A second batch of chunks just answered duplicate (now in the cache) leaves whole.
-        waiting
-            .push(&indexer, &mut index, batch(1, &[5_000, 0]))
+        assert_eq!(got, (5_000..5_010).map(chunk_bytes).collect::<Vec<_>>());
+        assert_eq!((waiting.memory, waiting.bookkeeping), (0, 0));
+        // A batch that waits, then one that does not fit beside it: everything is
+        // looked up, and both leave.
+        let b = batch(1, &(2_000..2_040).collect::<Vec<_>>());
+        let out = waiting
+            .take(&mut indexer, &mut index, b, &progress, &warnings)
             .unwrap();
-        waiting.collect(&mut indexer, &mut index).unwrap();
+        assert!(out.is_empty() && waiting.memory > 0);
+        waiting.limit = waiting.memory + waiting.bookkeeping;
+        let b = batch(2, &(2_100..2_140).collect::<Vec<_>>());
+        let out = waiting
+            .take(&mut indexer, &mut index, b, &progress, &warnings)
+            .unwrap();
+        assert_eq!(out.len(), 2);
+        assert!(waiting.held.is_empty());
+        assert_eq!((waiting.memory, waiting.bookkeeping), (0, 0));
+        // Chunks now in the cache, or new: decided at push, the batch leaves whole.
+        waiting
+            .push(&indexer, &mut index, batch(3, &[5_000, 1]))
+            .unwrap();
+        waiting.collect(&mut indexer, &mut index);
         let held = waiting.pop_ready().expect("decided at once");
         assert!(matches!(held.data, Data::Whole(_)));
-        assert_eq!(waiting.spool.bytes_spooled, spooled);
     }
 }

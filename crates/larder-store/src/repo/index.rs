@@ -230,7 +230,7 @@ fn held_chunk_share(lookup: DiskLookup, memory: u64) -> u64 {
 /// The disk index's config: the one place the store and the engine say how the budget
 /// is split. The index gets what stage 3's held chunk bytes leave, and reserves no
 /// chunk bytes of its own (`average_chunk: 0`): the chunks of buffered fingerprints
-/// wait in stage 3, within [`held_chunk_share`], or in its spool.
+/// wait in stage 3, within [`held_chunk_share`].
 fn disk_config(lookup: DiskLookup, memory: u64, expected: u64) -> DiskIndexConfig {
     DiskIndexConfig {
         memory_budget: memory - held_chunk_share(lookup, memory),
@@ -346,12 +346,6 @@ impl DiskState {
     /// answers ([`held_chunk_share`] of the budget).
     pub fn held_chunk_bytes(&self) -> u64 {
         held_chunk_share(self.lookup, self.memory)
-    }
-
-    /// Where a backup spools the chunks past [`DiskState::held_chunk_bytes`]: the
-    /// repository's `tmp/`, which the next writer's open empties.
-    pub fn spool_dir(&self) -> &Path {
-        &self.tmp
     }
 
     /// Indexes every chunk of `containers` that the index lacks (the first copy stays
