@@ -12,12 +12,14 @@
 //! no second copy; the fingerprints it answered `New` get their insert at the commit,
 //! once their containers and segment are durable.
 //!
-//! Memory: a batch that cannot leave at once keeps only the bytes of its chunks that
-//! are new or undecided, each on its own, within the held share of `--index-memory`
-//! ([`DiskState::held_chunk_bytes`]); a chunk's bytes are dropped as soon as it is
-//! decided not new. A batch that would take the held bytes past the share makes
-//! stage 3 look everything buffered up first (`finish`): measured faster than
-//! spooling the bytes to a file (docs/performance.md, "Backups with the disk index").
+//! Memory: a batch that cannot leave at once is held within the held share of
+//! `--index-memory` ([`DiskState::held_chunk_bytes`]). When at most half of its bytes
+//! are of chunks new or undecided it is compacted to those (each copied on its own,
+//! dropped as soon as it is decided not new); otherwise it is held whole, its block
+//! buffers counted in full (the copy would cost more than it frees). A batch that
+//! would take stage 3 past the share makes it look everything buffered up first
+//! (`finish`): measured faster than spooling the bytes to a file (docs/performance.md,
+//! "Backups with the disk index").
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::Mutex;
@@ -49,8 +51,7 @@ enum Decision {
 
 /// A held batch's bytes.
 enum Data {
-    /// As stage 2 sent it, block buffers and all: only the batch being pushed, until it
-    /// either leaves at once or is compacted.
+    /// As stage 2 sent it, block buffers and all.
     Whole(Vec<Piece>),
     /// Compacted: the pieces without their bytes, and each chunk's bytes by chunk
     /// number in the batch (`None` once the chunk is decided old).
@@ -68,9 +69,34 @@ struct Held {
     first: u64,
     decisions: Vec<Decision>,
     unresolved: usize,
+    /// Whether it counts in `Waiting`'s `memory` and `bookkeeping` (every held batch
+    /// but the one being taken in).
+    placed: bool,
 }
 
 impl Held {
+    /// The bytes of its pieces.
+    fn whole_bytes(&self) -> usize {
+        match &self.data {
+            Data::Whole(pieces) => pieces.iter().map(|p| p.data.len()).sum(),
+            Data::Compact { pieces, .. } => pieces.iter().map(|p| p.len).sum(),
+        }
+    }
+
+    /// The bytes of its chunks that are new or undecided.
+    fn kept_bytes(&self) -> usize {
+        let Data::Whole(pieces) = &self.data else {
+            unreachable!("asked of a whole batch only")
+        };
+        let lens = pieces
+            .iter()
+            .flat_map(|p| p.lens.iter().map(|&l| l as usize));
+        lens.zip(&self.decisions)
+            .filter(|(_, d)| **d != Decision::Old)
+            .map(|(l, _)| l)
+            .sum()
+    }
+
     fn new_flags(&self) -> Vec<bool> {
         self.decisions.iter().map(|d| *d == Decision::New).collect()
     }
@@ -79,11 +105,12 @@ impl Held {
 /// The batches waiting, in stream order, and the fingerprints submitted and not
 /// answered yet. Invariants: every fingerprint of `in_flight` was submitted with the
 /// token of exactly one `Undecided` chunk of `held`, and every `Undecided` chunk's
-/// fingerprint is in `in_flight`; only the back of `held` may be `Whole`; in a
-/// `Compact` batch a chunk keeps no bytes exactly when it is `Old`; `memory` is the
-/// sum of the kept bytes, at most `limit - limit / 4`; `bookkeeping` is
-/// [`HELD_CHUNK_COST`] times the chunks of `Compact` batches, at most `limit / 4`
-/// (the held share, `limit`, is split so).
+/// fingerprint is in `in_flight`; only the back of `held` may be unplaced, and only
+/// while it is taken in; in a `Compact` batch a chunk keeps no bytes exactly when it
+/// is `Old`; `memory` is the bytes of the placed `Whole` batches plus the kept bytes
+/// of the `Compact` ones, at most `limit - limit / 4`; `bookkeeping` is
+/// [`HELD_CHUNK_COST`] times the chunks of placed batches, at most `limit / 4` (the
+/// held share, `limit`, is split so).
 struct Waiting {
     held: VecDeque<Held>,
     in_flight: HashSet<Fingerprint, FingerprintHasher>,
@@ -122,13 +149,16 @@ impl Waiting {
         self.push(indexer, index, batch)?;
         self.collect(indexer, index);
         let mut ready = self.emit_ready(indexer, progress, warnings);
-        if self.back_overflows() {
-            // Everything buffered is answered, so every held batch leaves.
-            index.finish().map_err(StoreError::from)?;
-            self.collect(indexer, index);
-            ready.extend(self.emit_ready(indexer, progress, warnings));
+        if self.held.back().is_some_and(|h| !h.placed) {
+            if self.back_overflows() {
+                // Everything buffered is answered, so every held batch leaves.
+                index.finish().map_err(StoreError::from)?;
+                self.collect(indexer, index);
+                ready.extend(self.emit_ready(indexer, progress, warnings));
+            } else {
+                self.place_back();
+            }
         }
-        self.compact_back();
         Ok(ready)
     }
 
@@ -170,6 +200,7 @@ impl Waiting {
             first,
             decisions,
             unresolved,
+            placed: false,
         });
         Ok(())
     }
@@ -200,20 +231,36 @@ impl Waiting {
         }
     }
 
-    /// Compacts the batch at the back if it is still `Whole`: keeps a copy of the
-    /// bytes of its chunks that are new or undecided and frees its block buffers. The
-    /// caller has made sure they fit ([`Waiting::back_overflows`]).
-    fn compact_back(&mut self) {
+    /// Whether the unplaced batch at the back is compacted rather than held whole: when
+    /// at most half of its bytes are kept.
+    fn compacts(held: &Held) -> bool {
+        2 * held.kept_bytes() <= held.whole_bytes()
+    }
+
+    /// Places the batch at the back, which the caller has made sure fits
+    /// ([`Waiting::back_overflows`]): compacted, or counted whole.
+    fn place_back(&mut self) {
         let Some(mut held) = self.held.pop_back() else {
             return;
         };
-        let whole = match std::mem::replace(&mut held.data, Data::Whole(Vec::new())) {
-            Data::Whole(whole) => whole,
-            compact => {
-                held.data = compact;
-                self.held.push_back(held);
-                return;
-            }
+        debug_assert!(!held.placed);
+        held.placed = true;
+        self.bookkeeping += HELD_CHUNK_COST * held.decisions.len();
+        if !Self::compacts(&held) {
+            self.memory += held.whole_bytes();
+        } else {
+            self.compact(&mut held);
+        }
+        debug_assert!(self.memory <= self.limit - self.limit / 4);
+        debug_assert!(self.bookkeeping <= self.limit / 4);
+        self.held.push_back(held);
+    }
+
+    /// Keeps a copy of the bytes of `held`'s chunks that are new or undecided and
+    /// frees its block buffers.
+    fn compact(&mut self, held: &mut Held) {
+        let Data::Whole(whole) = std::mem::replace(&mut held.data, Data::Whole(Vec::new())) else {
+            unreachable!("compacted once")
         };
         let mut pieces = Vec::with_capacity(whole.len());
         let mut chunks = Vec::with_capacity(held.decisions.len());
@@ -237,32 +284,22 @@ impl Waiting {
             });
             self.freed.push(piece.data);
         }
-        self.bookkeeping += HELD_CHUNK_COST * chunks.len();
-        debug_assert!(self.memory <= self.limit - self.limit / 4);
-        debug_assert!(self.bookkeeping <= self.limit / 4);
         held.data = Data::Compact { pieces, chunks };
-        self.held.push_back(held);
     }
 
-    /// Whether the batch at the back, still `Whole`, would take stage 3 past the held
-    /// share if compacted: its kept bytes past three quarters of it, or its chunks'
+    /// Whether the unplaced batch at the back would take stage 3 past the held share
+    /// if placed: its bytes (kept, or whole) past three quarters of it, or its chunks'
     /// bookkeeping past the last quarter.
     fn back_overflows(&self) -> bool {
-        let Some(held) = self.held.back() else {
+        let Some(held) = self.held.back().filter(|h| !h.placed) else {
             return false;
         };
-        let Data::Whole(pieces) = &held.data else {
-            return false;
+        let bytes = if Self::compacts(held) {
+            held.kept_bytes()
+        } else {
+            held.whole_bytes()
         };
-        let lens = pieces
-            .iter()
-            .flat_map(|p| p.lens.iter().map(|&l| l as usize));
-        let kept: usize = lens
-            .zip(&held.decisions)
-            .filter(|(_, d)| **d != Decision::Old)
-            .map(|(l, _)| l)
-            .sum();
-        self.memory + kept > self.limit - self.limit / 4
+        self.memory + bytes > self.limit - self.limit / 4
             || self.bookkeeping + HELD_CHUNK_COST * held.decisions.len() > self.limit / 4
     }
 
@@ -284,6 +321,12 @@ impl Waiting {
         warnings: &Mutex<Vec<Warning>>,
     ) -> WriteBatch {
         let new = held.new_flags();
+        if held.placed {
+            self.bookkeeping -= HELD_CHUNK_COST * held.decisions.len();
+            if let Data::Whole(_) = held.data {
+                self.memory -= held.whole_bytes();
+            }
+        }
         let (pieces, chunks) = match held.data {
             Data::Whole(pieces) => {
                 let batch = Batch {
@@ -295,7 +338,6 @@ impl Waiting {
             }
             Data::Compact { pieces, chunks } => (pieces, chunks),
         };
-        self.bookkeeping -= HELD_CHUNK_COST * chunks.len();
         let mut bytes = chunks;
         self.memory -= bytes.iter().flatten().map(Vec::len).sum::<usize>();
         let mut out = WriteBatch {
@@ -528,18 +570,20 @@ mod tests {
         }
     }
 
-    /// The invariants of `Waiting` on bytes: only the back may be `Whole`; a compact
-    /// chunk is `Dropped` exactly when it is `Old` (decided duplicates keep nothing);
-    /// `memory` is the sum of the kept bytes and `bookkeeping` counts the compacted
-    /// chunks, each within its part of the limit.
+    /// The invariants of `Waiting` on bytes, between two batches: every held batch is
+    /// placed; a compact chunk keeps no bytes exactly when it is `Old` (decided
+    /// duplicates keep nothing); `memory` counts whole batches in full and compact
+    /// ones' kept bytes, `bookkeeping` every held chunk, each within its part of the
+    /// limit.
     fn check_bytes(w: &Waiting) -> std::result::Result<(), TestCaseError> {
         let mut memory = 0;
-        let mut compacted = 0;
-        for (n, h) in w.held.iter().enumerate() {
+        let mut chunks_held = 0;
+        for h in &w.held {
+            prop_assert!(h.placed);
+            chunks_held += h.decisions.len();
             match &h.data {
-                Data::Whole(_) => prop_assert_eq!(n + 1, w.held.len(), "only the back is whole"),
+                Data::Whole(_) => memory += h.whole_bytes(),
                 Data::Compact { chunks, .. } => {
-                    compacted += chunks.len();
                     for (k, d) in chunks.iter().zip(&h.decisions) {
                         prop_assert_eq!(k.is_none(), *d == Decision::Old);
                         memory += k.as_ref().map_or(0, Vec::len);
@@ -548,7 +592,7 @@ mod tests {
             }
         }
         prop_assert_eq!(memory, w.memory);
-        prop_assert_eq!(compacted * HELD_CHUNK_COST, w.bookkeeping);
+        prop_assert_eq!(chunks_held * HELD_CHUNK_COST, w.bookkeeping);
         prop_assert!(w.memory <= w.limit - w.limit / 4);
         prop_assert!(w.bookkeeping <= w.limit / 4);
         Ok(())
@@ -618,17 +662,18 @@ mod tests {
         }
     }
 
-    /// A waiting batch keeps only its new and undecided chunks' bytes, and drops a
-    /// chunk's bytes at the answer that it is old; a batch that would not fit in the
-    /// held share makes stage 3 look everything up first; a batch decided at push
-    /// leaves at once, block buffers and all, without a copy.
+    /// A waiting batch that is mostly decided old keeps only its new and undecided
+    /// chunks' bytes, and drops a chunk's bytes at the answer that it is old; one that
+    /// is mostly undecided is held whole, without a copy; a batch that would not fit
+    /// in the held share makes stage 3 look everything up first; a batch decided at
+    /// push leaves at once, block buffers and all.
     #[test]
     fn held_batches_keep_only_what_stage_4_may_need() {
         let dir = tempfile::tempdir().unwrap();
         let mut index = lazy_index(dir.path(), 3_000);
         let mut indexer = indexer();
-        indexer.recipes = vec![None; 4];
-        indexer.sizes = vec![0; 4];
+        indexer.recipes = vec![None; 5];
+        indexer.sizes = vec![0; 5];
         let mut waiting = Waiting::new(1 << 20);
         let warnings = Mutex::new(Vec::new());
         let progress = crate::NoProgress;
@@ -636,8 +681,14 @@ mod tests {
             ids.map(|i| chunk_bytes(i).len()).sum()
         };
         // Old chunks 0..40 (they wait in the buffer: the cache is cold), new 5000..5010,
-        // and later copies of 5000 and of 0 (decided old at once: no bytes kept).
-        let ids: Vec<u64> = (0..40).chain(5_000..5_010).chain([5_000, 0]).collect();
+        // and two later copies of each (decided old at once: no bytes kept).
+        let first: Vec<u64> = (0..40).chain(5_000..5_010).collect();
+        let ids: Vec<u64> = first
+            .iter()
+            .cycle()
+            .take(3 * first.len())
+            .copied()
+            .collect();
         let out = waiting
             .take(
                 &mut indexer,
@@ -648,9 +699,9 @@ mod tests {
             )
             .unwrap();
         assert!(out.is_empty(), "old chunks wait");
-        let copies = bytes_of(&mut [5_000, 0].into_iter());
         let kept = waiting.memory;
-        assert!(kept > 0 && kept <= bytes_of(&mut ids.iter().copied()) - copies);
+        assert!(kept > 0 && kept <= bytes_of(&mut first.iter().copied()));
+        assert!(matches!(waiting.held[0].data, Data::Compact { .. }));
         assert_eq!(waiting.freed.len(), 1, "the block buffer is freed");
         // Every answer in: the old chunks' bytes are gone, the new ones' stay.
         index.finish().unwrap();
@@ -669,19 +720,29 @@ mod tests {
             .collect();
         assert_eq!(got, (5_000..5_010).map(chunk_bytes).collect::<Vec<_>>());
         assert_eq!((waiting.memory, waiting.bookkeeping), (0, 0));
-        // A batch that waits, then one that does not fit beside it: everything is
-        // looked up, and both leave.
-        let b = batch(1, &(2_000..2_040).collect::<Vec<_>>());
+        // A batch of undecided chunks (too few to fill a buffer bucket) is held whole,
+        // counted in full.
+        let b = batch(1, &(2_000..2_006).collect::<Vec<_>>());
+        let whole = b.pieces[0].data.len();
         let out = waiting
             .take(&mut indexer, &mut index, b, &progress, &warnings)
             .unwrap();
-        assert!(out.is_empty() && waiting.memory > 0);
+        assert!(out.is_empty());
+        assert!(matches!(waiting.held[0].data, Data::Whole(_)));
+        assert_eq!(waiting.memory, whole);
+        assert_eq!(waiting.freed.len(), 1, "no block buffer freed");
+        // Then one that does not fit beside it: everything is looked up, both leave.
         waiting.limit = waiting.memory + waiting.bookkeeping;
-        let b = batch(2, &(2_100..2_140).collect::<Vec<_>>());
+        let b = batch(2, &(2_100..2_106).collect::<Vec<_>>());
         let out = waiting
             .take(&mut indexer, &mut index, b, &progress, &warnings)
             .unwrap();
         assert_eq!(out.len(), 2);
+        assert_eq!(
+            out[0].buffers.len(),
+            1,
+            "the whole batch leaves with its buffer"
+        );
         assert!(waiting.held.is_empty());
         assert_eq!((waiting.memory, waiting.bookkeeping), (0, 0));
         // Chunks now in the cache, or new: decided at push, the batch leaves whole.
