@@ -914,6 +914,12 @@ pub fn backup(
     };
     let index = repo.take_index();
     let disk_before = index.disk_metrics();
+    // Block buffers stage 3 may hold whole while lazy answers wait: the pool keeps
+    // room for them, so that they are reused rather than freed and faulted in again.
+    let held_blocks = match &index {
+        RepoIndex::Disk(state) => lock(state).held_chunk_bytes() as usize / BLOCK,
+        RepoIndex::Memory(_) => 0,
+    };
     let backend = repo.backend();
     let warnings = Mutex::new(warnings);
     let mut indexer = Indexer {
@@ -976,7 +982,7 @@ pub fn backup(
         let (write_tx, write_rx) = bounded::<WriteBatch>(QUEUE_DEPTH);
         let items = &items;
         let chunker = chunker.as_ref();
-        let (pool_tx, pool_rx) = bounded::<Vec<u8>>(2 * QUEUE_DEPTH + threads + 2);
+        let (pool_tx, pool_rx) = bounded::<Vec<u8>>(2 * QUEUE_DEPTH + threads + 2 + held_blocks);
         let pool = BufferPool {
             free: pool_rx,
             size: BLOCK + chunker.max_size(),
