@@ -23,7 +23,7 @@ use std::time::{Duration, Instant, SystemTime};
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use larder_chunk::{Chunker, ParallelChunker};
 use larder_hash::{Fingerprint, HashAlgo};
-use larder_index::disk::DiskIndexMetrics;
+use larder_index::disk::{DiskIndexMetrics, FingerprintHasher};
 use larder_index::{CuckooIndex, FingerprintIndex};
 use larder_store::{
     encode_tree_header, Backend, ChunkCompressor, ChunkEncoding, Compression, ContainerBuilder,
@@ -193,6 +193,15 @@ struct Piece {
     end: PieceEnd,
 }
 
+/// What stage 3 keeps of a piece besides its bytes.
+struct PieceInfo {
+    item: usize,
+    lens: Vec<u32>,
+    end: PieceEnd,
+    /// The piece's length in bytes.
+    len: usize,
+}
+
 struct Batch {
     seq: u64,
     pieces: Vec<Piece>,
@@ -210,9 +219,9 @@ struct NewChunk {
     compressed: Option<Vec<u8>>,
 }
 
-/// New chunks for stage 4, in stream order.
+/// New chunks for stage 4, in stream order; `NewChunk::piece` indexes `buffers`.
 struct WriteBatch {
-    pieces: Vec<Piece>,
+    buffers: Vec<Vec<u8>>,
     chunks: Vec<NewChunk>,
 }
 
@@ -221,8 +230,9 @@ struct Indexer {
     index: RepoIndex,
     /// Fingerprints this backup has sent to be written. They enter `index` with their
     /// locations at the commit ([`Repository::commit`]): a location is known only once
-    /// stage 4 has placed the chunk by its compressed size.
-    new_chunks: HashSet<Fingerprint>,
+    /// stage 4 has placed the chunk by its compressed size. Fingerprints are uniform,
+    /// so their first bytes hash them (no SipHash).
+    new_chunks: HashSet<Fingerprint, FingerprintHasher>,
     recipes: Vec<Option<Vec<Fingerprint>>>,
     sizes: Vec<u64>,
     chunks: u64,
@@ -274,49 +284,70 @@ impl Indexer {
         progress: &dyn Progress,
         warnings: &Mutex<Vec<Warning>>,
     ) -> WriteBatch {
-        let mut out = WriteBatch {
-            pieces: Vec::new(),
-            chunks: Vec::new(),
-        };
-        let mut fps = batch.fps.into_iter().zip(new.iter().copied());
+        let mut chunks = Vec::new();
+        let mut buffers = Vec::with_capacity(batch.pieces.len());
+        let mut fps = batch.fps.into_iter().zip(new.iter().copied()).enumerate();
         for (p, piece) in batch.pieces.into_iter().enumerate() {
-            let recipe = self.recipes[piece.item].get_or_insert_with(Vec::new);
-            recipe.reserve(piece.lens.len());
-            let mut start = 0;
-            for &len in &piece.lens {
-                let (fp, new) = fps.next().expect("stage 2 gives one fingerprint per chunk");
-                let len = len as usize;
-                self.chunks += 1;
-                if new {
-                    self.chunks_new += 1;
-                    self.bytes_new += len as u64;
-                    out.chunks.push(NewChunk {
-                        piece: p,
-                        start,
-                        len,
-                        fp,
-                        compressed: None,
-                    });
-                }
-                self.recipes[piece.item]
-                    .get_or_insert_with(Vec::new)
-                    .push(fp);
-                start += len;
-            }
-            self.bytes_in += piece.data.len() as u64;
-            progress.advance(piece.data.len() as u64);
-            match &piece.end {
-                PieceEnd::More => {}
-                PieceEnd::Done { size } => self.sizes[piece.item] = *size,
-                PieceEnd::Failed(w) => {
-                    self.recipes[piece.item] = None;
-                    progress.warn(w);
-                    lock(warnings).push(w.clone());
-                }
-            }
-            out.pieces.push(piece);
+            let info = PieceInfo {
+                item: piece.item,
+                lens: piece.lens,
+                end: piece.end,
+                len: piece.data.len(),
+            };
+            self.account(&info, &mut fps, progress, warnings, |_, start, len, fp| {
+                chunks.push(NewChunk {
+                    piece: p,
+                    start,
+                    len,
+                    fp,
+                    compressed: None,
+                });
+            });
+            buffers.push(piece.data);
         }
-        out
+        WriteBatch { buffers, chunks }
+    }
+
+    /// Counts the chunks of one piece, taking their fingerprints and whether each is
+    /// new from `fps` (numbered within the batch), extends the file's recipe, notes
+    /// the file's end or failure, and calls `new_chunk(number, start, len, fp)` for
+    /// each new chunk (`start` within the piece).
+    fn account(
+        &mut self,
+        piece: &PieceInfo,
+        fps: &mut impl Iterator<Item = (usize, (Fingerprint, bool))>,
+        progress: &dyn Progress,
+        warnings: &Mutex<Vec<Warning>>,
+        mut new_chunk: impl FnMut(usize, usize, usize, Fingerprint),
+    ) {
+        let recipe = self.recipes[piece.item].get_or_insert_with(Vec::new);
+        recipe.reserve(piece.lens.len());
+        let mut start = 0;
+        for &len in &piece.lens {
+            let (i, (fp, new)) = fps.next().expect("stage 2 gives one fingerprint per chunk");
+            let len = len as usize;
+            self.chunks += 1;
+            if new {
+                self.chunks_new += 1;
+                self.bytes_new += len as u64;
+                new_chunk(i, start, len, fp);
+            }
+            self.recipes[piece.item]
+                .get_or_insert_with(Vec::new)
+                .push(fp);
+            start += len;
+        }
+        self.bytes_in += piece.len as u64;
+        progress.advance(piece.len as u64);
+        match &piece.end {
+            PieceEnd::More => {}
+            PieceEnd::Done { size } => self.sizes[piece.item] = *size,
+            PieceEnd::Failed(w) => {
+                self.recipes[piece.item] = None;
+                progress.warn(w);
+                lock(warnings).push(w.clone());
+            }
+        }
     }
 }
 
@@ -504,11 +535,12 @@ impl BufferPool {
     }
 }
 
-/// Hands a block buffer back to stage 1; dropped if the pool is full.
-fn recycle(pool: &Sender<Vec<u8>>, pieces: Vec<Piece>) {
-    for p in pieces {
-        if p.data.capacity() >= BLOCK {
-            let _ = pool.try_send(p.data);
+/// Hands block buffers back to stage 1; dropped if the pool is full or they are not
+/// block buffers.
+fn recycle(pool: &Sender<Vec<u8>>, buffers: impl IntoIterator<Item = Vec<u8>>) {
+    for data in buffers {
+        if data.capacity() >= BLOCK {
+            let _ = pool.try_send(data);
         }
     }
 }
@@ -754,7 +786,7 @@ impl StageOut<'_> {
     /// outside a spell: it may wait on the queue.
     fn send(&self, out: WriteBatch) -> bool {
         if out.chunks.is_empty() {
-            recycle(self.pool, out.pieces);
+            recycle(self.pool, out.buffers);
             true
         } else {
             self.tx.send(out).is_ok()
@@ -801,9 +833,9 @@ fn write_stage(
     let mut busy = Duration::ZERO;
     for mut batch in rx {
         let spell = turns.begin();
-        let data: Vec<&[u8]> = batch.pieces.iter().map(|p| p.data.as_slice()).collect();
+        let data: Vec<&[u8]> = batch.buffers.iter().map(Vec::as_slice).collect();
         writer.store(&mut batch.chunks, &data)?;
-        recycle(pool, batch.pieces);
+        recycle(pool, batch.buffers);
         busy += spell.end();
     }
     Ok(busy)
@@ -882,11 +914,17 @@ pub fn backup(
     };
     let index = repo.take_index();
     let disk_before = index.disk_metrics();
+    // Block buffers stage 3 may hold whole while lazy answers wait: the pool keeps
+    // room for them, so that they are reused rather than freed and faulted in again.
+    let held_blocks = match &index {
+        RepoIndex::Disk(state) => lock(state).held_chunk_bytes() as usize / BLOCK,
+        RepoIndex::Memory(_) => 0,
+    };
     let backend = repo.backend();
     let warnings = Mutex::new(warnings);
     let mut indexer = Indexer {
         index,
-        new_chunks: HashSet::new(),
+        new_chunks: HashSet::with_hasher(FingerprintHasher),
         recipes: vec![None; items.len()],
         sizes: vec![0; items.len()],
         chunks: 0,
@@ -944,7 +982,7 @@ pub fn backup(
         let (write_tx, write_rx) = bounded::<WriteBatch>(QUEUE_DEPTH);
         let items = &items;
         let chunker = chunker.as_ref();
-        let (pool_tx, pool_rx) = bounded::<Vec<u8>>(2 * QUEUE_DEPTH + threads + 2);
+        let (pool_tx, pool_rx) = bounded::<Vec<u8>>(2 * QUEUE_DEPTH + threads + 2 + held_blocks);
         let pool = BufferPool {
             free: pool_rx,
             size: BLOCK + chunker.max_size(),

@@ -1,8 +1,8 @@
 //! Stage 3 with the disk index (docs/design/pipeline.md, "Stage 3 with the disk
 //! index"): every fingerprint met for the first time in this backup is submitted to the
 //! disk index; eager answers come at once, lazy ones late and out of order. Batches
-//! wait here, with their chunk data, until every chunk of theirs is decided, and leave
-//! for stage 4 in stream order.
+//! wait here until every chunk of theirs is decided, and leave for stage 4 in stream
+//! order.
 //!
 //! Exactness across copies is the engine's own: a fingerprint is submitted at most once
 //! per backup. A later copy of one already answered `New` (in `new_chunks`) or still
@@ -11,8 +11,18 @@
 //! stream order is the one stored, as with the memory index, and the disk index sees
 //! no second copy; the fingerprints it answered `New` get their insert at the commit,
 //! once their containers and segment are durable.
+//!
+//! Memory: a batch that cannot leave at once is held within the held share of
+//! `--index-memory` ([`DiskState::held_chunk_bytes`]). When at most half of its bytes
+//! are of chunks new or undecided it is compacted to those (each copied on its own,
+//! dropped as soon as it is decided not new); otherwise it is held whole, its block
+//! buffers counted in full (the copy would cost more than it frees). A batch that
+//! would take stage 3 past the share makes it look everything buffered up first
+//! (`finish`): measured faster than spooling the bytes to a file (docs/performance.md,
+//! "Backups with the disk index").
 
 use std::collections::{HashSet, VecDeque};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use crossbeam_channel::Receiver;
@@ -20,44 +30,157 @@ use larder_hash::Fingerprint;
 use larder_index::disk::{Answer, DiskIndexMetrics, FingerprintHasher};
 use larder_store::{DiskState, RepoDiskIndex, StoreError};
 
-use super::{Batch, Indexer, StageOut, Turns, WriteBatch, BLOCK};
-use crate::error::Result;
+use super::{recycle, Batch, Indexer, NewChunk, Piece, PieceInfo, StageOut, Turns, WriteBatch};
+use crate::error::{Result, Warning};
+use crate::Progress;
+
+/// Bytes of bookkeeping counted for each chunk of a compacted batch, whatever its
+/// bytes: its fingerprint (32), its `Kept` (32) and decision (1), its length (4), its
+/// entry in `in_flight` while undecided (about 40), the allocator's header of its kept
+/// bytes (16). Counted, not measured; rounded up.
+const HELD_CHUNK_COST: usize = 128;
+
+/// What stage 3 knows of one chunk of a held batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Decision {
+    Undecided,
+    New,
+    /// In the repository, or a later copy of a chunk met earlier in this backup.
+    Old,
+}
+
+/// A held batch's bytes.
+enum Data {
+    /// As stage 2 sent it, block buffers and all.
+    Whole(Vec<Piece>),
+    /// Compacted: the pieces without their bytes, and each chunk's bytes by chunk
+    /// number in the batch (`None` once the chunk is decided old).
+    Compact {
+        pieces: Vec<PieceInfo>,
+        chunks: Vec<Option<Vec<u8>>>,
+    },
+}
 
 /// A batch waiting for the answers of its chunks.
 struct Held {
-    batch: Batch,
-    /// The token of its first chunk: chunk `i` is token `first + i`.
+    data: Data,
+    fps: Vec<Fingerprint>,
+    /// Chunk `i` has token `first + i`.
     first: u64,
-    new: Vec<bool>,
+    decisions: Vec<Decision>,
     unresolved: usize,
-    bytes: usize,
+    /// Whether it counts in `Waiting`'s `memory` and `bookkeeping` (every held batch
+    /// but the one being taken in).
+    placed: bool,
+}
+
+impl Held {
+    /// The bytes of its pieces.
+    fn whole_bytes(&self) -> usize {
+        match &self.data {
+            Data::Whole(pieces) => pieces.iter().map(|p| p.data.len()).sum(),
+            Data::Compact { pieces, .. } => pieces.iter().map(|p| p.len).sum(),
+        }
+    }
+
+    /// The bytes of its chunks that are new or undecided.
+    fn kept_bytes(&self) -> usize {
+        let Data::Whole(pieces) = &self.data else {
+            unreachable!("asked of a whole batch only")
+        };
+        let lens = pieces
+            .iter()
+            .flat_map(|p| p.lens.iter().map(|&l| l as usize));
+        lens.zip(&self.decisions)
+            .filter(|(_, d)| **d != Decision::Old)
+            .map(|(l, _)| l)
+            .sum()
+    }
+
+    fn new_flags(&self) -> Vec<bool> {
+        self.decisions.iter().map(|d| *d == Decision::New).collect()
+    }
 }
 
 /// The batches waiting, in stream order, and the fingerprints submitted and not
-/// answered yet. Invariant: every fingerprint of `in_flight` was submitted with the
-/// token of exactly one unresolved chunk of `held`, and every unresolved chunk's
-/// fingerprint is in `in_flight`.
+/// answered yet. Invariants: every fingerprint of `in_flight` was submitted with the
+/// token of exactly one `Undecided` chunk of `held`, and every `Undecided` chunk's
+/// fingerprint is in `in_flight`; only the back of `held` may be unplaced, and only
+/// while it is taken in; in a `Compact` batch a chunk keeps no bytes exactly when it
+/// is `Old`; `memory` is the bytes of the placed `Whole` batches plus the kept bytes
+/// of the `Compact` ones, at most `limit - limit / 4`; `bookkeeping` is
+/// [`HELD_CHUNK_COST`] times the chunks of placed batches, at most `limit / 4` (the
+/// held share, `limit`, is split so).
 struct Waiting {
     held: VecDeque<Held>,
     in_flight: HashSet<Fingerprint, FingerprintHasher>,
     next_token: u64,
-    bytes: usize,
+    memory: usize,
+    bookkeeping: usize,
+    limit: usize,
+    /// Block buffers freed by compaction, for stage 1.
+    freed: Vec<Vec<u8>>,
 }
 
 impl Waiting {
-    fn new() -> Self {
+    fn new(limit: usize) -> Self {
         Self {
             held: VecDeque::new(),
             in_flight: HashSet::with_hasher(FingerprintHasher),
             next_token: 0,
-            bytes: 0,
+            memory: 0,
+            bookkeeping: 0,
+            limit,
+            freed: Vec::new(),
         }
+    }
+
+    /// Takes in the next batch in stream order: decides what it can at once, submits
+    /// the rest, takes in the answers, returns the batches now decided at the front
+    /// (for stage 4, in stream order), and compacts the new batch if it waits.
+    fn take(
+        &mut self,
+        indexer: &mut Indexer,
+        index: &mut RepoDiskIndex,
+        batch: Batch,
+        progress: &dyn Progress,
+        warnings: &Mutex<Vec<Warning>>,
+    ) -> Result<Vec<WriteBatch>> {
+        self.push(indexer, index, batch)?;
+        self.collect(indexer, index);
+        let mut ready = self.emit_ready(indexer, progress, warnings);
+        if self.held.back().is_some_and(|h| !h.placed) {
+            if self.back_overflows() {
+                // Everything buffered is answered, so every held batch leaves.
+                index.finish().map_err(StoreError::from)?;
+                self.collect(indexer, index);
+                ready.extend(self.emit_ready(indexer, progress, warnings));
+            } else {
+                self.place_back();
+            }
+        }
+        Ok(ready)
+    }
+
+    /// The decided batches at the front, in stream order, for stage 4.
+    fn emit_ready(
+        &mut self,
+        indexer: &mut Indexer,
+        progress: &dyn Progress,
+        warnings: &Mutex<Vec<Warning>>,
+    ) -> Vec<WriteBatch> {
+        let mut ready = Vec::new();
+        while let Some(held) = self.pop_ready() {
+            ready.push(self.emit(indexer, held, progress, warnings));
+        }
+        ready
     }
 
     /// Decides what it can of `batch` at once and submits the rest.
     fn push(&mut self, indexer: &Indexer, index: &mut RepoDiskIndex, batch: Batch) -> Result<()> {
         let first = self.next_token;
         self.next_token += batch.fps.len() as u64;
+        let mut decisions = vec![Decision::Old; batch.fps.len()];
         let mut unresolved = 0;
         for (i, fp) in batch.fps.iter().enumerate() {
             if indexer.new_chunks.contains(fp) || self.in_flight.contains(fp) {
@@ -68,59 +191,180 @@ impl Waiting {
                 .submit(*fp, first + i as u64)
                 .map_err(StoreError::from)?;
             self.in_flight.insert(*fp);
+            decisions[i] = Decision::Undecided;
             unresolved += 1;
         }
-        let bytes = batch.pieces.iter().map(|p| p.data.len()).sum();
-        self.bytes += bytes;
         self.held.push_back(Held {
-            new: vec![false; batch.fps.len()],
-            batch,
+            data: Data::Whole(batch.pieces),
+            fps: batch.fps,
             first,
+            decisions,
             unresolved,
-            bytes,
+            placed: false,
         });
         Ok(())
     }
 
-    /// Takes in every answer the index has.
+    /// Takes in every answer the index has, dropping the bytes of chunks answered not
+    /// new.
     fn collect(&mut self, indexer: &mut Indexer, index: &mut RepoDiskIndex) {
         while let Some(r) = index.poll() {
             self.in_flight.remove(&r.fp);
             let at = self
                 .held
-                .partition_point(|h| h.first + h.new.len() as u64 <= r.token);
+                .partition_point(|h| h.first + h.decisions.len() as u64 <= r.token);
             let held = &mut self.held[at];
+            let i = (r.token - held.first) as usize;
+            held.unresolved -= 1;
             if r.answer == Answer::New {
                 indexer.new_chunks.insert(r.fp);
-                held.new[(r.token - held.first) as usize] = true;
+                held.decisions[i] = Decision::New;
+                continue;
             }
-            held.unresolved -= 1;
+            held.decisions[i] = Decision::Old;
+            if let Data::Compact { chunks, .. } = &mut held.data {
+                let bytes = chunks[i]
+                    .take()
+                    .expect("an undecided chunk keeps its bytes");
+                self.memory -= bytes.len();
+            }
         }
     }
 
-    /// The decided batches at the front, in stream order.
+    /// Whether the unplaced batch at the back is compacted rather than held whole: when
+    /// at most half of its bytes are kept.
+    fn compacts(held: &Held) -> bool {
+        2 * held.kept_bytes() <= held.whole_bytes()
+    }
+
+    /// Places the batch at the back, which the caller has made sure fits
+    /// ([`Waiting::back_overflows`]): compacted, or counted whole.
+    fn place_back(&mut self) {
+        let Some(mut held) = self.held.pop_back() else {
+            return;
+        };
+        debug_assert!(!held.placed);
+        held.placed = true;
+        self.bookkeeping += HELD_CHUNK_COST * held.decisions.len();
+        if !Self::compacts(&held) {
+            self.memory += held.whole_bytes();
+        } else {
+            self.compact(&mut held);
+        }
+        debug_assert!(self.memory <= self.limit - self.limit / 4);
+        debug_assert!(self.bookkeeping <= self.limit / 4);
+        self.held.push_back(held);
+    }
+
+    /// Keeps a copy of the bytes of `held`'s chunks that are new or undecided and
+    /// frees its block buffers.
+    fn compact(&mut self, held: &mut Held) {
+        let Data::Whole(whole) = std::mem::replace(&mut held.data, Data::Whole(Vec::new())) else {
+            unreachable!("compacted once")
+        };
+        let mut pieces = Vec::with_capacity(whole.len());
+        let mut chunks = Vec::with_capacity(held.decisions.len());
+        for piece in whole {
+            let mut start = 0;
+            for &len in &piece.lens {
+                let bytes = &piece.data[start..start + len as usize];
+                start += len as usize;
+                chunks.push(if held.decisions[chunks.len()] == Decision::Old {
+                    None
+                } else {
+                    self.memory += bytes.len();
+                    Some(bytes.to_vec())
+                });
+            }
+            pieces.push(PieceInfo {
+                item: piece.item,
+                lens: piece.lens,
+                end: piece.end,
+                len: piece.data.len(),
+            });
+            self.freed.push(piece.data);
+        }
+        held.data = Data::Compact { pieces, chunks };
+    }
+
+    /// Whether the unplaced batch at the back would take stage 3 past the held share
+    /// if placed: its bytes (kept, or whole) past three quarters of it, or its chunks'
+    /// bookkeeping past the last quarter.
+    fn back_overflows(&self) -> bool {
+        let Some(held) = self.held.back().filter(|h| !h.placed) else {
+            return false;
+        };
+        let bytes = if Self::compacts(held) {
+            held.kept_bytes()
+        } else {
+            held.whole_bytes()
+        };
+        self.memory + bytes > self.limit - self.limit / 4
+            || self.bookkeeping + HELD_CHUNK_COST * held.decisions.len() > self.limit / 4
+    }
+
+    /// The decided batch at the front, if any.
     fn pop_ready(&mut self) -> Option<Held> {
         if self.held.front()?.unresolved > 0 {
             return None;
         }
-        let held = self.held.pop_front()?;
-        self.bytes -= held.bytes;
-        Some(held)
+        self.held.pop_front()
+    }
+
+    /// What stage 4 gets of a decided batch: its new chunks, each in its own buffer
+    /// when the batch was compacted.
+    fn emit(
+        &mut self,
+        indexer: &mut Indexer,
+        held: Held,
+        progress: &dyn Progress,
+        warnings: &Mutex<Vec<Warning>>,
+    ) -> WriteBatch {
+        let new = held.new_flags();
+        if held.placed {
+            self.bookkeeping -= HELD_CHUNK_COST * held.decisions.len();
+            if let Data::Whole(_) = held.data {
+                self.memory -= held.whole_bytes();
+            }
+        }
+        let (pieces, chunks) = match held.data {
+            Data::Whole(pieces) => {
+                let batch = Batch {
+                    seq: 0,
+                    pieces,
+                    fps: held.fps,
+                };
+                return indexer.emit(batch, &new, progress, warnings);
+            }
+            Data::Compact { pieces, chunks } => (pieces, chunks),
+        };
+        let mut bytes = chunks;
+        self.memory -= bytes.iter().flatten().map(Vec::len).sum::<usize>();
+        let mut out = WriteBatch {
+            buffers: Vec::new(),
+            chunks: Vec::new(),
+        };
+        let mut fps = held.fps.into_iter().zip(new).enumerate();
+        for info in &pieces {
+            indexer.account(info, &mut fps, progress, warnings, |i, _, len, fp| {
+                out.chunks.push(NewChunk {
+                    piece: out.buffers.len(),
+                    start: 0,
+                    len,
+                    fp,
+                    compressed: None,
+                });
+                out.buffers
+                    .push(bytes[i].take().expect("a new chunk keeps its bytes"));
+            });
+        }
+        out
     }
 }
 
-/// Chunk bytes stage 3 may hold while lazy answers are outstanding: the lazy buffer's
-/// share of the budget (its buckets times BFT chunks of the average size), and at
-/// least two batches so that it makes progress. Past it, everything is looked up.
-fn held_limit(index: &RepoDiskIndex) -> usize {
-    let config = index.config();
-    let share = index.buckets().1 * config.bft as u64 * config.buffered_chunk_bytes;
-    (share as usize).max(2 * BLOCK)
-}
-
 /// Runs stage 3 over the batches of `rx`, in stream order. On an error of the disk
-/// index it stops: the batches it holds are dropped with the backup (nothing was
-/// committed; containers already written are adopted by the next writer).
+/// index it stops: the batches it holds are dropped with the backup
+/// (nothing was committed; containers already written are adopted by the next writer).
 pub(super) fn run(
     indexer: &mut Indexer,
     state: &mut DiskState,
@@ -128,25 +372,20 @@ pub(super) fn run(
     out: &StageOut<'_>,
     turns: &Turns,
 ) -> Result<Duration> {
+    let limit = usize::try_from(state.held_chunk_bytes()).unwrap_or(usize::MAX);
     let index = state.index_mut();
-    let limit = held_limit(index);
     let mut busy = Duration::ZERO;
     let mut reorder = std::collections::BTreeMap::new();
     let mut next = 0u64;
-    let mut waiting = Waiting::new();
+    let mut waiting = Waiting::new(limit);
     let result = (|| {
         for batch in rx {
             reorder.insert(batch.seq, batch);
             while let Some(batch) = reorder.remove(&next) {
                 next += 1;
                 let spell = turns.begin();
-                waiting.push(indexer, index, batch)?;
-                waiting.collect(indexer, index);
-                if waiting.bytes > limit {
-                    index.finish().map_err(StoreError::from)?;
-                    waiting.collect(indexer, index);
-                }
-                let ready = emit_ready(indexer, &mut waiting, out);
+                let ready = waiting.take(indexer, index, batch, out.progress, out.warnings)?;
+                recycle(out.pool, waiting.freed.drain(..));
                 busy += spell.end();
                 if !ready.into_iter().all(|w| out.send(w)) {
                     return Ok(());
@@ -157,7 +396,7 @@ pub(super) fn run(
         let spell = turns.begin();
         index.finish().map_err(StoreError::from)?;
         waiting.collect(indexer, index);
-        let ready = emit_ready(indexer, &mut waiting, out);
+        let ready = waiting.emit_ready(indexer, out.progress, out.warnings);
         busy += spell.end();
         for w in ready {
             if !out.send(w) {
@@ -173,16 +412,6 @@ pub(super) fn run(
     result.map(|()| busy)
 }
 
-/// Emits the decided batches at the front, in stream order, for sending once the
-/// spell has ended.
-fn emit_ready(indexer: &mut Indexer, waiting: &mut Waiting, out: &StageOut<'_>) -> Vec<WriteBatch> {
-    let mut ready = Vec::new();
-    while let Some(held) = waiting.pop_ready() {
-        ready.push(indexer.emit(held.batch, &held.new, out.progress, out.warnings));
-    }
-    ready
-}
-
 /// Decides the chunks of one stream at once (the tree, after the pipeline).
 pub(super) fn decide_now(
     indexer: &mut Indexer,
@@ -190,7 +419,7 @@ pub(super) fn decide_now(
     fps: &[Fingerprint],
 ) -> Result<Vec<bool>> {
     let index = state.index_mut();
-    let mut waiting = Waiting::new();
+    let mut waiting = Waiting::new(0);
     let batch = Batch {
         seq: 0,
         pieces: Vec::new(),
@@ -207,7 +436,7 @@ pub(super) fn decide_now(
     let held = waiting
         .pop_ready()
         .expect("finish answers every submitted fingerprint");
-    Ok(held.new)
+    Ok(held.new_flags())
 }
 
 /// The counters of a backup: `after` less `before` (the index's counters run from
@@ -265,6 +494,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::backup::PieceEnd;
 
     fn fp(i: u64) -> Fingerprint {
         HashAlgo::Blake3.fingerprint(&i.to_le_bytes())
@@ -273,7 +503,7 @@ mod tests {
     fn indexer() -> Indexer {
         Indexer {
             index: larder_store::RepoIndex::default(),
-            new_chunks: HashSet::new(),
+            new_chunks: HashSet::with_hasher(FingerprintHasher),
             recipes: Vec::new(),
             sizes: Vec::new(),
             chunks: 0,
@@ -317,48 +547,111 @@ mod tests {
         DiskIndex::open(index.close().unwrap(), config, Lookup::Lazy).unwrap()
     }
 
+    /// Chunk `i`'s bytes: 1 to 3000 bytes that differ from every other chunk's.
+    fn chunk_bytes(i: u64) -> Vec<u8> {
+        let len = 1 + (i * 7_919 % 3_000) as usize;
+        i.to_le_bytes().iter().copied().cycle().take(len).collect()
+    }
+
+    /// A batch of one piece (file `seq`, ending with it) holding chunks `ids`.
+    fn batch(seq: u64, ids: &[u64]) -> Batch {
+        let chunks: Vec<Vec<u8>> = ids.iter().map(|&i| chunk_bytes(i)).collect();
+        let data: Vec<u8> = chunks.concat();
+        Batch {
+            seq,
+            pieces: vec![Piece {
+                item: seq as usize,
+                lens: chunks.iter().map(|c| c.len() as u32).collect(),
+                end: PieceEnd::Done {
+                    size: data.len() as u64,
+                },
+                data,
+            }],
+            fps: ids.iter().map(|&i| fp(i)).collect(),
+        }
+    }
+
+    /// The invariants of `Waiting` on bytes, between two batches: every held batch is
+    /// placed; a compact chunk keeps no bytes exactly when it is `Old` (decided
+    /// duplicates keep nothing); `memory` counts whole batches in full and compact
+    /// ones' kept bytes, `bookkeeping` every held chunk, each within its part of the
+    /// limit.
+    fn check_bytes(w: &Waiting) -> std::result::Result<(), TestCaseError> {
+        let mut memory = 0;
+        let mut chunks_held = 0;
+        for h in &w.held {
+            prop_assert!(h.placed);
+            chunks_held += h.decisions.len();
+            match &h.data {
+                Data::Whole(_) => memory += h.whole_bytes(),
+                Data::Compact { chunks, .. } => {
+                    for (k, d) in chunks.iter().zip(&h.decisions) {
+                        prop_assert_eq!(k.is_none(), *d == Decision::Old);
+                        memory += k.as_ref().map_or(0, Vec::len);
+                    }
+                }
+            }
+        }
+        prop_assert_eq!(memory, w.memory);
+        prop_assert_eq!(chunks_held * HELD_CHUNK_COST, w.bookkeeping);
+        prop_assert!(w.memory <= w.limit - w.limit / 4);
+        prop_assert!(w.bookkeeping <= w.limit / 4);
+        Ok(())
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(24))]
 
         /// Whatever the stream (old and new fingerprints, repeated within and across
-        /// batches while their first copy still waits in the lazy buffer), stage 3's
-        /// decisions are the in-memory oracle's: new exactly at the first copy of a
-        /// fingerprint the index did not hold, and batches leave in stream order.
+        /// batches while their first copy still waits in the lazy buffer) and the held
+        /// share (none, so that every waiting batch makes stage 3 look everything up,
+        /// to unbounded), stage 3's decisions are the in-memory oracle's: new exactly at
+        /// the first copy of a fingerprint the index did not hold; batches leave in
+        /// stream order; stage 4 gets each new chunk's bytes exactly; the bytes of
+        /// chunks decided old are dropped at once; and what is held stays within the
+        /// share.
         #[test]
-        fn decisions_match_the_oracle(
+        fn decisions_and_bytes_match_the_oracle(
             picks in proptest::collection::vec(0u64..6_000, 1..3_000),
-            batch in 1usize..80,
+            batch_len in 1usize..80,
+            limit in prop_oneof![Just(0usize), 0usize..200_000, Just(usize::MAX)],
         ) {
             let dir = tempfile::tempdir().unwrap();
             let old = 3_000;
             let mut index = lazy_index(dir.path(), old);
             let mut indexer = indexer();
-            let mut waiting = Waiting::new();
-            let mut decided: Vec<(u64, Vec<bool>)> = Vec::new();
-            for (seq, part) in picks.chunks(batch).enumerate() {
-                let b = Batch {
-                    seq: seq as u64,
-                    pieces: Vec::new(),
-                    fps: part.iter().map(|&i| fp(i)).collect(),
-                };
-                waiting.push(&indexer, &mut index, b).unwrap();
-                waiting.collect(&mut indexer, &mut index);
-                while let Some(h) = waiting.pop_ready() {
-                    decided.push((h.batch.seq, h.new));
-                }
+            let batches = picks.chunks(batch_len).len();
+            indexer.recipes = vec![None; batches];
+            indexer.sizes = vec![0; batches];
+            let mut waiting = Waiting::new(limit);
+            let warnings = Mutex::new(Vec::new());
+            let mut out: Vec<WriteBatch> = Vec::new();
+            for (seq, part) in picks.chunks(batch_len).enumerate() {
+                let b = batch(seq as u64, part);
+                out.extend(waiting.take(&mut indexer, &mut index, b, &crate::NoProgress, &warnings).unwrap());
+                check_bytes(&waiting)?;
             }
             index.finish().unwrap();
             waiting.collect(&mut indexer, &mut index);
-            while let Some(h) = waiting.pop_ready() {
-                decided.push((h.batch.seq, h.new));
-            }
+            check_bytes(&waiting)?;
+            out.extend(waiting.emit_ready(&mut indexer, &crate::NoProgress, &warnings));
             prop_assert!(waiting.held.is_empty() && waiting.in_flight.is_empty());
-            let seqs: Vec<u64> = decided.iter().map(|d| d.0).collect();
-            prop_assert_eq!(seqs, (0..picks.chunks(batch).len() as u64).collect::<Vec<_>>());
+            prop_assert_eq!((waiting.memory, waiting.bookkeeping), (0, 0));
+            // Stream order: each file's recipe, and the new chunks' bytes in order.
+            for (seq, part) in picks.chunks(batch_len).enumerate() {
+                let want: Vec<Fingerprint> = part.iter().map(|&i| fp(i)).collect();
+                prop_assert_eq!(indexer.recipes[seq].as_ref(), Some(&want));
+            }
             let mut seen = HashSet::new();
-            let oracle: Vec<bool> = picks.iter().map(|&i| i >= old && seen.insert(i)).collect();
-            let got: Vec<bool> = decided.into_iter().flat_map(|d| d.1).collect();
-            prop_assert_eq!(got, oracle);
+            let oracle: Vec<u64> = picks.iter().copied().filter(|&i| i >= old && seen.insert(i)).collect();
+            let got_fps: Vec<Fingerprint> = out.iter().flat_map(|w| w.chunks.iter().map(|c| c.fp)).collect();
+            prop_assert_eq!(got_fps, oracle.iter().map(|&i| fp(i)).collect::<Vec<_>>());
+            let got_bytes: Vec<u8> = out
+                .iter()
+                .flat_map(|w| w.chunks.iter().flat_map(|c| w.buffers[c.piece][c.start..][..c.len].to_vec()))
+                .collect();
+            prop_assert_eq!(got_bytes, oracle.iter().flat_map(|&i| chunk_bytes(i)).collect::<Vec<u8>>());
+            prop_assert_eq!(indexer.bytes_in, picks.iter().map(|&i| chunk_bytes(i).len() as u64).sum::<u64>());
             // Every `New` awaits its insert at the commit, once.
             prop_assert_eq!(index.awaiting_insert(), indexer.new_chunks.len());
             // The stream went through the buffer and the disk, and met false positives.
@@ -368,5 +661,97 @@ mod tests {
                 prop_assert!(m.bloom_false_positives > 0, "{m}");
             }
         }
+    }
+
+    /// A waiting batch that is mostly decided old keeps only its new and undecided
+    /// chunks' bytes, and drops a chunk's bytes at the answer that it is old; one that
+    /// is mostly undecided is held whole, without a copy; a batch that would not fit
+    /// in the held share makes stage 3 look everything up first; a batch decided at
+    /// push leaves at once, block buffers and all.
+    #[test]
+    fn held_batches_keep_only_what_stage_4_may_need() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut index = lazy_index(dir.path(), 3_000);
+        let mut indexer = indexer();
+        indexer.recipes = vec![None; 5];
+        indexer.sizes = vec![0; 5];
+        let mut waiting = Waiting::new(1 << 20);
+        let warnings = Mutex::new(Vec::new());
+        let progress = crate::NoProgress;
+        let bytes_of = |ids: &mut dyn Iterator<Item = u64>| -> usize {
+            ids.map(|i| chunk_bytes(i).len()).sum()
+        };
+        // Old chunks 0..40 (they wait in the buffer: the cache is cold), new 5000..5010,
+        // and two later copies of each (decided old at once: no bytes kept).
+        let first: Vec<u64> = (0..40).chain(5_000..5_010).collect();
+        let ids: Vec<u64> = first
+            .iter()
+            .cycle()
+            .take(3 * first.len())
+            .copied()
+            .collect();
+        let out = waiting
+            .take(
+                &mut indexer,
+                &mut index,
+                batch(0, &ids),
+                &progress,
+                &warnings,
+            )
+            .unwrap();
+        assert!(out.is_empty(), "old chunks wait");
+        let kept = waiting.memory;
+        assert!(kept > 0 && kept <= bytes_of(&mut first.iter().copied()));
+        assert!(matches!(waiting.held[0].data, Data::Compact { .. }));
+        assert_eq!(waiting.freed.len(), 1, "the block buffer is freed");
+        // Every answer in: the old chunks' bytes are gone, the new ones' stay.
+        index.finish().unwrap();
+        waiting.collect(&mut indexer, &mut index);
+        let new_bytes = bytes_of(&mut (5_000..5_010));
+        assert_eq!(waiting.memory, new_bytes);
+        let Data::Compact { chunks, .. } = &waiting.held[0].data else {
+            panic!("compacted")
+        };
+        assert_eq!(chunks.iter().filter(|c| c.is_some()).count(), 10);
+        let out = waiting.emit_ready(&mut indexer, &progress, &warnings);
+        let got: Vec<Vec<u8>> = out[0]
+            .chunks
+            .iter()
+            .map(|c| out[0].buffers[c.piece].clone())
+            .collect();
+        assert_eq!(got, (5_000..5_010).map(chunk_bytes).collect::<Vec<_>>());
+        assert_eq!((waiting.memory, waiting.bookkeeping), (0, 0));
+        // A batch of undecided chunks (too few to fill a buffer bucket) is held whole,
+        // counted in full.
+        let b = batch(1, &(2_000..2_006).collect::<Vec<_>>());
+        let whole = b.pieces[0].data.len();
+        let out = waiting
+            .take(&mut indexer, &mut index, b, &progress, &warnings)
+            .unwrap();
+        assert!(out.is_empty());
+        assert!(matches!(waiting.held[0].data, Data::Whole(_)));
+        assert_eq!(waiting.memory, whole);
+        assert_eq!(waiting.freed.len(), 1, "no block buffer freed");
+        // Then one that does not fit beside it: everything is looked up, both leave.
+        waiting.limit = waiting.memory + waiting.bookkeeping;
+        let b = batch(2, &(2_100..2_106).collect::<Vec<_>>());
+        let out = waiting
+            .take(&mut indexer, &mut index, b, &progress, &warnings)
+            .unwrap();
+        assert_eq!(out.len(), 2);
+        assert_eq!(
+            out[0].buffers.len(),
+            1,
+            "the whole batch leaves with its buffer"
+        );
+        assert!(waiting.held.is_empty());
+        assert_eq!((waiting.memory, waiting.bookkeeping), (0, 0));
+        // Chunks now in the cache, or new: decided at push, the batch leaves whole.
+        waiting
+            .push(&indexer, &mut index, batch(3, &[5_000, 1]))
+            .unwrap();
+        waiting.collect(&mut indexer, &mut index);
+        let held = waiting.pop_ready().expect("decided at once");
+        assert!(matches!(held.data, Data::Whole(_)));
     }
 }

@@ -217,10 +217,25 @@ pub(crate) enum Unusable {
     Fail(StoreError),
 }
 
-fn disk_config(memory: u64, expected: u64) -> DiskIndexConfig {
+/// The share of `--index-memory` that a backup's stage 3 may fill with the bytes of
+/// chunks waiting for lazy answers (docs/design/disk-index.md, "Memory budget"): a
+/// quarter with the lazy lookup, none with the eager one (it answers at once).
+fn held_chunk_share(lookup: DiskLookup, memory: u64) -> u64 {
+    match lookup {
+        DiskLookup::Eager => 0,
+        DiskLookup::Lazy => memory / 4,
+    }
+}
+
+/// The disk index's config: the one place the store and the engine say how the budget
+/// is split. The index gets what stage 3's held chunk bytes leave, and reserves no
+/// chunk bytes of its own (`buffered_chunk_bytes: 0`): the chunks of buffered fingerprints
+/// wait in stage 3, within [`held_chunk_share`].
+fn disk_config(lookup: DiskLookup, memory: u64, expected: u64) -> DiskIndexConfig {
     DiskIndexConfig {
-        memory_budget: memory,
+        memory_budget: memory - held_chunk_share(lookup, memory),
         expected_fingerprints: expected.max(MIN_EXPECTED),
+        buffered_chunk_bytes: 0,
         ..DiskIndexConfig::default()
     }
 }
@@ -252,13 +267,15 @@ impl DiskState {
         let io = DirIo::open(&dir, false).map_err(|e| Unusable::Fail(StoreError::io(&dir, e)))?;
         // The expected count only sizes a new index; an existing one keeps its own.
         let index =
-            DiskIndex::open(io, disk_config(memory, 0), lookup.lookup()).map_err(|e| match e {
-                IndexError::NeedsRebuild => {
-                    Unusable::Rebuild("dirty (a crash while it was written)")
+            DiskIndex::open(io, disk_config(lookup, memory, 0), lookup.lookup()).map_err(|e| {
+                match e {
+                    IndexError::NeedsRebuild => {
+                        Unusable::Rebuild("dirty (a crash while it was written)")
+                    }
+                    IndexError::Corrupt { .. } => Unusable::Rebuild("damaged"),
+                    IndexError::Missing(_) => Unusable::Rebuild("missing"),
+                    e => Unusable::Fail(e.into()),
                 }
-                IndexError::Corrupt { .. } => Unusable::Rebuild("damaged"),
-                IndexError::Missing(_) => Unusable::Rebuild("missing"),
-                e => Unusable::Fail(e.into()),
             })?;
         Ok(Self {
             index,
@@ -288,7 +305,7 @@ impl DiskState {
         let io = DirIo::open(&dir, false).map_err(io_err(&dir))?;
         // Filled by an eager index, which answers in submission order, so that the
         // metadata array keeps the containers' order; then opened as configured.
-        let config = disk_config(memory, 2 * chunks);
+        let config = disk_config(lookup, memory, 2 * chunks);
         let mut eager = DiskIndex::create(io, config.clone(), Lookup::Eager)?;
         let all: Vec<_> = containers.iter().flat_map(entries).collect();
         fill(&mut eager, &all)?;
@@ -323,6 +340,12 @@ impl DiskState {
 
     pub fn memory(&self) -> u64 {
         self.memory
+    }
+
+    /// Bytes of chunks a backup's stage 3 may hold in memory while they wait for
+    /// answers ([`held_chunk_share`] of the budget).
+    pub fn held_chunk_bytes(&self) -> u64 {
+        held_chunk_share(self.lookup, self.memory)
     }
 
     /// Indexes every chunk of `containers` that the index lacks (the first copy stays
