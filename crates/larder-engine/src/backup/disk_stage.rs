@@ -75,6 +75,15 @@ struct Held {
 }
 
 impl Held {
+    /// The fingerprint of its first chunk still waiting for an answer.
+    fn first_undecided(&self) -> Option<Fingerprint> {
+        let i = self
+            .decisions
+            .iter()
+            .position(|d| matches!(d, Decision::Undecided))?;
+        Some(self.fps[i])
+    }
+
     /// The bytes of its pieces.
     fn whole_bytes(&self) -> usize {
         match &self.data {
@@ -149,17 +158,47 @@ impl Waiting {
         self.push(indexer, index, batch)?;
         self.collect(indexer, index);
         let mut ready = self.emit_ready(indexer, progress, warnings);
+        if self.back_overflows() {
+            self.make_room(indexer, index, progress, warnings, &mut ready)?;
+        }
         if self.held.back().is_some_and(|h| !h.placed) {
-            if self.back_overflows() {
-                // Everything buffered is answered, so every held batch leaves.
-                index.finish().map_err(StoreError::from)?;
-                self.collect(indexer, index);
-                ready.extend(self.emit_ready(indexer, progress, warnings));
-            } else {
-                self.place_back();
-            }
+            self.place_back();
         }
         Ok(ready)
+    }
+
+    /// Frees the held share for the batch just taken in: the oldest held batch's first
+    /// undecided chunk has its lazy bucket looked up now (`hasten`, which answers the
+    /// bucket's other fingerprints too), the decided batches at the front leave, and so
+    /// on until the new batch fits. When that cannot free enough (the new batch is the
+    /// only one held, or a lookup answered nothing: an eager index), everything
+    /// buffered is looked up (`finish`) and every held batch leaves.
+    fn make_room(
+        &mut self,
+        indexer: &mut Indexer,
+        index: &mut RepoDiskIndex,
+        progress: &dyn Progress,
+        warnings: &Mutex<Vec<Warning>>,
+        ready: &mut Vec<WriteBatch>,
+    ) -> Result<()> {
+        while self.back_overflows() {
+            let oldest = self
+                .held
+                .front()
+                .filter(|h| h.placed)
+                .and_then(|h| h.first_undecided());
+            let before = self.in_flight.len();
+            if let Some(fp) = oldest {
+                index.hasten(&fp).map_err(StoreError::from)?;
+                self.collect(indexer, index);
+            }
+            if self.in_flight.len() == before {
+                index.finish().map_err(StoreError::from)?;
+                self.collect(indexer, index);
+            }
+            ready.extend(self.emit_ready(indexer, progress, warnings));
+        }
+        Ok(())
     }
 
     /// The decided batches at the front, in stream order, for stage 4.
@@ -517,7 +556,14 @@ mod tests {
     /// empty (old fingerprints wait in the buffer), with a Bloom filter of one page
     /// that passes some new ones (false positives, answered `New` after a disk lookup).
     fn lazy_index(dir: &std::path::Path, old: u64) -> RepoDiskIndex {
+        lazy_index_with(dir, old, DiskIndexConfig::default().buffered_chunk_bytes)
+    }
+
+    /// `lazy_index`, its buffer reserving `buffered` bytes per fingerprint (0: one
+    /// buffer bucket per table bucket, as a backup configures it).
+    fn lazy_index_with(dir: &std::path::Path, old: u64, buffered: u64) -> RepoDiskIndex {
         let config = DiskIndexConfig {
+            buffered_chunk_bytes: buffered,
             memory_budget: 1 << 20,
             expected_fingerprints: 2_000,
             bloom_target_rate: 0.5,
@@ -666,7 +712,7 @@ mod tests {
     /// A waiting batch that is mostly decided old keeps only its new and undecided
     /// chunks' bytes, and drops a chunk's bytes at the answer that it is old; one that
     /// is mostly undecided is held whole, without a copy; a batch that would not fit
-    /// in the held share makes stage 3 look everything up first; a batch decided at
+    /// in the held share makes stage 3 answer the held batches first; a batch decided at
     /// push leaves at once, block buffers and all.
     #[test]
     fn held_batches_keep_only_what_stage_4_may_need() {
@@ -753,5 +799,58 @@ mod tests {
         waiting.collect(&mut indexer, &mut index);
         let held = waiting.pop_ready().expect("decided at once");
         assert!(matches!(held.data, Data::Whole(_)));
+    }
+
+    /// A batch that does not fit beside the held ones makes room by answering the
+    /// oldest held batch first, one lazy bucket at a time (`hasten`), not the whole
+    /// buffer: the next held batch keeps waiting.
+    #[test]
+    fn room_is_made_from_the_oldest_batch_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut index = lazy_index_with(dir.path(), 3_000, 0);
+        let mut indexer = indexer();
+        indexer.recipes = vec![None; 3];
+        indexer.sizes = vec![0; 3];
+        let mut waiting = Waiting::new(1 << 20);
+        let warnings = Mutex::new(Vec::new());
+        let progress = crate::NoProgress;
+        let ids = |from: u64| (from..from + 8).map(|i| i * 7).collect::<Vec<_>>();
+        for (seq, from) in [(0, 0), (1, 200)] {
+            let out = waiting
+                .take(
+                    &mut indexer,
+                    &mut index,
+                    batch(seq, &ids(from)),
+                    &progress,
+                    &warnings,
+                )
+                .unwrap();
+            assert!(out.is_empty(), "old chunks wait in the buffer");
+        }
+        let first = &waiting.held[0];
+        let (m0, k0) = (first.whole_bytes(), HELD_CHUNK_COST * first.decisions.len());
+        let (m, k) = (waiting.memory, waiting.bookkeeping);
+        let third = batch(2, &ids(400));
+        let w2 = third.pieces[0].data.len();
+        let n2 = HELD_CHUNK_COST * third.fps.len();
+        // A limit the third batch overflows beside both, and fits beside the second.
+        let limit = (1..1 << 20)
+            .find(|&l: &usize| {
+                let overflows = m + w2 > l - l / 4 || k + n2 > l / 4;
+                let fits = m - m0 + w2 <= l - l / 4 && k - k0 + n2 <= l / 4;
+                overflows && fits
+            })
+            .expect("such a limit");
+        waiting.limit = limit;
+        let out = waiting
+            .take(&mut indexer, &mut index, third, &progress, &warnings)
+            .unwrap();
+        assert_eq!(out.len(), 1, "the oldest batch left");
+        assert_eq!(waiting.held.len(), 2);
+        assert!(
+            waiting.held[0].unresolved > 0,
+            "the second batch still waits"
+        );
+        assert!(index.unresolved() > 0, "the buffer was not emptied");
     }
 }
