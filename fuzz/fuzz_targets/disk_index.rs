@@ -6,7 +6,7 @@
 use larder_hash::Fingerprint;
 use larder_index::disk::{
     decode_meta_header, decode_record_page, BloomHeader, BucketPage, DiskIndex,
-    DiskIndexConfig, IndexFile, IndexIo, Lookup, MemIo, TableHeader, PAGE,
+    DiskIndexConfig, IndexFile, IndexIo, Lookup, MemIo, RunList, TableHeader, PAGE,
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -28,7 +28,7 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(header) = BloomHeader::decode(&page) {
         let _ = header.check_bits(&page, &[0; 512]);
     }
-    let small = TableHeader { buckets: 3, pages: 9, entries: 40, dirty: false };
+    let small = TableHeader { buckets: 3, pages: 9, entries: 40, dirty: false, runs: RunList::default() };
     let _ = BucketPage::decode(&page, 4, 1, &small);
     for buckets in [1, 3, 1 << 20] {
         let _ = BucketPage::decode_run(&page, buckets, 40);

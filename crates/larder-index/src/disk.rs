@@ -28,7 +28,7 @@ use larder_hash::Fingerprint;
 pub use self::bloom::BloomFilter;
 pub use self::cache::LruCache;
 pub use self::format::{
-    bucket_of, decode_meta_header, decode_record_page, BloomHeader, BucketPage, Record,
+    bucket_of, decode_meta_header, decode_record_page, BloomHeader, BucketPage, Record, RunList,
     TableHeader, BUCKET_SLOTS, RECORDS_PER_PAGE,
 };
 pub use self::io::{DirIo, IndexFile, IndexIo, MemIo, PageBuf, PAGE};

@@ -672,3 +672,28 @@ fn hasten_looks_up_one_bucket_now() {
         waiting - answered.len()
     );
 }
+
+/// Runs still waiting at a clean close are listed in the table's header and taken up
+/// at open; a `runs` file cut short is refused as corrupt (the repository then
+/// rebuilds the index from its containers).
+#[test]
+fn waiting_runs_survive_a_close_and_a_short_runs_file_is_refused() {
+    let (mut io, config) = filled_index(Lookup::Eager);
+    let runs = io
+        .file_mut(IndexFile::Runs)
+        .expect("runs were spilled")
+        .clone();
+    assert!(!runs.is_empty());
+    let mut index: DiskIndex<MemIo, u64> =
+        DiskIndex::open(io.clone(), config.clone(), Lookup::Eager).unwrap();
+    for id in (0..3000).step_by(97) {
+        assert!(index.get(&fp(id)).unwrap().is_some(), "fingerprint {id}");
+    }
+    io.file_mut(IndexFile::Runs)
+        .unwrap()
+        .truncate(runs.len() - PAGE);
+    assert!(matches!(
+        DiskIndex::<MemIo, u64>::open(io, config, Lookup::Eager),
+        Err(IndexError::Corrupt { file: "runs", .. })
+    ));
+}

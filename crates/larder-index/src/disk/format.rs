@@ -11,6 +11,15 @@ pub const TABLE_MAGIC: &[u8; 8] = b"LDXTABLE";
 pub const META_MAGIC: &[u8; 8] = b"LDXMETA1";
 pub const BLOOM_MAGIC: &[u8; 8] = b"LDXBLOOM";
 pub const VERSION: u32 = 1;
+/// The table's version: 2 lists spilled runs in its header; version 1 (no runs) is
+/// still read.
+pub const TABLE_VERSION: u32 = 2;
+/// Spilled runs that may wait before they are merged into the table.
+pub const MAX_RUNS: usize = 16;
+/// Where the table header's list of runs starts, and its end (the checksum covers
+/// bytes `0 .. 48` and `RUNS_AT .. RUNS_END`).
+const RUNS_AT: usize = 56;
+const RUNS_END: usize = RUNS_AT + 8 * MAX_RUNS;
 
 /// Bytes of a hash-table entry: fingerprint, metadata position, location.
 pub const ENTRY_LEN: usize = 56;
@@ -96,6 +105,32 @@ pub struct TableHeader {
     pub pages: u64,
     pub entries: u64,
     pub dirty: bool,
+    /// Pages of each run waiting in the `runs` file, in order (page 0 on).
+    pub runs: RunList,
+}
+
+/// The page counts of the spilled runs a table header lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RunList {
+    count: usize,
+    pages: [u64; MAX_RUNS],
+}
+
+impl RunList {
+    /// Runs of `pages` pages each, at most [`MAX_RUNS`].
+    pub fn new(pages: &[u64]) -> Self {
+        assert!(pages.len() <= MAX_RUNS, "at most {MAX_RUNS} runs");
+        let mut list = Self {
+            count: pages.len(),
+            pages: [0; MAX_RUNS],
+        };
+        list.pages[..pages.len()].copy_from_slice(pages);
+        list
+    }
+
+    pub fn pages(&self) -> &[u64] {
+        &self.pages[..self.count]
+    }
 }
 
 /// The most buckets a table may have (docs/design/disk-index.md, "Limits").
@@ -105,15 +140,26 @@ impl TableHeader {
     pub fn encode(&self) -> Vec<u8> {
         let mut b = vec![0u8; PAGE];
         put(&mut b, 0, TABLE_MAGIC);
-        put(&mut b, 8, &VERSION.to_le_bytes());
+        put(&mut b, 8, &TABLE_VERSION.to_le_bytes());
         put(&mut b, 12, &(PAGE as u32).to_le_bytes());
         put(&mut b, 16, &self.buckets.to_le_bytes());
         put(&mut b, 24, &self.pages.to_le_bytes());
         put(&mut b, 32, &self.entries.to_le_bytes());
         put(&mut b, 40, &u32::from(self.dirty).to_le_bytes());
-        let sum = checksum(&b[..48]);
+        put(&mut b, 44, &(self.runs.count as u32).to_le_bytes());
+        for (i, pages) in self.runs.pages().iter().enumerate() {
+            put(&mut b, RUNS_AT + 8 * i, &pages.to_le_bytes());
+        }
+        let sum = Self::checksum(&b);
         put(&mut b, 48, &sum.to_le_bytes());
         b
+    }
+
+    /// The checksum of a version 2 header: bytes `0 .. 48` and the run list.
+    fn checksum(b: &[u8]) -> u64 {
+        let mut covered = b[..48].to_vec();
+        covered.extend_from_slice(&b[RUNS_AT..RUNS_END]);
+        checksum(&covered)
     }
 
     pub fn decode(b: &[u8]) -> Result<Self, Reason> {
@@ -121,12 +167,20 @@ impl TableHeader {
         if &b[0..8] != TABLE_MAGIC {
             return Err("not a disk index table (bad magic)".into());
         }
-        check_sum(u64_at(b, 48), &b[..48], "table header")?;
         let version = u32_at(b, 8);
-        if version != VERSION {
-            return Err(format!(
-                "table version {version}, this larder reads {VERSION}"
-            ));
+        match version {
+            1 => check_sum(u64_at(b, 48), &b[..48], "table header")?,
+            TABLE_VERSION => {
+                let stored = u64_at(b, 48);
+                if stored != Self::checksum(b) && !cfg!(fuzzing) {
+                    return Err("table header checksum mismatch".into());
+                }
+            }
+            _ => {
+                return Err(format!(
+                    "table version {version}, this larder reads 1 and {TABLE_VERSION}"
+                ))
+            }
         }
         if u32_at(b, 12) as usize != PAGE {
             return Err(format!("page size {}, not {PAGE}", u32_at(b, 12)));
@@ -140,6 +194,22 @@ impl TableHeader {
                 1 => true,
                 s => return Err(format!("unknown table state {s}")),
             },
+            runs: RunList::default(),
+        };
+        let count = u32_at(b, 44) as usize;
+        if count > MAX_RUNS || (version == 1 && count != 0) {
+            return Err(format!("{count} runs listed (at most {MAX_RUNS})"));
+        }
+        let mut runs = [0; MAX_RUNS];
+        for (i, pages) in runs.iter_mut().enumerate() {
+            *pages = u64_at(b, RUNS_AT + 8 * i);
+            if (i < count) != (*pages > 0) || *pages > MAX_BUCKETS {
+                return Err(format!("run {i} of {count} has {pages} pages"));
+            }
+        }
+        let header = Self {
+            runs: RunList::new(&runs[..count]),
+            ..header
         };
         if header.buckets == 0 || header.buckets > MAX_BUCKETS {
             return Err(format!("{} buckets", header.buckets));
@@ -150,14 +220,15 @@ impl TableHeader {
                 header.pages, header.buckets
             ));
         }
-        let capacity = header.pages.saturating_mul(BUCKET_SLOTS as u64);
+        let run_pages: u64 = header.runs.pages().iter().sum();
+        let capacity = (header.pages + run_pages).saturating_mul(BUCKET_SLOTS as u64);
         if header.entries > capacity {
             return Err(format!(
                 "{} entries in {} pages",
                 header.entries, header.pages
             ));
         }
-        if !all_zero(&b[44..48]) || !all_zero(&b[56..]) {
+        if !all_zero(&b[RUNS_END..]) {
             return Err("nonzero reserved bytes in the table header".into());
         }
         Ok(header)
@@ -493,14 +564,38 @@ mod tests {
             pages: 12,
             entries: 100,
             dirty: true,
+            runs: RunList::new(&[3, 1]),
         };
         let b = h.encode();
         assert_eq!(TableHeader::decode(&b).unwrap(), h);
-        for at in [0, 9, 17, 41, 50, 100] {
+        for at in [0, 9, 17, 41, 45, 50, 57, 65, 100, 200] {
             let mut bad = b.clone();
             bad[at] ^= 1;
             assert!(TableHeader::decode(&bad).is_err(), "flip at {at} accepted");
         }
+    }
+
+    /// A version 1 header (before runs: its checksum covers bytes 0 .. 48) is still
+    /// read, and lists no runs.
+    #[test]
+    fn version_1_table_headers_are_read() {
+        let h = TableHeader {
+            buckets: 9,
+            pages: 12,
+            entries: 100,
+            dirty: false,
+            runs: RunList::default(),
+        };
+        let mut b = h.encode();
+        put(&mut b, 8, &1u32.to_le_bytes());
+        let sum = checksum(&b[..48]);
+        put(&mut b, 48, &sum.to_le_bytes());
+        assert_eq!(TableHeader::decode(&b).unwrap(), h);
+        put(&mut b, 44, &1u32.to_le_bytes());
+        assert!(
+            TableHeader::decode(&b).is_err(),
+            "a version 1 header lists no runs"
+        );
     }
 
     #[test]
@@ -510,6 +605,7 @@ mod tests {
             pages: 10,
             entries: 1000,
             dirty: false,
+            runs: RunList::default(),
         };
         let bucket = 2;
         let entries: Vec<BucketEntry> = (0..)
@@ -578,7 +674,7 @@ mod tests {
     proptest! {
         #[test]
         fn arbitrary_pages_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..PAGE + 8), bucket in 0u64..8) {
-            let header = TableHeader { buckets: 8, pages: 20, entries: 50, dirty: false };
+            let header = TableHeader { buckets: 8, pages: 20, entries: 50, dirty: false, runs: RunList::default() };
             let _ = TableHeader::decode(&bytes);
             let _ = BucketPage::decode(&bytes, 2, bucket, &header);
             let _ = decode_record_page(&bytes, &mut Vec::new());

@@ -15,8 +15,7 @@ use super::io::{IndexFile, IndexIo, PageBuf, PAGE};
 use super::store::{corrupt, page_offset, DiskStore, Found};
 use crate::Result;
 
-/// Runs that wait before a merge.
-pub const MAX_RUNS: usize = 16;
+pub use super::format::MAX_RUNS;
 /// Filter bits per entry of a run: with [`FILTER_HASHES`] probes, a false-positive
 /// rate of about 0.05%.
 const FILTER_BITS_PER_ENTRY: u64 = 16;
@@ -69,6 +68,10 @@ pub struct Run {
 }
 
 impl Run {
+    pub fn pages(&self) -> u64 {
+        self.fences.len() as u64
+    }
+
     /// The pages (relative to the run) that may hold entries of `bucket`.
     fn pages_of(&self, bucket: u64) -> Range<usize> {
         let lo = self.fences.partition_point(|&(_, last)| last < bucket);
@@ -126,6 +129,66 @@ impl<I: IndexIo> DiskStore<I> {
         });
         self.runs_pages += pages as u64;
         self.insert_buffer.clear();
+        Ok(())
+    }
+
+    /// Takes up the runs a clean header lists (`pages` each, in order from page 0 of
+    /// the `runs` file): reads and checks every page, and rebuilds each run's fences
+    /// and filter.
+    pub(super) fn load_runs(&mut self, pages: &[u64]) -> Result<()> {
+        let needed = page_offset(pages.iter().sum());
+        if needed > 0 {
+            let len = self
+                .io
+                .len(IndexFile::Runs)
+                .map_err(|e| super::store::io_error(&self.io, IndexFile::Runs, e))?
+                .unwrap_or(0);
+            if len < needed {
+                return Err(corrupt(
+                    IndexFile::Runs,
+                    len,
+                    format!(
+                        "{} runs of {needed} bytes listed, the file is {len}",
+                        pages.len()
+                    ),
+                ));
+            }
+        }
+        let mut first_page = 0;
+        for &count in pages {
+            let buf = self.read_pages(IndexFile::Runs, first_page, count)?;
+            let mut fences = Vec::with_capacity(count as usize);
+            let mut entries = Vec::new();
+            for (i, page) in buf.chunks_exact(PAGE).enumerate() {
+                let page = self.decode_run_page(page, first_page + i as u64)?;
+                let (Some(lo), Some(hi)) = (page.entries.first(), page.entries.last()) else {
+                    return Err(corrupt(
+                        IndexFile::Runs,
+                        page_offset(first_page),
+                        "an empty run page",
+                    ));
+                };
+                let buckets = self.header.buckets;
+                fences.push((bucket_of(&lo.fp, buckets), bucket_of(&hi.fp, buckets)));
+                entries.extend(page.entries);
+            }
+            if fences.windows(2).any(|w| w[1].0 < w[0].1) {
+                return Err(corrupt(
+                    IndexFile::Runs,
+                    page_offset(first_page),
+                    "a run not sorted by bucket",
+                ));
+            }
+            let mut filter = RunFilter::new(entries.len());
+            entries.iter().for_each(|e| filter.insert(&e.fp));
+            self.runs.push(Run {
+                first_page,
+                fences,
+                filter,
+            });
+            first_page += count;
+        }
+        self.runs_pages = first_page;
         Ok(())
     }
 

@@ -13,7 +13,7 @@ use larder_hash::Fingerprint;
 use super::bloom::BloomFilter;
 use super::format::{
     bucket_of, decode_bloom_words, decode_meta_header, decode_record_page, encode_bloom_words,
-    encode_meta_header, encode_record_page, BloomHeader, BucketEntry, BucketPage, Record,
+    encode_meta_header, encode_record_page, BloomHeader, BucketEntry, BucketPage, Record, RunList,
     TableHeader, BUCKET_SLOTS, RECORDS_PER_PAGE,
 };
 use super::io::{IndexFile, IndexIo, PageBuf, PAGE};
@@ -92,6 +92,7 @@ impl<I: IndexIo> DiskStore<I> {
             pages: buckets,
             entries: 0,
             dirty: true,
+            runs: RunList::default(),
         };
         for file in IndexFile::ALL {
             io.create(file).map_err(|e| io_error(&io, file, e))?;
@@ -147,6 +148,7 @@ impl<I: IndexIo> DiskStore<I> {
                 pages: 1,
                 entries: 0,
                 dirty: false,
+                runs: RunList::default(),
             },
             dirty_on_disk: false,
             records: 0,
@@ -198,6 +200,7 @@ impl<I: IndexIo> DiskStore<I> {
             let tail = store.read_records_from_disk(store.meta_tail_start..header.entries)?;
             store.meta_tail = tail;
         }
+        store.load_runs(header.runs.pages())?;
         store.metrics = DiskIndexMetrics::default();
         match store.load_bloom()? {
             Some(bloom) => store.bloom = bloom,
@@ -238,6 +241,7 @@ impl<I: IndexIo> DiskStore<I> {
             + page_offset(1 + self.records.div_ceil(RECORDS_PER_PAGE as u64))
             + PAGE as u64
             + self.bloom.bytes()
+            + page_offset(self.runs_pages)
     }
 
     pub(super) fn read_pages(
@@ -264,8 +268,10 @@ impl<I: IndexIo> DiskStore<I> {
     }
 
     fn write_header(&mut self, dirty: bool) -> Result<()> {
+        let pages: Vec<u64> = self.runs.iter().map(Run::pages).collect();
         let header = TableHeader {
             dirty,
+            runs: RunList::new(&pages),
             ..self.header
         };
         self.write(IndexFile::Table, 0, &page_of(&header.encode()))
@@ -314,19 +320,16 @@ impl<I: IndexIo> DiskStore<I> {
             return Ok(());
         }
         let started = Instant::now();
-        let result = self.flush_unmeasured(false);
+        let result = self.flush_unmeasured();
         self.metrics.time.flush += started.elapsed();
         result
     }
 
-    /// `flush`, or with `merge` everything into the table (for `sync`).
-    fn flush_unmeasured(&mut self, merge: bool) -> Result<()> {
+    fn flush_unmeasured(&mut self) -> Result<()> {
         self.mark_dirty()?;
         self.write_meta_pages()?;
         self.header.entries = self.records;
-        if merge && (!self.runs.is_empty() || !self.insert_buffer.is_empty()) {
-            self.merge()?;
-        } else if !self.insert_buffer.is_empty() {
+        if !self.insert_buffer.is_empty() {
             if self.runs.len() < MAX_RUNS {
                 self.spill_run()?;
             } else {
@@ -674,17 +677,21 @@ impl<I: IndexIo> DiskStore<I> {
         for file in IndexFile::ALL {
             self.sync_file(file)?;
         }
+        if !self.runs.is_empty() {
+            self.sync_file(IndexFile::Runs)?;
+        }
         self.write_header(false)?;
         self.sync_file(IndexFile::Table)?;
         self.dirty_on_disk = false;
         Ok(())
     }
 
-    /// Writes everything: the metadata tail (its partial last page too) and every
-    /// entry merged into the table.
+    /// Writes everything: the metadata tail (its partial last page too) and the
+    /// insert buffer (spilled as a run, or merged with the runs into the table when
+    /// [`MAX_RUNS`] wait already).
     fn flush_all(&mut self) -> Result<()> {
         let started = Instant::now();
-        let result = self.flush_unmeasured(true);
+        let result = self.flush_unmeasured();
         self.metrics.time.flush += started.elapsed();
         result?;
         if !self.meta_tail.is_empty() {
