@@ -158,7 +158,9 @@ impl<I: IndexIo> DiskStore<I> {
         for &count in pages {
             let buf = self.read_pages(IndexFile::Runs, first_page, count)?;
             let mut fences = Vec::with_capacity(count as usize);
-            let mut entries = Vec::new();
+            // Every page but the last is full, so this is the run's entry count or
+            // slightly more.
+            let mut filter = RunFilter::new(count as usize * BUCKET_SLOTS);
             for (i, page) in buf.chunks_exact(PAGE).enumerate() {
                 let page = self.decode_run_page(page, first_page + i as u64)?;
                 let (Some(lo), Some(hi)) = (page.entries.first(), page.entries.last()) else {
@@ -170,7 +172,7 @@ impl<I: IndexIo> DiskStore<I> {
                 };
                 let buckets = self.header.buckets;
                 fences.push((bucket_of(&lo.fp, buckets), bucket_of(&hi.fp, buckets)));
-                entries.extend(page.entries);
+                page.entries.iter().for_each(|e| filter.insert(&e.fp));
             }
             if fences.windows(2).any(|w| w[1].0 < w[0].1) {
                 return Err(corrupt(
@@ -179,8 +181,6 @@ impl<I: IndexIo> DiskStore<I> {
                     "a run not sorted by bucket",
                 ));
             }
-            let mut filter = RunFilter::new(entries.len());
-            entries.iter().for_each(|e| filter.insert(&e.fp));
             self.runs.push(Run {
                 first_page,
                 fences,
