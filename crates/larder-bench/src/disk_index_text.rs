@@ -6,18 +6,7 @@ use std::fmt::Write as _;
 
 use crate::disk_index::{DiskIndexReport, RunKind, RunResult};
 use crate::plot::{format_size, PlotFile, Spread};
-
-fn table(out: &mut String, header: &[&str], rows: &[Vec<String>]) {
-    let _ = writeln!(out, "| {} |", header.join(" | "));
-    let rule: Vec<&str> = (0..header.len())
-        .map(|i| if i == 0 { "---" } else { "---:" })
-        .collect();
-    let _ = writeln!(out, "| {} |", rule.join(" | "));
-    for row in rows {
-        let _ = writeln!(out, "| {} |", row.join(" | "));
-    }
-    out.push('\n');
-}
+use crate::report_text::{mb, table};
 
 /// Seconds: the median, and the range of the runs when they differ.
 fn secs(s: &Spread) -> String {
@@ -26,10 +15,6 @@ fn secs(s: &Spread) -> String {
     } else {
         format!("{:.2}", s.median)
     }
-}
-
-fn mb(bytes: u64) -> String {
-    format!("{:.1} MB", bytes as f64 / 1e6)
 }
 
 fn percent(rate: f64) -> String {

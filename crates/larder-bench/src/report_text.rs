@@ -10,7 +10,8 @@ use crate::plot::{format_size, PlotFile, Spread};
 use crate::report::markdown_tables;
 use crate::report_all::ReportResults;
 
-fn table(out: &mut String, header: &[&str], rows: &[Vec<String>]) {
+/// A markdown table: the first column left-aligned, the others right-aligned.
+pub(crate) fn table(out: &mut String, header: &[&str], rows: &[Vec<String>]) {
     let _ = writeln!(out, "| {} |", header.join(" | "));
     let rule: Vec<&str> = (0..header.len())
         .map(|i| if i == 0 { "---" } else { "---:" })
@@ -30,7 +31,8 @@ fn spread(s: &Spread) -> String {
     }
 }
 
-fn mb(bytes: u64) -> String {
+/// Bytes in decimal megabytes, one decimal.
+pub(crate) fn mb(bytes: u64) -> String {
     format!("{:.1} MB", bytes as f64 / 1e6)
 }
 
