@@ -593,7 +593,8 @@ pub fn disk_metrics_json(m: &DiskIndexMetrics) -> serde_json::Value {
         "prefetch_bytes": m.prefetch_bytes, "prefetched_records": m.prefetched_records,
         "bloom_false_positives": m.bloom_false_positives,
         "bloom_false_positive_rate": fp_rate,
-        "flushes": m.flushes, "flush_reads": m.flush_reads, "flush_writes": m.flush_writes,
+        "flushes": m.flushes, "merges": m.merges,
+        "flush_reads": m.flush_reads, "flush_writes": m.flush_writes,
         "flush_bytes_written": m.flush_bytes_written,
         "seconds": {
             "bloom": secs(t.bloom), "prelookup": secs(t.prelookup),
@@ -666,6 +667,14 @@ fn print_metrics_json(m: &serde_json::Value) {
         "    bloom            {} false positives ({:.4}% of the fingerprints it passed)",
         n("bloom_false_positives"),
         100.0 * n("bloom_false_positive_rate")
+    );
+    println!(
+        "    flush            {} flushes ({} merges of runs into the table), {} page reads, {} writes, {} bytes",
+        n("flushes"),
+        n("merges"),
+        n("flush_reads"),
+        n("flush_writes"),
+        n("flush_bytes_written")
     );
     println!(
         "    time (ms)        bloom {:.1} | prelookup {:.1} | on-disk lookup {:.1} | prefetch {:.1} | postlookup {:.1} | flush {:.1} | other {:.1} | total {:.1}",

@@ -124,8 +124,8 @@ impl fmt::Display for DiskIndexMetrics {
         )?;
         writeln!(
             f,
-            "flush               {} flushes, {} page reads, {} writes, {} bytes",
-            self.flushes, self.flush_reads, self.flush_writes, self.flush_bytes_written
+            "flush               {} flushes ({} merges of runs into the table), {} page reads, {} writes, {} bytes",
+            self.flushes, self.merges, self.flush_reads, self.flush_writes, self.flush_bytes_written
         )?;
         let t = &self.time;
         write!(

@@ -1,10 +1,10 @@
-//! Runs spilled from a full insert buffer (docs/design/disk-index.md, "`runs`"): the
-//! buffer's entries, sorted by bucket, written in one sequential write instead of
-//! being merged into the hash table's pages at once. Up to [`MAX_RUNS`] runs wait;
-//! the next full buffer, and every `sync`, merge them all into the table in one pass,
-//! so that the table is rewritten once per `MAX_RUNS + 1` buffers rather than once per
-//! buffer. A lookup the table cannot answer asks the runs whose filter may hold the
-//! fingerprint.
+//! Runs spilled from the insert buffer (docs/design/disk-index.md, "`runs`"): the
+//! buffer's entries, sorted by bucket, written in one sequential write (when it is full,
+//! and at `sync`) instead of being merged into the hash table's pages at once. Up to
+//! [`MAX_RUNS`] runs wait, listed in the table's header at `sync`; the next buffer
+//! written merges them all into the table in one pass, so that the table is rewritten
+//! once per `MAX_RUNS + 1` buffers rather than once per buffer. A lookup the table
+//! cannot answer asks the runs whose filter may hold the fingerprint.
 
 use std::ops::Range;
 
