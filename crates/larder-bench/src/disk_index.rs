@@ -16,7 +16,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use larder_gen::fingerprint_stream;
-use larder_index::disk::{Answer, DirIo, DiskIndex, DiskIndexConfig, DiskIndexMetrics, Lookup};
+use larder_index::disk::{
+    Answer, ComponentTimes, DirIo, DiskIndex, DiskIndexConfig, DiskIndexMetrics, Lookup,
+};
 use serde::Serialize;
 
 use crate::disk_index_plots::disk_index_plots;
@@ -157,79 +159,12 @@ pub struct CacheMethod {
     pub note: String,
 }
 
-/// The counters of one run (the same in every repetition).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct Counts {
-    pub submitted: u64,
-    pub bloom_new: u64,
-    pub prelookups: u64,
-    pub prelookup_hits: u64,
-    pub insert_buffer_hits: u64,
-    pub waited: u64,
-    pub buffered: u64,
-    pub postlookups: u64,
-    pub postlookup_hits: u64,
-    pub disk_lookups: u64,
-    pub disk_found: u64,
-    pub bloom_false_positives: u64,
-    pub batches: u64,
-    pub lookup_ios: u64,
-    pub lookup_bytes: u64,
-    pub prefetches: u64,
-    pub prefetch_ios: u64,
-    pub prefetch_bytes: u64,
-    pub prefetched_records: u64,
-    pub flushes: u64,
-    pub flush_reads: u64,
-    pub flush_writes: u64,
-    pub flush_bytes_written: u64,
-}
-
-impl From<&DiskIndexMetrics> for Counts {
-    fn from(m: &DiskIndexMetrics) -> Self {
-        Self {
-            submitted: m.submitted,
-            bloom_new: m.bloom_new,
-            prelookups: m.prelookups,
-            prelookup_hits: m.prelookup_hits,
-            insert_buffer_hits: m.insert_buffer_hits,
-            waited: m.waited,
-            buffered: m.buffered,
-            postlookups: m.postlookups,
-            postlookup_hits: m.postlookup_hits,
-            disk_lookups: m.disk_lookups,
-            disk_found: m.disk_found,
-            bloom_false_positives: m.bloom_false_positives,
-            batches: m.batches,
-            lookup_ios: m.lookup_ios,
-            lookup_bytes: m.lookup_bytes,
-            prefetches: m.prefetches,
-            prefetch_ios: m.prefetch_ios,
-            prefetch_bytes: m.prefetch_bytes,
-            prefetched_records: m.prefetched_records,
-            flushes: m.flushes,
-            flush_reads: m.flush_reads,
-            flush_writes: m.flush_writes,
-            flush_bytes_written: m.flush_bytes_written,
-        }
-    }
-}
-
-fn rate(hits: u64, of: u64) -> f64 {
-    if of == 0 {
-        0.0
-    } else {
-        hits as f64 / of as f64
-    }
-}
-
-impl Counts {
-    pub fn prelookup_hit_rate(&self) -> f64 {
-        rate(self.prelookup_hits, self.prelookups)
-    }
-
-    pub fn postlookup_hit_rate(&self) -> f64 {
-        rate(self.postlookup_hits, self.postlookups)
+/// The counters of one run (the same in every repetition): the index's metrics
+/// without their times, which [`Seconds`] holds.
+fn counts_of(m: &DiskIndexMetrics) -> DiskIndexMetrics {
+    DiskIndexMetrics {
+        time: ComponentTimes::default(),
+        ..*m
     }
 }
 
@@ -263,7 +198,7 @@ pub struct RunResult {
     pub buffer_buckets: u64,
     /// Fingerprints the cache holds.
     pub cache_fingerprints: usize,
-    pub counts: Counts,
+    pub counts: DiskIndexMetrics,
     /// Whether every repetition counted exactly the same (the index is deterministic;
     /// if not, the counts are the first repetition's).
     pub counts_identical: bool,
@@ -488,7 +423,7 @@ impl Workload {
 
 /// One repetition of one configuration.
 struct Measured {
-    counts: Counts,
+    counts: DiskIndexMetrics,
     times: [Duration; 8],
     wall: Duration,
     table_buckets: u64,
@@ -623,7 +558,7 @@ fn measure(
         t.bloom + t.prelookup + t.disk_lookup + t.prefetch + t.postlookup + t.flush,
     );
     Ok(Measured {
-        counts: Counts::from(&m),
+        counts: counts_of(&m),
         times: [
             t.bloom,
             t.prelookup,

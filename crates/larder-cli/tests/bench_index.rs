@@ -13,34 +13,16 @@ use support::{larder_command, run_command, Scratch};
 /// The debug binary on a loaded machine: generous, the run itself takes seconds.
 const TIMEOUT: Duration = Duration::from_secs(300);
 
-/// Every `<text>` of an SVG, after checking that it parses and is an SVG.
-fn svg_texts(svg: &str, name: &str) -> Vec<String> {
-    let doc = roxmltree::Document::parse(svg).unwrap_or_else(|e| panic!("{name}: not XML: {e}"));
-    assert_eq!(doc.root_element().tag_name().name(), "svg", "{name}");
-    doc.descendants()
-        .filter(|n| n.has_tag_name("text"))
-        .filter_map(|n| n.text().map(|t| t.trim().to_string()))
-        .collect()
-}
+#[path = "support/report.rs"]
+mod report;
+
+use report::{svg_texts, table_after};
 
 /// The first cells of the rows of the Markdown table after `heading`.
 fn first_cells(report: &str, heading: &str) -> Vec<String> {
-    let at = report
-        .find(heading)
-        .unwrap_or_else(|| panic!("no {heading:?} in the report"));
-    report[at..]
-        .lines()
-        .skip_while(|l| !l.starts_with('|'))
-        .take_while(|l| l.starts_with('|'))
-        .skip(2)
-        .map(|l| {
-            l.trim_matches('|')
-                .split('|')
-                .next()
-                .unwrap()
-                .trim()
-                .to_string()
-        })
+    table_after(report, heading)
+        .into_iter()
+        .map(|row| row[0].clone())
         .collect()
 }
 

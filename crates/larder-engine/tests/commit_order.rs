@@ -17,12 +17,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use larder_chunk::ChunkerConfig;
 use larder_engine::{
-    backup, check, load_tree, restore, BackupOptions, BackupSummary, CheckOptions, ChunkReader,
-    Damage, NoProgress, PatternList, RestoreOptions,
+    backup, check, load_tree, restore, BackupOptions, BackupSummary, ChunkReader, Damage,
 };
 use larder_hash::{Fingerprint, HashAlgo};
 use larder_store::{
@@ -38,7 +36,7 @@ use seeded::bytes;
 
 #[path = "support/options.rs"]
 mod options;
-use options::backup_options;
+use options::{backup_options, check_options, restore_options};
 
 // ---------------------------------------------------------------------------------
 // Shared helpers
@@ -147,14 +145,7 @@ fn assert_snapshots_need_no_adoption(repo_root: &Path) {
             );
         }
     }
-    let report = check(
-        &repo,
-        &CheckOptions {
-            read_data: true,
-            progress: Arc::new(NoProgress),
-        },
-    )
-    .unwrap();
+    let report = check(&repo, &check_options(true)).unwrap();
     assert!(report.is_ok(), "{:?}", report.damage);
 }
 
@@ -166,13 +157,7 @@ fn assert_restores_identical(repo_root: &Path, id: &str, src: &Path, target: &Pa
         &repo,
         id,
         target,
-        &RestoreOptions {
-            overwrite: false,
-            include: PatternList::default(),
-            exclude: PatternList::default(),
-            cache_size: larder_engine::DEFAULT_RESTORE_CACHE,
-            progress: Arc::new(NoProgress),
-        },
+        &restore_options(larder_engine::DEFAULT_RESTORE_CACHE),
     )
     .unwrap();
     assert!(summary.warnings.is_empty(), "{:?}", summary.warnings);
@@ -770,14 +755,7 @@ fn rule6_backup_succeeds_past_a_damaged_unnamed_container() {
     drop(repo);
 
     let repo = Repository::open(&f.repo, LockMode::Shared).unwrap();
-    let report = check(
-        &repo,
-        &CheckOptions {
-            read_data: true,
-            progress: Arc::new(NoProgress),
-        },
-    )
-    .unwrap();
+    let report = check(&repo, &check_options(true)).unwrap();
     let hex = format!("{orphan:016x}");
     assert!(
         matches!(report.damage.as_slice(), [Damage::Container { id, .. }] if *id == hex),

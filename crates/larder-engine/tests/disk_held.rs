@@ -7,12 +7,9 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use larder_chunk::ChunkerConfig;
-use larder_engine::{
-    backup, check, restore, BackupSummary, CheckOptions, NoProgress, PatternList, RestoreOptions,
-};
+use larder_engine::{backup, check, restore, BackupSummary};
 use larder_hash::HashAlgo;
 use larder_store::{DiskLookup, IndexSettings, LockMode, RepoConfig, Repository};
 
@@ -22,7 +19,7 @@ use seeded::bytes;
 
 #[path = "support/options.rs"]
 mod options;
-use options::backup_options;
+use options::{backup_options, check_options, restore_options};
 
 /// A small budget: a held share of 1 MiB (768 KiB of chunk bytes, the bookkeeping of
 /// 2048 chunks), far less than what waits.
@@ -106,13 +103,7 @@ fn restore_and_compare(root: &Path, src: &Path, target: &Path) {
         &repo,
         "latest",
         target,
-        &RestoreOptions {
-            overwrite: false,
-            include: PatternList::default(),
-            exclude: PatternList::default(),
-            cache_size: larder_engine::DEFAULT_RESTORE_CACHE,
-            progress: Arc::new(NoProgress),
-        },
+        &restore_options(larder_engine::DEFAULT_RESTORE_CACHE),
     )
     .unwrap();
     assert!(summary.warnings.is_empty(), "{:?}", summary.warnings);
@@ -129,14 +120,7 @@ fn restore_and_compare(root: &Path, src: &Path, target: &Path) {
 
 fn check_ok(root: &Path) {
     let repo = Repository::open(root, LockMode::Shared).unwrap();
-    let report = check(
-        &repo,
-        &CheckOptions {
-            read_data: true,
-            progress: Arc::new(NoProgress),
-        },
-    )
-    .unwrap();
+    let report = check(&repo, &check_options(true)).unwrap();
     assert!(report.is_ok(), "{:?}", report.damage);
 }
 

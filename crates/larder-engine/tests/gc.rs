@@ -11,13 +11,9 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use larder_chunk::ChunkerConfig;
-use larder_engine::{
-    backup, check, forget, gc, mark, restore, CheckOptions, NoProgress, PatternList,
-    RestoreOptions, DEFAULT_RESTORE_CACHE,
-};
+use larder_engine::{backup, check, forget, gc, mark, restore, DEFAULT_RESTORE_CACHE};
 use larder_hash::HashAlgo;
 use larder_index::ChunkLocation;
 use larder_store::{decode_segment, GcOptions, GcReport, LockMode, RepoConfig, Repository};
@@ -28,7 +24,7 @@ use seeded::bytes;
 
 #[path = "support/options.rs"]
 mod options;
-use options::backup_options;
+use options::{backup_options, check_options, restore_options};
 
 const CONTAINER_SIZE: usize = 256 << 10;
 
@@ -161,26 +157,13 @@ fn container_ids(root: &Path) -> BTreeSet<u64> {
 /// restores identical to the tree it was taken from.
 fn assert_intact(f: &Fixture, root: &Path, kept: &[usize]) {
     let repo = Repository::open(root, LockMode::Shared).unwrap();
-    let report = check(
-        &repo,
-        &CheckOptions {
-            read_data: true,
-            progress: Arc::new(NoProgress),
-        },
-    )
-    .unwrap();
+    let report = check(&repo, &check_options(true)).unwrap();
     assert!(report.is_ok(), "{:?}", report.damage);
     assert_eq!(report.snapshots, kept.len());
     for &i in kept {
         let (id, expected) = &f.snapshots[i];
         let target = tempfile::tempdir_in(&f.base).unwrap();
-        let opts = RestoreOptions {
-            overwrite: false,
-            include: PatternList::default(),
-            exclude: PatternList::default(),
-            cache_size: DEFAULT_RESTORE_CACHE,
-            progress: Arc::new(NoProgress),
-        };
+        let opts = restore_options(DEFAULT_RESTORE_CACHE);
         restore(&repo, id, target.path(), &opts).unwrap();
         let restored = target.path().join(f.src.strip_prefix("/").unwrap());
         assert!(
@@ -372,10 +355,7 @@ fn a_gc_stopped_after_any_file_operation_loses_nothing() {
         // segment names a container whose file is gone.
         {
             let repo = Repository::open(&root, LockMode::Shared).unwrap();
-            let opts = CheckOptions {
-                read_data: false,
-                progress: Arc::new(NoProgress),
-            };
+            let opts = check_options(false);
             let report = check(&repo, &opts).unwrap();
             assert!(
                 report.is_ok(),
@@ -410,10 +390,7 @@ fn a_gc_stopped_after_any_file_operation_loses_nothing() {
         let kept = if ops % 3 == 0 { vec![1, 3, 4] } else { vec![] };
         if kept.is_empty() {
             let repo = Repository::open(&root, LockMode::Shared).unwrap();
-            let opts = CheckOptions {
-                read_data: true,
-                progress: Arc::new(NoProgress),
-            };
+            let opts = check_options(true);
             let report = check(&repo, &opts).unwrap();
             assert!(report.is_ok(), "stop {ops}: {:?}", report.damage);
         } else {

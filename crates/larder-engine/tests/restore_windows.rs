@@ -7,13 +7,9 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use larder_chunk::{ChunkerConfig, ChunkerKind};
-use larder_engine::{
-    backup, load_tree, restore, ChunkReader, NoProgress, PatternList, RestoreOptions,
-    RestoreSummary,
-};
+use larder_engine::{backup, load_tree, restore, ChunkReader, RestoreSummary};
 use larder_hash::HashAlgo;
 use larder_store::{EntryKind, LockMode, RepoConfig, Repository};
 use proptest::prelude::*;
@@ -24,7 +20,7 @@ mod seeded;
 use seeded::bytes as noise;
 #[path = "support/options.rs"]
 mod options;
-use options::backup_options;
+use options::{backup_options, restore_options};
 
 /// Small containers and chunks, so a few hundred KiB spread over many containers.
 const CONTAINER_SIZE: usize = 16 << 10;
@@ -139,19 +135,7 @@ fn backup_source(repo_path: &Path, src: &Source) -> String {
 }
 
 fn restore_with(repo: &Repository, snapshot: &str, target: &Path, cache: usize) -> RestoreSummary {
-    let summary = restore(
-        repo,
-        snapshot,
-        target,
-        &RestoreOptions {
-            overwrite: false,
-            include: PatternList::default(),
-            exclude: PatternList::default(),
-            cache_size: cache,
-            progress: Arc::new(NoProgress),
-        },
-    )
-    .unwrap();
+    let summary = restore(repo, snapshot, target, &restore_options(cache)).unwrap();
     assert!(summary.warnings.is_empty(), "{:?}", summary.warnings);
     summary
 }

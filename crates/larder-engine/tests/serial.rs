@@ -4,18 +4,15 @@
 //! inside its turn, add up to no more than the backup's elapsed time.
 
 use std::path::Path;
-use std::sync::Arc;
 
 use larder_chunk::ChunkerConfig;
-use larder_engine::{
-    backup, restore, BackupOptions, BackupSummary, NoProgress, PatternList, RestoreOptions,
-};
+use larder_engine::{backup, restore, BackupOptions, BackupSummary};
 use larder_hash::HashAlgo;
 use larder_store::{LockMode, RepoConfig, Repository};
 
 #[path = "support/options.rs"]
 mod options;
-use options::backup_options;
+use options::{backup_options, restore_options};
 
 #[path = "support/bytes.rs"]
 mod support;
@@ -90,13 +87,7 @@ fn serial_backups_store_what_pipelined_ones_do_and_their_stages_never_overlap() 
 
         let repo = Repository::open(&repo_path, LockMode::Shared).unwrap();
         let target = dir.path().join(format!("restored-{threads}"));
-        let opts = RestoreOptions {
-            overwrite: false,
-            include: PatternList::default(),
-            exclude: PatternList::default(),
-            cache_size: larder_engine::DEFAULT_RESTORE_CACHE,
-            progress: Arc::new(NoProgress),
-        };
+        let opts = restore_options(larder_engine::DEFAULT_RESTORE_CACHE);
         restore(&repo, "latest", &target, &opts).unwrap();
         let restored = target.join(src.strip_prefix("/").unwrap());
         for name in ["big1", "big2", "small/00", "small/39"] {

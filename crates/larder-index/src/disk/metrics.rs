@@ -23,8 +23,9 @@ pub struct ComponentTimes {
     pub total: Duration,
 }
 
-/// Counters of a disk index since it was opened.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+/// Counters of a disk index since it was opened. Serialized without `time` (the
+/// counts alone; callers report times in their own shape).
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
 pub struct DiskIndexMetrics {
     /// Fingerprints submitted.
     pub submitted: u64,
@@ -64,6 +65,7 @@ pub struct DiskIndexMetrics {
     pub flush_reads: u64,
     pub flush_writes: u64,
     pub flush_bytes_written: u64,
+    #[serde(skip)]
     pub time: ComponentTimes,
 }
 
