@@ -443,7 +443,10 @@ impl<I: IndexIo> DiskStore<I> {
             })
             .collect::<Vec<_>>()
             .into_iter();
-        let mut buf = PageBuf::zeroed(PAGE);
+        // Overflow pages this extension changes or adds, written last first: a page
+        // that names a new one reaches the disk only after it, so a failed write never
+        // leaves a chain naming a page that was not written.
+        let mut overflow: Vec<(u64, PageBuf)> = Vec::new();
         loop {
             while page.entries.len() < BUCKET_SLOTS {
                 match pending.next() {
@@ -460,18 +463,23 @@ impl<I: IndexIo> DiskStore<I> {
             match page_number {
                 None => page.encode_into(primary),
                 Some(number) => {
+                    let mut buf = PageBuf::zeroed(PAGE);
                     page.encode_into(&mut buf);
-                    self.write(IndexFile::Table, page_offset(number), &buf)?;
-                    self.metrics.flush_writes += 1;
-                    self.metrics.flush_bytes_written += PAGE as u64;
+                    overflow.push((number, buf));
                 }
             }
             if !more {
-                return Ok(());
+                break;
             }
             page_number = Some(page.next);
             page = BucketPage::default();
         }
+        for (number, buf) in overflow.iter().rev() {
+            self.write(IndexFile::Table, page_offset(*number), buf)?;
+            self.metrics.flush_writes += 1;
+            self.metrics.flush_bytes_written += PAGE as u64;
+        }
+        Ok(())
     }
 
     /// Reads and decodes one page of bucket `bucket`'s chain; an all-zero page is an
