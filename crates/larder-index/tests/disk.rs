@@ -697,3 +697,64 @@ fn waiting_runs_survive_a_close_and_a_short_runs_file_is_refused() {
         Err(IndexError::Corrupt { file: "runs", .. })
     ));
 }
+
+/// Regression: a merge that extended a chain wrote the overflow page naming a new page
+/// before the new page itself, so a write failing between the two left a chain naming
+/// a page past the end of the table, and every later lookup of that bucket failed even
+/// after the failure healed. Failing the k-th write of a stream that merges into long
+/// chains, for every k in turn: one failure, healed, is the last, and the index then
+/// answers every fingerprint exactly.
+#[test]
+fn a_write_failure_anywhere_in_a_merge_heals() {
+    let config = config(16 << 10, 100, 4);
+    let ids = 0..600u64;
+    let mut merged_with_chains = 0;
+    // The stream makes about 100 writes: k = 0..100 fails each in turn.
+    for k in 0..100 {
+        let mut driver = Driver::new(
+            DiskIndex::create(MemIo::new(), config.clone(), Lookup::Eager).unwrap(),
+            0,
+        );
+        driver.index.io_mut().fail_writes_after(k);
+        let mut failures = 0;
+        for id in ids.clone() {
+            if driver.submit(id, id).is_err() {
+                failures += 1;
+                driver.index.io_mut().heal();
+            }
+        }
+        if driver.finish().is_err() {
+            failures += 1;
+            driver.index.io_mut().heal();
+            driver
+                .finish()
+                .unwrap_or_else(|e| panic!("k = {k}: a healed index still fails: {e}"));
+        }
+        assert!(
+            failures <= 1,
+            "k = {k}: {failures} failures from one injection"
+        );
+        let buckets = driver.index.buckets().0;
+        let table = driver
+            .index
+            .io_mut()
+            .file_mut(IndexFile::Table)
+            .unwrap()
+            .len();
+        if failures == 1
+            && driver.index.metrics().merges > 0
+            && table > (1 + buckets as usize) * PAGE
+        {
+            merged_with_chains += 1;
+        }
+        for id in ids.clone() {
+            assert_eq!(driver.answers[&id], Answer::New, "k = {k}, id {id}");
+            assert_eq!(
+                driver.index.get(&fp(id)).unwrap(),
+                Some(loc(id)),
+                "k = {k}, id {id}"
+            );
+        }
+    }
+    assert!(merged_with_chains > 40, "{merged_with_chains}");
+}
