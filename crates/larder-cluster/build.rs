@@ -1,0 +1,3 @@
+fn main() {
+    println!("cargo:rerun-if-changed=proto/cluster.proto");
+}
