@@ -408,6 +408,28 @@ impl<I: IndexIo, T> DiskIndex<I, T> {
         result
     }
 
+    /// Gives up on the insert of `fp`, answered `New` and not inserted (its writer
+    /// died or timed out: the cluster's lock on new, docs/design/cluster.md): the first
+    /// copy waiting on it is answered `New` in its place and the others keep waiting on
+    /// it; with no copy waiting, `fp` is forgotten. Returns whether a copy took over.
+    /// Nothing happens to a fingerprint not pending.
+    pub fn unlock(&mut self, fp: &Fingerprint) -> bool {
+        let Some(mut waiters) = self.pending.remove(fp) else {
+            return false;
+        };
+        if waiters.is_empty() {
+            return false;
+        }
+        let first = waiters.remove(0);
+        self.resolve_new(*fp, first, waiters);
+        true
+    }
+
+    /// Whether `fp` was answered `New` and awaits its insert.
+    pub fn is_pending(&self, fp: &Fingerprint) -> bool {
+        self.pending.contains_key(fp)
+    }
+
     /// Looks up everything still buffered (lazy); afterwards every submitted token is in
     /// the output or waits for an insert. On an error, what was not looked up stays
     /// buffered: call again, or [`DiskIndex::abandon`].
@@ -444,6 +466,17 @@ impl<I: IndexIo, T> DiskIndex<I, T> {
         if !self.pending.is_empty() {
             return Err(IndexError::InsertsOutstanding(self.pending.len()));
         }
+        let started = Instant::now();
+        let result = self.store.sync();
+        self.store.metrics.time.total += started.elapsed();
+        result
+    }
+
+    /// Makes every insert durable like [`DiskIndex::sync`], while fingerprints answered
+    /// `New` still await their inserts (a cluster partition's owner, which always has
+    /// some). They are not in the store: a crash forgets them, as it forgets their
+    /// locks, and their writers' acknowledgements after a reopen insert them anew.
+    pub fn checkpoint(&mut self) -> Result<()> {
         let started = Instant::now();
         let result = self.store.sync();
         self.store.metrics.time.total += started.elapsed();

@@ -758,3 +758,49 @@ fn a_write_failure_anywhere_in_a_merge_heals() {
     }
     assert!(merged_with_chains > 40, "{merged_with_chains}");
 }
+
+/// `unlock` hands a pending fingerprint to the first copy waiting on it (answered `New`
+/// in its turn, the others following it), or forgets it when none waits; `checkpoint`
+/// syncs with fingerprints still pending, and a reopened index answers what was
+/// inserted and nothing that was only pending.
+#[test]
+fn unlock_hands_a_new_fingerprint_to_its_first_waiter() {
+    for lookup in [Lookup::Eager, Lookup::Lazy] {
+        let config = config(64 << 10, 500, 4);
+        let mut index: DiskIndex<MemIo, u64> =
+            DiskIndex::create(MemIo::new(), config.clone(), lookup).unwrap();
+        for token in 0..3 {
+            index.submit(fp(7), token).unwrap();
+        }
+        index.submit(fp(8), 10).unwrap();
+        index.finish().unwrap();
+        let answers: Vec<_> = std::iter::from_fn(|| index.poll()).collect();
+        assert_eq!(answers.len(), 2);
+        assert!(answers.iter().all(|r| r.answer == Answer::New));
+        assert!(index.is_pending(&fp(7)) && index.is_pending(&fp(8)));
+        // Token 0's writer never acknowledges: token 1 takes over, token 2 follows it.
+        assert!(index.unlock(&fp(7)));
+        let next = index.poll().unwrap();
+        assert_eq!((next.token, next.answer), (1, Answer::New));
+        assert!(index.poll().is_none());
+        index.insert(fp(7), loc(1)).unwrap();
+        let follower = index.poll().unwrap();
+        assert_eq!(
+            (follower.token, follower.answer),
+            (2, Answer::Duplicate(loc(1)))
+        );
+        // Nobody waits on fp(8): it is forgotten, and a later copy is new again.
+        assert!(!index.unlock(&fp(8)));
+        assert!(!index.is_pending(&fp(8)));
+        assert!(!index.unlock(&fp(9)));
+        index.submit(fp(8), 11).unwrap();
+        index.finish().unwrap();
+        assert_eq!(index.poll().unwrap().answer, Answer::New);
+        assert!(index.sync().is_err(), "sync refuses while fp(8) is pending");
+        index.checkpoint().unwrap();
+        let mut reopened: DiskIndex<MemIo, u64> =
+            DiskIndex::open(index.into_io_unsynced(), config, lookup).unwrap();
+        assert_eq!(reopened.get(&fp(7)).unwrap(), Some(loc(1)));
+        assert_eq!(reopened.get(&fp(8)).unwrap(), None);
+    }
+}
