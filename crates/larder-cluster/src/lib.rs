@@ -4,6 +4,10 @@
 //! data stays on the node that received it.
 
 pub mod balance;
+mod error;
+pub mod owner;
 pub mod partition;
 
+pub use error::{ClusterError, Result};
+pub use owner::{Owner, OwnerMetrics, Reply, Ticket};
 pub use partition::{partition_of, NodeId, PartitionId, DEFAULT_PARTITIONS};

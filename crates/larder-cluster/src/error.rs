@@ -1,0 +1,33 @@
+//! The one error type of the cluster crate.
+
+use larder_index::IndexError;
+
+use crate::partition::PartitionId;
+
+/// What went wrong in a cluster operation.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClusterError {
+    /// A partition's disk index failed; `Io` ones may succeed when retried.
+    #[error("partition {}: {source}", partition.0)]
+    Index {
+        partition: PartitionId,
+        #[source]
+        source: IndexError,
+    },
+    /// A write-ahead log or other cluster file failed.
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Bytes of a cluster file that do not decode.
+    #[error("corrupt {what}: {reason}")]
+    Corrupt { what: String, reason: String },
+    /// This node does not own the partition (any more): ask its owner.
+    #[error("partition {} is not owned by this node", .0.0)]
+    NotOwner(PartitionId),
+}
+
+pub type Result<T, E = ClusterError> = std::result::Result<T, E>;

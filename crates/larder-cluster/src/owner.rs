@@ -1,0 +1,389 @@
+//! A node's partitions as their owner sees them (docs/design/cluster.md, "Lock on
+//! new"): each owned partition's disk index, and the locks on fingerprints answered
+//! `New` until their writer acknowledges where it stored the chunk.
+//!
+//! Pure logic over [`IndexIo`]: time is passed in, answers come out of
+//! [`Owner::poll`], and the node's async layer routes them to the requests waiting by
+//! their [`Ticket`]s. The write-ahead log and the network are the node's.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use larder_hash::Fingerprint;
+use larder_index::disk::{Answer, DiskIndex, IndexIo};
+use larder_index::{ChunkLocation, IndexError};
+
+use crate::error::{ClusterError, Result};
+use crate::partition::{partition_of, NodeId, PartitionId};
+
+/// One fingerprint of one lookup request: the requesting node and the request's own
+/// number for it. Node 0 is the owner itself (an acknowledgement it could not match
+/// with a lock, looked up to insert it if it is still absent).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Ticket {
+    pub node: NodeId,
+    pub id: u64,
+}
+
+const OWN: NodeId = 0;
+
+/// The owner's answer to one fingerprint of a lookup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reply {
+    /// Stored at this location: reference it.
+    Known(ChunkLocation),
+    /// Not stored: the requester stores it and acknowledges the location. The entry is
+    /// locked for it until then, or until the lock times out.
+    New,
+    /// This node does not own the fingerprint's partition: ask its owner.
+    Moved,
+}
+
+/// Counters of an owner's work, for `larder cluster status` and the benchmarks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct OwnerMetrics {
+    /// Lookup requests (messages) served, and the fingerprints they held.
+    pub requests: u64,
+    pub fingerprints: u64,
+    /// Answers by kind.
+    pub known: u64,
+    pub new: u64,
+    pub moved: u64,
+    /// Fingerprints that waited on another requester's lock.
+    pub waited: u64,
+    /// Acknowledgements: of a lock, and of a fingerprint not locked (late, after the
+    /// lock expired, or after a failover), which is inserted if still absent.
+    pub acks: u64,
+    pub late_acks: u64,
+    /// Acknowledgements for partitions this node does not own (dropped).
+    pub moved_acks: u64,
+    /// Locks whose acknowledgement did not come in time.
+    pub expired: u64,
+}
+
+/// An owned partition: its disk index (tokens are tickets) and its locks.
+struct Part<I> {
+    epoch: u64,
+    index: DiskIndex<I, Ticket>,
+    /// Fingerprints answered `New` and not acknowledged: the deadline of the lock.
+    /// Invariant: exactly the index's pending fingerprints.
+    locks: HashMap<Fingerprint, Instant>,
+    /// Locations of acknowledgements that found no lock, looked up under the owner's
+    /// own ticket: inserted if the lookup answers `New`.
+    late: HashMap<Fingerprint, ChunkLocation>,
+}
+
+/// The partitions this node owns, with their locks.
+pub struct Owner<I> {
+    partitions: u32,
+    lock_timeout: Duration,
+    parts: HashMap<PartitionId, Part<I>>,
+    /// Lock deadlines in the order they were set (so in deadline order, the timeout
+    /// being fixed): an entry whose lock is gone or was set again later is skipped.
+    expiries: VecDeque<(Instant, PartitionId, Fingerprint)>,
+    output: VecDeque<(Ticket, Reply)>,
+    metrics: OwnerMetrics,
+}
+
+impl<I: IndexIo> Owner<I> {
+    /// An owner of no partitions yet, of a cluster of `partitions` partitions; a lock
+    /// not acknowledged within `lock_timeout` passes to the next requester.
+    pub fn new(partitions: u32, lock_timeout: Duration) -> Self {
+        Self {
+            partitions,
+            lock_timeout,
+            parts: HashMap::new(),
+            expiries: VecDeque::new(),
+            output: VecDeque::new(),
+            metrics: OwnerMetrics::default(),
+        }
+    }
+
+    pub fn partition_count(&self) -> u32 {
+        self.partitions
+    }
+
+    pub fn metrics(&self) -> &OwnerMetrics {
+        &self.metrics
+    }
+
+    /// The partitions owned, with their epochs, in order.
+    pub fn owned(&self) -> Vec<(PartitionId, u64)> {
+        let mut owned: Vec<_> = self
+            .parts
+            .iter()
+            .map(|(p, part)| (*p, part.epoch))
+            .collect();
+        owned.sort_unstable();
+        owned
+    }
+
+    pub fn owns(&self, partition: PartitionId) -> bool {
+        self.parts.contains_key(&partition)
+    }
+
+    /// Starts serving `partition` under `epoch` with its opened index (the node has
+    /// replayed the partition's write-ahead log into it).
+    pub fn take(&mut self, partition: PartitionId, epoch: u64, index: DiskIndex<I, Ticket>) {
+        let part = Part {
+            epoch,
+            index,
+            locks: HashMap::new(),
+            late: HashMap::new(),
+        };
+        self.parts.insert(partition, part);
+    }
+
+    /// Stops serving `partition`: every request waiting in it is answered `Moved`, its
+    /// locks are dropped (their writers' acknowledgements go to the new owner, which
+    /// inserts them as late ones), and its index is returned unsynced for the caller to
+    /// checkpoint or drop (a fenced owner must not write it).
+    pub fn release(&mut self, partition: PartitionId) -> Option<DiskIndex<I, Ticket>> {
+        let mut part = self.parts.remove(&partition)?;
+        for (ticket, _) in part.index.abandon() {
+            if ticket.node != OWN {
+                self.answer(ticket, Reply::Moved);
+            }
+        }
+        while let Some(r) = part.index.poll() {
+            if r.token.node != OWN {
+                self.answer(r.token, Reply::Moved);
+            }
+        }
+        Some(part.index)
+    }
+
+    /// Looks up the fingerprints of one request from `from`; fingerprint `i` gets the
+    /// ticket `first_id + i`. Answers come out of [`Owner::poll`]: at once, or when a
+    /// lock they wait on is acknowledged or expires. On an error the request's tickets
+    /// may still be answered later; the caller fails the request, and its lookups that
+    /// were answered `New` to nobody expire as any unacknowledged lock does.
+    pub fn lookup(
+        &mut self,
+        from: NodeId,
+        fps: &[Fingerprint],
+        first_id: u64,
+        now: Instant,
+    ) -> Result<()> {
+        debug_assert_ne!(from, OWN);
+        self.metrics.requests += 1;
+        self.metrics.fingerprints += fps.len() as u64;
+        let mut touched = Vec::new();
+        let mut failure = None;
+        for (i, fp) in fps.iter().enumerate() {
+            let ticket = Ticket {
+                node: from,
+                id: first_id + i as u64,
+            };
+            let p = partition_of(fp, self.partitions);
+            let Some(part) = self.parts.get_mut(&p) else {
+                self.answer(ticket, Reply::Moved);
+                continue;
+            };
+            if part.index.is_pending(fp) {
+                self.metrics.waited += 1;
+            }
+            if let Err(source) = part.index.submit(*fp, ticket) {
+                failure.get_or_insert(ClusterError::Index {
+                    partition: p,
+                    source,
+                });
+            }
+            if !touched.contains(&p) {
+                touched.push(p);
+            }
+        }
+        for p in touched {
+            if let Err(e) = self.settle(p, now) {
+                failure.get_or_insert(e);
+            }
+        }
+        failure.map_or(Ok(()), Err)
+    }
+
+    /// Records where a writer stored chunks it was answered `New` for: each unlocks its
+    /// fingerprint and answers the requests waiting on it `Known`. An acknowledgement
+    /// without a lock (it expired, or the partition changed owner) inserts the location
+    /// if the fingerprint is still absent, so that a late writer's chunk is found. Call
+    /// only once the entries are in the partition's write-ahead log.
+    pub fn ack(&mut self, entries: &[(Fingerprint, ChunkLocation)], now: Instant) -> Result<()> {
+        let mut touched = Vec::new();
+        let mut failure = None;
+        for &(fp, location) in entries {
+            let p = partition_of(&fp, self.partitions);
+            let Some(part) = self.parts.get_mut(&p) else {
+                self.metrics.moved_acks += 1;
+                continue;
+            };
+            let result = if part.index.is_pending(&fp) {
+                self.metrics.acks += 1;
+                part.locks.remove(&fp);
+                part.index.insert(fp, location)
+            } else {
+                self.metrics.late_acks += 1;
+                if part.late.insert(fp, location).is_some() {
+                    continue;
+                }
+                if !touched.contains(&p) {
+                    touched.push(p);
+                }
+                part.index.submit(fp, Ticket { node: OWN, id: 0 })
+            };
+            if let Err(source) = result {
+                failure.get_or_insert(ClusterError::Index {
+                    partition: p,
+                    source,
+                });
+            }
+            // Inserts answer the waiters at once: route them now.
+            if let Err(e) = self.drain(p, now) {
+                failure.get_or_insert(e);
+            }
+        }
+        for p in touched {
+            if let Err(e) = self.settle(p, now) {
+                failure.get_or_insert(e);
+            }
+        }
+        failure.map_or(Ok(()), Err)
+    }
+
+    /// Unlocks every fingerprint whose lock passed its deadline at `now`: the first
+    /// request waiting on it is answered `New` in its turn (a new lock), or, with none
+    /// waiting, the fingerprint is forgotten (the next copy is new).
+    pub fn expire(&mut self, now: Instant) -> Result<()> {
+        let mut failure = None;
+        while let Some(&(deadline, p, fp)) = self.expiries.front() {
+            if deadline > now {
+                break;
+            }
+            self.expiries.pop_front();
+            let Some(part) = self.parts.get_mut(&p) else {
+                continue;
+            };
+            if part.locks.get(&fp) != Some(&deadline) {
+                continue;
+            }
+            part.locks.remove(&fp);
+            self.metrics.expired += 1;
+            part.index.unlock(&fp);
+            if let Err(e) = self.drain(p, now) {
+                failure.get_or_insert(e);
+            }
+        }
+        failure.map_or(Ok(()), Err)
+    }
+
+    /// When [`Owner::expire`] next has work: the earliest lock deadline, if any.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.expiries.front().map(|&(deadline, _, _)| deadline)
+    }
+
+    /// Reads without locking (restore, check): `Known` where stored, `None` where not
+    /// (or not yet acknowledged), `Moved` for partitions not owned.
+    pub fn get(&mut self, fps: &[Fingerprint]) -> Result<Vec<Option<Reply>>> {
+        fps.iter()
+            .map(|fp| {
+                let p = partition_of(fp, self.partitions);
+                let Some(part) = self.parts.get_mut(&p) else {
+                    return Ok(Some(Reply::Moved));
+                };
+                let found = part.index.get(fp).map_err(|source| ClusterError::Index {
+                    partition: p,
+                    source,
+                })?;
+                Ok(found.map(Reply::Known))
+            })
+            .collect()
+    }
+
+    /// Makes partition `p`'s acknowledged entries durable in its index, so that its
+    /// write-ahead log can start again empty.
+    pub fn checkpoint(&mut self, p: PartitionId) -> Result<()> {
+        let part = self.parts.get_mut(&p).ok_or(ClusterError::NotOwner(p))?;
+        part.index
+            .checkpoint()
+            .map_err(|source| ClusterError::Index {
+                partition: p,
+                source,
+            })
+    }
+
+    /// The fingerprints a partition indexes (for status and tests).
+    pub fn indexed(&self, p: PartitionId) -> Option<u64> {
+        self.parts.get(&p).map(|part| part.index.len())
+    }
+
+    /// The next answer for a request, if any.
+    pub fn poll(&mut self) -> Option<(Ticket, Reply)> {
+        self.output.pop_front()
+    }
+
+    /// Finishes the lookups submitted to partition `p` and routes every answer.
+    fn settle(&mut self, p: PartitionId, now: Instant) -> Result<()> {
+        let part = self
+            .parts
+            .get_mut(&p)
+            .expect("settled partitions are owned");
+        let finished = part.index.finish();
+        let drained = self.drain(p, now);
+        finished
+            .map_err(|source| ClusterError::Index {
+                partition: p,
+                source,
+            })
+            .and(drained)
+    }
+
+    /// Routes partition `p`'s answers: `New` locks the fingerprint for its requester
+    /// (or, for the owner's own ticket, inserts the late acknowledgement's location).
+    fn drain(&mut self, p: PartitionId, now: Instant) -> Result<()> {
+        let deadline = now + self.lock_timeout;
+        let mut failure: Option<IndexError> = None;
+        let part = self
+            .parts
+            .get_mut(&p)
+            .expect("drained partitions are owned");
+        let mut answers = Vec::new();
+        // Inserting a late acknowledgement answers the copies that waited behind the
+        // owner's own lookup: they come out of this same loop.
+        while let Some(r) = part.index.poll() {
+            if r.token.node == OWN {
+                let location = part.late.remove(&r.fp).expect("late entries are kept");
+                if r.answer == Answer::New {
+                    if let Err(e) = part.index.insert(r.fp, location) {
+                        failure.get_or_insert(e);
+                    }
+                }
+                continue;
+            }
+            let reply = match r.answer {
+                Answer::Duplicate(location) => Reply::Known(location),
+                Answer::New => {
+                    part.locks.insert(r.fp, deadline);
+                    self.expiries.push_back((deadline, p, r.fp));
+                    Reply::New
+                }
+            };
+            answers.push((r.token, reply));
+        }
+        for (ticket, reply) in answers {
+            self.answer(ticket, reply);
+        }
+        failure.map_or(Ok(()), |source| {
+            Err(ClusterError::Index {
+                partition: p,
+                source,
+            })
+        })
+    }
+
+    fn answer(&mut self, ticket: Ticket, reply: Reply) {
+        match reply {
+            Reply::Known(_) => self.metrics.known += 1,
+            Reply::New => self.metrics.new += 1,
+            Reply::Moved => self.metrics.moved += 1,
+        }
+        self.output.push_back((ticket, reply));
+    }
+}
