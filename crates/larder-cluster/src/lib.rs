@@ -7,6 +7,7 @@ pub mod balance;
 mod error;
 pub mod owner;
 pub mod partition;
+pub mod partitions;
 
 pub use error::{ClusterError, Result};
 pub use owner::{Owner, OwnerMetrics, Reply, Ticket};

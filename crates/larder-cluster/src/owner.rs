@@ -15,6 +15,7 @@ use larder_index::{ChunkLocation, IndexError};
 
 use crate::error::{ClusterError, Result};
 use crate::partition::{partition_of, NodeId, PartitionId};
+use crate::partitions::Covered;
 
 /// One fingerprint of one lookup request: the requesting node and the request's own
 /// number for it. Node 0 is the owner itself (an acknowledgement it could not match
@@ -71,6 +72,8 @@ struct Part<I> {
     /// Locations of acknowledgements that found no lock, looked up under the owner's
     /// own ticket: inserted if the lookup answers `New`.
     late: HashMap<Fingerprint, ChunkLocation>,
+    /// The containers whose entries are all in the index (acknowledged, or replayed).
+    covered: Covered,
 }
 
 /// The partitions this node owns, with their locks.
@@ -122,14 +125,21 @@ impl<I: IndexIo> Owner<I> {
         self.parts.contains_key(&partition)
     }
 
-    /// Starts serving `partition` under `epoch` with its opened index (the node has
-    /// replayed the partition's write-ahead log into it).
-    pub fn take(&mut self, partition: PartitionId, epoch: u64, index: DiskIndex<I, Ticket>) {
+    /// Starts serving `partition` under `epoch` with its opened index, which holds the
+    /// entries of the containers `covered` names (the node replayed the rest).
+    pub fn take(
+        &mut self,
+        partition: PartitionId,
+        epoch: u64,
+        index: DiskIndex<I, Ticket>,
+        covered: Covered,
+    ) {
         let part = Part {
             epoch,
             index,
             locks: HashMap::new(),
             late: HashMap::new(),
+            covered,
         };
         self.parts.insert(partition, part);
     }
@@ -215,6 +225,7 @@ impl<I: IndexIo> Owner<I> {
                 self.metrics.moved_acks += 1;
                 continue;
             };
+            part.covered.cover(&location);
             let result = if part.index.is_pending(&fp) {
                 self.metrics.acks += 1;
                 part.locks.remove(&fp);
@@ -297,16 +308,18 @@ impl<I: IndexIo> Owner<I> {
             .collect()
     }
 
-    /// Makes partition `p`'s acknowledged entries durable in its index, so that its
-    /// write-ahead log can start again empty.
-    pub fn checkpoint(&mut self, p: PartitionId) -> Result<()> {
+    /// Hands partition `p`'s index and what it covers to `save` (the node's checkpoint:
+    /// [`crate::partitions::PartitionStore::checkpoint`]).
+    pub fn checkpoint<F>(&mut self, p: PartitionId, save: F) -> Result<()>
+    where
+        F: FnOnce(&mut DiskIndex<I, Ticket>, &Covered) -> Result<()>,
+    {
         let part = self.parts.get_mut(&p).ok_or(ClusterError::NotOwner(p))?;
-        part.index
-            .checkpoint()
-            .map_err(|source| ClusterError::Index {
-                partition: p,
-                source,
-            })
+        let covered = Covered {
+            epoch: part.epoch,
+            ..part.covered.clone()
+        };
+        save(&mut part.index, &covered)
     }
 
     /// The fingerprints a partition indexes (for status and tests).

@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
+use larder_cluster::partitions::Covered;
 use larder_cluster::{partition_of, Owner, PartitionId, Reply, Ticket};
 use larder_hash::{Fingerprint, HashAlgo};
 use larder_index::disk::{DiskIndex, DiskIndexConfig, Lookup, MemIo};
@@ -42,7 +43,7 @@ fn index(lookup: Lookup) -> DiskIndex<MemIo, Ticket> {
 fn owner(lookup: Lookup, owned: &[u32]) -> Owner<MemIo> {
     let mut owner = Owner::new(PARTITIONS, TIMEOUT);
     for &p in owned {
-        owner.take(PartitionId(p), 1, index(lookup));
+        owner.take(PartitionId(p), 1, index(lookup), Covered::default());
     }
     owner
 }

@@ -3,6 +3,7 @@
 
 use larder_hash::{Fingerprint, HashAlgo};
 
+use crate::backend::{Backend, FileKind};
 use crate::compression::{ChunkDecoder, ChunkEncoding, MAX_COMPRESSED_RAW_LEN};
 use crate::error::{Result, StoreError};
 
@@ -16,6 +17,40 @@ const FOOTER_LEN: usize = 16 + 32 + 8;
 
 /// Bytes a container adds around its chunk data, besides 48 per chunk.
 pub const CONTAINER_OVERHEAD: usize = HEADER_LEN + FOOTER_LEN;
+
+/// Reads and verifies container `id`'s header, table and footer from `backend`, not
+/// its chunk data (three small reads: footer, table, header). Returns the table and
+/// the bytes read. Needs no repository lock: a container in its final place never
+/// changes (a cluster node reads other nodes' containers this way).
+pub fn read_container_table(
+    backend: &dyn Backend,
+    id: u64,
+    algo: HashAlgo,
+) -> Result<(Vec<ChunkEntry>, u64)> {
+    let name = format!("{id:016x}");
+    let kind = FileKind::Container;
+    let short = || StoreError::corrupt("container", container_name(id), "short read");
+    let file_len = backend.file_len(kind, &name)?;
+    let tail_at = file_len.saturating_sub(CONTAINER_TAIL_LEN as u64);
+    let footer = backend
+        .read_ranges(kind, &name, std::slice::from_ref(&(tail_at..file_len)))?
+        .pop()
+        .ok_or_else(short)?;
+    let loc = TableLocation::parse(&footer, file_len, id)?;
+    let table_end = loc.table_offset + loc.tail_len() as u64;
+    let mut pieces = backend.read_ranges(
+        kind,
+        &name,
+        &[loc.table_offset..table_end, 0..HEADER_LEN as u64],
+    )?;
+    let (header, tail) = match (pieces.pop(), pieces.pop()) {
+        (Some(header), Some(tail)) => (header, tail),
+        _ => return Err(short()),
+    };
+    let entries = parse_container_table(&header, &tail, loc, id, algo)?;
+    let read = footer.len() + tail.len() + header.len();
+    Ok((entries, read as u64))
+}
 
 /// One row of a container's table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -20,8 +20,8 @@ pub use compression::{
     MAX_COMPRESSED_RAW_LEN, ZSTD_LEVELS,
 };
 pub use container::{
-    parse_container_table, ChunkEntry, ContainerBuilder, ParsedContainer, TableLocation,
-    CONTAINER_OVERHEAD, CONTAINER_TAIL_LEN, HEADER_LEN as CONTAINER_HEADER_LEN,
+    parse_container_table, read_container_table, ChunkEntry, ContainerBuilder, ParsedContainer,
+    TableLocation, CONTAINER_OVERHEAD, CONTAINER_TAIL_LEN, HEADER_LEN as CONTAINER_HEADER_LEN,
 };
 pub use error::{error_chain, Result, StoreError};
 pub use gc_plan::GcPlan;

@@ -17,10 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::backend::{sync_dir, Backend, FileKind, LocalBackend};
 use crate::compression::Compression;
-use crate::container::{
-    parse_container_table, ChunkEntry, ParsedContainer, TableLocation, CONTAINER_TAIL_LEN,
-    HEADER_LEN as CONTAINER_HEADER_LEN,
-};
+use crate::container::{read_container_table, ChunkEntry, ParsedContainer};
 use crate::error::{error_chain, Result, StoreError};
 use crate::lock::{LockMode, RepoLock};
 use crate::segment::{decode_segment, encode_segment, SegmentContainer};
@@ -578,26 +575,7 @@ impl Repository {
     /// data (three small reads: footer, table, header). Returns the table and the
     /// bytes read.
     pub fn load_container_table(&self, id: u64) -> Result<(Vec<ChunkEntry>, u64)> {
-        let name = format!("{id:016x}");
-        let kind = FileKind::Container;
-        let file_len = self.backend.file_len(kind, &name)?;
-        let tail_at = file_len.saturating_sub(CONTAINER_TAIL_LEN as u64);
-        let tail_len = (file_len - tail_at) as usize;
-        let footer = self.read_one(&name, tail_at..tail_at + tail_len as u64)?;
-        let loc = TableLocation::parse(&footer, file_len, id)?;
-        let table_end = loc.table_offset + loc.tail_len() as u64;
-        let mut pieces = self.backend.read_ranges(
-            kind,
-            &name,
-            &[loc.table_offset..table_end, 0..CONTAINER_HEADER_LEN as u64],
-        )?;
-        let (header, tail) = match (pieces.pop(), pieces.pop()) {
-            (Some(header), Some(tail)) => (header, tail),
-            _ => return Err(StoreError::corrupt("container", name, "short read")),
-        };
-        let entries = parse_container_table(&header, &tail, loc, id, self.config.hash)?;
-        let read = footer.len() + tail.len() + header.len();
-        Ok((entries, read as u64))
+        read_container_table(&*self.backend, id, self.config.hash)
     }
 
     /// The bytes of each range of container `id`, one read per range with the file
@@ -606,14 +584,6 @@ impl Repository {
     pub fn read_container_ranges(&self, id: u64, ranges: &[Range<u64>]) -> Result<Vec<Vec<u8>>> {
         self.backend
             .read_ranges(FileKind::Container, &format!("{id:016x}"), ranges)
-    }
-
-    fn read_one(&self, name: &str, range: Range<u64>) -> Result<Vec<u8>> {
-        let mut read =
-            self.backend
-                .read_ranges(FileKind::Container, name, std::slice::from_ref(&range))?;
-        read.pop()
-            .ok_or_else(|| StoreError::corrupt("container", name, "short read"))
     }
 
     /// Makes `written` containers (already written with [`Backend::write`]) and any

@@ -1,0 +1,301 @@
+//! Partitions on shared storage (docs/design/cluster.md, "Shared storage" and
+//! "Failover"): each partition's disk index, checkpointed with the containers it
+//! covers, and its takeover by a new owner, which replays the entries of every
+//! container written since from the writers' own containers. The containers are the
+//! write-ahead log: a writer acknowledges a chunk only once its container is durable,
+//! and a container's table lists its chunks' fingerprints.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use larder_hash::{Fingerprint, HashAlgo};
+use larder_index::disk::{Answer, DirIo, DiskIndex, DiskIndexConfig, Lookup};
+use larder_index::{ChunkLocation, IndexError};
+use larder_store::{read_container_table, Backend, FileKind, LocalBackend};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{ClusterError, Result};
+use crate::owner::Ticket;
+use crate::partition::{container_writer, partition_of, NodeId, PartitionId};
+
+/// The name of a partition's checkpoint record, beside its index files.
+const COVERED: &str = "covered.json";
+
+/// What a partition's index holds for sure: per writer node, the highest container id
+/// whose entries (of this partition) are all in the index. Writers acknowledge their
+/// containers in id order, so every lower container of that writer is covered too.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Covered {
+    /// The epoch of the owner that wrote this record.
+    pub epoch: u64,
+    /// Writer node to container id.
+    pub containers: BTreeMap<NodeId, u64>,
+}
+
+impl Covered {
+    /// Records that `location`'s container is in the index.
+    pub fn cover(&mut self, location: &ChunkLocation) {
+        let writer = container_writer(location.container);
+        let high = self.containers.entry(writer).or_insert(0);
+        *high = (*high).max(location.container);
+    }
+
+    fn covers(&self, container: u64) -> bool {
+        self.containers
+            .get(&container_writer(container))
+            .is_some_and(|&high| container <= high)
+    }
+}
+
+/// What a takeover found and did, for the log and the tests.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Replay {
+    /// Partitions whose index was missing or not closed cleanly, so replayed in full.
+    pub rebuilt: u32,
+    /// Container tables read, and entries inserted from them.
+    pub containers_read: u64,
+    pub inserted: u64,
+}
+
+/// A cluster's partitions in its shared directory: `partitions/<p>/` holds partition
+/// `p`'s disk index files and its [`Covered`] record; `nodes/<id>/` is node `id`'s
+/// repository, whose containers the replay reads.
+#[derive(Debug, Clone)]
+pub struct PartitionStore {
+    root: PathBuf,
+    partitions: u32,
+    algo: HashAlgo,
+    index: DiskIndexConfig,
+    lookup: Lookup,
+}
+
+/// A partition's open index, ready for its owner.
+pub type PartitionIndex = DiskIndex<DirIo, Ticket>;
+
+impl PartitionStore {
+    /// The partitions of the cluster in `root`, of `partitions` partitions, whose
+    /// fingerprints are `algo`'s; each index is opened with `index` and `lookup`.
+    pub fn new(
+        root: &Path,
+        partitions: u32,
+        algo: HashAlgo,
+        index: DiskIndexConfig,
+        lookup: Lookup,
+    ) -> Self {
+        Self {
+            root: root.to_path_buf(),
+            partitions,
+            algo,
+            index,
+            lookup,
+        }
+    }
+
+    pub fn dir(&self, p: PartitionId) -> PathBuf {
+        self.root.join("partitions").join(format!("{:05}", p.0))
+    }
+
+    /// Node `node`'s repository in the shared directory.
+    pub fn node_dir(&self, node: NodeId) -> PathBuf {
+        node_dir(&self.root, node)
+    }
+
+    /// Opens `parts` for a new owner under `epoch`: each index as last checkpointed
+    /// (empty, and replayed in full, when it is missing or was not closed cleanly), then
+    /// the entries of every container its checkpoint does not cover, read once from the
+    /// writers' containers for all of `parts`, then a checkpoint of each. Containers that
+    /// do not verify are skipped (`check` reports them; their chunks were never
+    /// acknowledged).
+    pub fn take_over(
+        &self,
+        parts: &[PartitionId],
+        epoch: u64,
+    ) -> Result<(Vec<(PartitionId, PartitionIndex, Covered)>, Replay)> {
+        let mut replay = Replay::default();
+        let mut opened = Vec::with_capacity(parts.len());
+        for &p in parts {
+            let (index, covered, rebuilt) = self.open(p)?;
+            replay.rebuilt += u32::from(rebuilt);
+            opened.push((p, index, covered));
+        }
+        let slot: BTreeMap<PartitionId, usize> = opened
+            .iter()
+            .enumerate()
+            .map(|(i, (p, _, _))| (*p, i))
+            .collect();
+        for (writer, ids) in self.containers()? {
+            let backend = LocalBackend::new(self.node_dir(writer));
+            for id in ids {
+                if opened.iter().all(|(_, _, covered)| covered.covers(id)) {
+                    continue;
+                }
+                let Ok((entries, _)) = read_container_table(&backend, id, self.algo) else {
+                    continue;
+                };
+                replay.containers_read += 1;
+                for entry in entries {
+                    let p = partition_of(&entry.fingerprint, self.partitions);
+                    let Some(&i) = slot.get(&p) else { continue };
+                    let (_, index, covered) = &mut opened[i];
+                    if covered.covers(id) {
+                        continue;
+                    }
+                    let location = ChunkLocation {
+                        container: id,
+                        offset: entry.offset,
+                        length: entry.stored_len,
+                    };
+                    if insert_if_absent(index, entry.fingerprint, location).map_err(|source| {
+                        ClusterError::Index {
+                            partition: p,
+                            source,
+                        }
+                    })? {
+                        replay.inserted += 1;
+                    }
+                }
+                for (_, _, covered) in opened.iter_mut() {
+                    covered.cover(&ChunkLocation {
+                        container: id,
+                        offset: 0,
+                        length: 0,
+                    });
+                }
+            }
+        }
+        for (p, index, covered) in opened.iter_mut() {
+            covered.epoch = epoch;
+            self.checkpoint(*p, index, covered)?;
+        }
+        Ok((opened, replay))
+    }
+
+    /// Makes partition `p`'s index durable, then records what it covers. In that
+    /// order: a crash between the two leaves an older record, which only replays more.
+    pub fn checkpoint(
+        &self,
+        p: PartitionId,
+        index: &mut PartitionIndex,
+        covered: &Covered,
+    ) -> Result<()> {
+        index.checkpoint().map_err(|source| ClusterError::Index {
+            partition: p,
+            source,
+        })?;
+        let dir = self.dir(p);
+        let bytes = serde_json::to_vec(covered).expect("a map of integers serializes");
+        let tmp = dir.join(format!("{COVERED}.tmp"));
+        let io = |what: &str, source| ClusterError::Io {
+            what: format!("{what} {}", dir.join(COVERED).display()),
+            source,
+        };
+        let mut file = std::fs::File::create(&tmp).map_err(|e| io("create", e))?;
+        file.write_all(&bytes).map_err(|e| io("write", e))?;
+        file.sync_all().map_err(|e| io("sync", e))?;
+        std::fs::rename(&tmp, dir.join(COVERED)).map_err(|e| io("rename", e))?;
+        std::fs::File::open(&dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| io("sync the directory of", e))
+    }
+
+    /// Partition `p`'s index and record, or a new empty index with an empty record when
+    /// the index is missing or cannot be trusted (then `true`: replay everything).
+    fn open(&self, p: PartitionId) -> Result<(PartitionIndex, Covered, bool)> {
+        let dir = self.dir(p);
+        let io_err = |what: &str, source| ClusterError::Io {
+            what: format!("{what} {}", dir.display()),
+            source,
+        };
+        std::fs::create_dir_all(&dir).map_err(|e| io_err("create", e))?;
+        let io = DirIo::open(&dir, false).map_err(|e| io_err("open", e))?;
+        let index_err = |source| ClusterError::Index {
+            partition: p,
+            source,
+        };
+        match DiskIndex::open(io, self.index.clone(), self.lookup) {
+            Ok(index) => {
+                let covered = match std::fs::read(dir.join(COVERED)) {
+                    Ok(bytes) => {
+                        serde_json::from_slice(&bytes).map_err(|e| ClusterError::Corrupt {
+                            what: dir.join(COVERED).display().to_string(),
+                            reason: e.to_string(),
+                        })?
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Covered::default(),
+                    Err(e) => return Err(io_err("read the record of", e)),
+                };
+                Ok((index, covered, false))
+            }
+            Err(IndexError::Missing(_) | IndexError::NeedsRebuild | IndexError::Corrupt { .. }) => {
+                let io = DirIo::open(&dir, false).map_err(|e| io_err("open", e))?;
+                let index =
+                    DiskIndex::create(io, self.index.clone(), self.lookup).map_err(index_err)?;
+                Ok((index, Covered::default(), true))
+            }
+            Err(source) => Err(index_err(source)),
+        }
+    }
+
+    /// Every node's container ids, per node, in order.
+    fn containers(&self) -> Result<BTreeMap<NodeId, BTreeSet<u64>>> {
+        let nodes = self.root.join("nodes");
+        let mut out = BTreeMap::new();
+        let listing = match std::fs::read_dir(&nodes) {
+            Ok(listing) => listing,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+            Err(source) => {
+                return Err(ClusterError::Io {
+                    what: format!("list {}", nodes.display()),
+                    source,
+                })
+            }
+        };
+        for entry in listing.flatten() {
+            let Some(node) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<NodeId>().ok())
+            else {
+                continue;
+            };
+            let backend = LocalBackend::new(entry.path());
+            let names = backend
+                .list(FileKind::Container)
+                .map_err(|e| ClusterError::Corrupt {
+                    what: format!("containers of node {node}"),
+                    reason: e.to_string(),
+                })?;
+            let ids = names
+                .iter()
+                .filter_map(|n| u64::from_str_radix(n, 16).ok())
+                .filter(|&id| container_writer(id) == node)
+                .collect();
+            out.insert(node, ids);
+        }
+        Ok(out)
+    }
+}
+
+/// Node `node`'s repository in the cluster directory `root`.
+pub fn node_dir(root: &Path, node: NodeId) -> PathBuf {
+    root.join("nodes").join(node.to_string())
+}
+
+/// Inserts `fp` at `location` unless the index has it; `true` if inserted. Only for an
+/// index with no lookups in flight (a takeover, before the owner serves it).
+fn insert_if_absent(
+    index: &mut PartitionIndex,
+    fp: Fingerprint,
+    location: ChunkLocation,
+) -> std::result::Result<bool, IndexError> {
+    let own = Ticket { node: 0, id: 0 };
+    index.submit(fp, own)?;
+    index.finish()?;
+    let answer = index.poll().expect("a finished lookup is answered").answer;
+    debug_assert!(index.poll().is_none());
+    match answer {
+        Answer::New => index.insert(fp, location).map(|()| true),
+        Answer::Duplicate(_) => Ok(false),
+    }
+}

@@ -1,0 +1,136 @@
+//! Partitions on shared storage: a takeover finds every entry of its partitions in the
+//! writers' containers, reads only the containers its checkpoint does not cover, and
+//! replays everything when the index was not closed cleanly.
+
+use std::collections::HashMap;
+
+use larder_cluster::partition::first_container;
+use larder_cluster::partitions::{node_dir, Covered, PartitionStore};
+use larder_cluster::{partition_of, NodeId, PartitionId};
+use larder_hash::{Fingerprint, HashAlgo};
+use larder_index::disk::{DiskIndexConfig, Lookup};
+use larder_index::ChunkLocation;
+use larder_store::{Backend, ContainerBuilder, FileKind, LocalBackend};
+
+const PARTITIONS: u32 = 8;
+
+fn config() -> DiskIndexConfig {
+    DiskIndexConfig {
+        memory_budget: 64 << 10,
+        expected_fingerprints: 2000,
+        buffered_chunk_bytes: 64,
+        ..DiskIndexConfig::default()
+    }
+}
+
+/// Writes container `seq` of `node` holding chunks `ids` into the shared directory, and
+/// returns where each chunk is.
+fn write_container(
+    root: &std::path::Path,
+    node: NodeId,
+    seq: u64,
+    ids: std::ops::Range<u64>,
+) -> Vec<(Fingerprint, ChunkLocation)> {
+    let id = first_container(node) + seq;
+    let mut builder = ContainerBuilder::new(id, HashAlgo::Blake3, 1 << 16);
+    let mut out = Vec::new();
+    for i in ids {
+        let data = i.to_le_bytes().repeat(16);
+        let fp = HashAlgo::Blake3.fingerprint(&data);
+        let entry = builder.push(fp, &data);
+        out.push((
+            fp,
+            ChunkLocation {
+                container: id,
+                offset: entry.offset,
+                length: entry.stored_len,
+            },
+        ));
+    }
+    let (bytes, _) = builder.seal();
+    let backend = LocalBackend::new(node_dir(root, node));
+    for sub in ["containers", "tmp"] {
+        std::fs::create_dir_all(node_dir(root, node).join(sub)).unwrap();
+    }
+    backend
+        .write(FileKind::Container, &format!("{id:016x}"), &bytes)
+        .unwrap();
+    out
+}
+
+fn store(root: &std::path::Path, lookup: Lookup) -> PartitionStore {
+    PartitionStore::new(root, PARTITIONS, HashAlgo::Blake3, config(), lookup)
+}
+
+#[test]
+fn a_takeover_replays_what_its_checkpoint_does_not_cover() {
+    for lookup in [Lookup::Eager, Lookup::Lazy] {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let mut all: HashMap<Fingerprint, ChunkLocation> = HashMap::new();
+        for (node, seq, ids) in [(1, 0, 0..300), (1, 1, 300..600), (2, 0, 600..900)] {
+            all.extend(write_container(root, node, seq, ids));
+        }
+        let mine = [PartitionId(0), PartitionId(3), PartitionId(5)];
+        let check = |opened: &mut Vec<(PartitionId, _, Covered)>,
+                     all: &HashMap<Fingerprint, ChunkLocation>| {
+            for (fp, location) in all {
+                let p = partition_of(fp, PARTITIONS);
+                for (q, index, _) in opened.iter_mut() {
+                    let expected = (*q == p).then_some(*location);
+                    let index: &mut larder_cluster::partitions::PartitionIndex = index;
+                    assert_eq!(index.get(fp).unwrap(), expected, "{lookup:?}");
+                }
+            }
+        };
+        let store = store(root, lookup);
+        let (mut opened, replay) = store.take_over(&mine, 7).unwrap();
+        assert_eq!(replay.rebuilt, 3, "new partitions replay everything");
+        assert_eq!(replay.containers_read, 3);
+        let expected_inserted = all
+            .keys()
+            .filter(|fp| mine.contains(&partition_of(fp, PARTITIONS)))
+            .count() as u64;
+        assert_eq!(replay.inserted, expected_inserted);
+        check(&mut opened, &all);
+        for (_, _, covered) in &opened {
+            assert_eq!(covered.epoch, 7);
+            assert_eq!(covered.containers[&1], first_container(1) + 1);
+            assert_eq!(covered.containers[&2], first_container(2));
+        }
+        drop(opened);
+
+        // More containers after the checkpoint: the next owner reads only those.
+        all.extend(write_container(root, 2, 1, 900..1200));
+        all.extend(write_container(root, 3, 0, 1200..1500));
+        let (mut opened, replay) = store.take_over(&mine, 9).unwrap();
+        assert_eq!(replay.rebuilt, 0);
+        assert_eq!(replay.containers_read, 2);
+        check(&mut opened, &all);
+    }
+}
+
+#[test]
+fn a_damaged_index_is_rebuilt_from_every_container() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let mut all: HashMap<Fingerprint, ChunkLocation> = HashMap::new();
+    for seq in 0..4 {
+        all.extend(write_container(root, 4, seq, seq * 500..(seq + 1) * 500));
+    }
+    let store = store(root, Lookup::Eager);
+    let p = PartitionId(2);
+    drop(store.take_over(&[p], 1).unwrap());
+    let table = store.dir(p).join("table");
+    let mut bytes = std::fs::read(&table).unwrap();
+    bytes[100] ^= 0xff;
+    std::fs::write(&table, bytes).unwrap();
+    let (mut opened, replay) = store.take_over(&[p], 2).unwrap();
+    assert_eq!(replay.rebuilt, 1);
+    assert_eq!(replay.containers_read, 4);
+    let index = &mut opened[0].1;
+    for (fp, location) in &all {
+        let expected = (partition_of(fp, PARTITIONS) == p).then_some(*location);
+        assert_eq!(index.get(fp).unwrap(), expected);
+    }
+}
