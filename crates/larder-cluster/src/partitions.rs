@@ -73,6 +73,9 @@ pub struct PartitionStore {
 /// A partition's open index, ready for its owner.
 pub type PartitionIndex = DiskIndex<DirIo, Ticket>;
 
+/// A partition taken over: its index and what the index covers.
+pub type Opened = (PartitionId, PartitionIndex, Covered);
+
 impl PartitionStore {
     /// The partitions of the cluster in `root`, of `partitions` partitions, whose
     /// fingerprints are `algo`'s; each index is opened with `index` and `lookup`.
@@ -107,11 +110,7 @@ impl PartitionStore {
     /// writers' containers for all of `parts`, then a checkpoint of each. Containers that
     /// do not verify are skipped (`check` reports them; their chunks were never
     /// acknowledged).
-    pub fn take_over(
-        &self,
-        parts: &[PartitionId],
-        epoch: u64,
-    ) -> Result<(Vec<(PartitionId, PartitionIndex, Covered)>, Replay)> {
+    pub fn take_over(&self, parts: &[PartitionId], epoch: u64) -> Result<(Vec<Opened>, Replay)> {
         let mut replay = Replay::default();
         let mut opened = Vec::with_capacity(parts.len());
         for &p in parts {

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use larder_cluster::partition::first_container;
-use larder_cluster::partitions::{node_dir, Covered, PartitionStore};
+use larder_cluster::partitions::{node_dir, Opened, PartitionStore};
 use larder_cluster::{partition_of, NodeId, PartitionId};
 use larder_hash::{Fingerprint, HashAlgo};
 use larder_index::disk::{DiskIndexConfig, Lookup};
@@ -72,13 +72,11 @@ fn a_takeover_replays_what_its_checkpoint_does_not_cover() {
             all.extend(write_container(root, node, seq, ids));
         }
         let mine = [PartitionId(0), PartitionId(3), PartitionId(5)];
-        let check = |opened: &mut Vec<(PartitionId, _, Covered)>,
-                     all: &HashMap<Fingerprint, ChunkLocation>| {
+        let check = |opened: &mut Vec<Opened>, all: &HashMap<Fingerprint, ChunkLocation>| {
             for (fp, location) in all {
                 let p = partition_of(fp, PARTITIONS);
                 for (q, index, _) in opened.iter_mut() {
                     let expected = (*q == p).then_some(*location);
-                    let index: &mut larder_cluster::partitions::PartitionIndex = index;
                     assert_eq!(index.get(fp).unwrap(), expected, "{lookup:?}");
                 }
             }
