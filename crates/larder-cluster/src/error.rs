@@ -25,6 +25,9 @@ pub enum ClusterError {
     /// Bytes of a cluster file that do not decode.
     #[error("corrupt {what}: {reason}")]
     Corrupt { what: String, reason: String },
+    /// The owner dropped a request without answering it (a bug, or a shutdown).
+    #[error("the owner dropped a lookup request unanswered")]
+    Dropped,
     /// This node does not own the partition (any more): ask its owner.
     #[error("partition {} is not owned by this node", .0.0)]
     NotOwner(PartitionId),

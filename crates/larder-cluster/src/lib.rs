@@ -8,6 +8,7 @@ mod error;
 pub mod owner;
 pub mod partition;
 pub mod partitions;
+pub mod service;
 
 pub use error::{ClusterError, Result};
 pub use owner::{Owner, OwnerMetrics, Reply, Ticket};

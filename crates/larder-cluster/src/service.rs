@@ -1,0 +1,207 @@
+//! The owner behind a node's lookup service: [`Owner`] shared by the requests of every
+//! connection, each request waiting for all of its answers (some wait on another
+//! requester's lock), lock deadlines kept by a timer task, and checkpoints of the
+//! partitions to shared storage.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use larder_hash::Fingerprint;
+use larder_index::ChunkLocation;
+use tokio::sync::oneshot;
+
+use crate::error::{ClusterError, Result};
+use crate::owner::{Owner, Reply};
+use crate::partition::{NodeId, PartitionId};
+use crate::partitions::{PartitionIndex, PartitionStore, Replay};
+
+/// A request's answers as they come in.
+struct Pending {
+    answers: Vec<Option<Reply>>,
+    missing: usize,
+    done: Option<oneshot::Sender<Vec<Reply>>>,
+}
+
+struct Inner {
+    owner: Owner<larder_index::disk::DirIo>,
+    /// The next ticket id: unique among this owner's tickets, whoever asks.
+    next_id: u64,
+    /// Ticket id to its request and its place in it.
+    waiting: HashMap<u64, (Arc<Mutex<Pending>>, usize)>,
+    /// Partitions acknowledged into since their last checkpoint.
+    dirty: Vec<PartitionId>,
+}
+
+/// A node's partitions, served to lookup requests.
+#[derive(Clone)]
+pub struct OwnerService {
+    inner: Arc<Mutex<Inner>>,
+    store: Arc<PartitionStore>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl OwnerService {
+    /// A service owning nothing yet, of the partitions in `store`, of a cluster of
+    /// `partitions` partitions; a lock not acknowledged within `lock_timeout` passes on.
+    pub fn new(store: PartitionStore, partitions: u32, lock_timeout: Duration) -> Self {
+        Self {
+            inner: Arc::new(Mutex::new(Inner {
+                owner: Owner::new(partitions, lock_timeout),
+                next_id: 0,
+                waiting: HashMap::new(),
+                dirty: Vec::new(),
+            })),
+            store: Arc::new(store),
+        }
+    }
+
+    /// Answers `fps` for node `from`, in order, once every answer is known: at once,
+    /// or when the locks some wait on are acknowledged or expire.
+    pub async fn lookup(&self, from: NodeId, fps: Vec<Fingerprint>) -> Result<Vec<Reply>> {
+        if fps.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut inner = lock(&self.inner);
+            let first_id = inner.next_id;
+            inner.next_id += fps.len() as u64;
+            let pending = Arc::new(Mutex::new(Pending {
+                answers: vec![None; fps.len()],
+                missing: fps.len(),
+                done: Some(tx),
+            }));
+            for slot in 0..fps.len() {
+                inner
+                    .waiting
+                    .insert(first_id + slot as u64, (pending.clone(), slot));
+            }
+            let looked_up = inner.owner.lookup(from, &fps, first_id, Instant::now());
+            if let Err(e) = looked_up {
+                // Answers that still come for these tickets find no request and are
+                // dropped; locks they take expire like any unacknowledged lock.
+                for slot in 0..fps.len() {
+                    inner.waiting.remove(&(first_id + slot as u64));
+                }
+                route(&mut inner);
+                return Err(e);
+            }
+            route(&mut inner);
+        }
+        rx.await.map_err(|_| ClusterError::Dropped)
+    }
+
+    /// Records a writer's acknowledgements: where it stored chunks it was answered
+    /// `New` for, in durable containers.
+    pub fn ack(&self, entries: &[(Fingerprint, ChunkLocation)]) -> Result<()> {
+        let mut inner = lock(&self.inner);
+        let partitions = inner.owner.partition_count();
+        for (fp, _) in entries {
+            let p = crate::partition::partition_of(fp, partitions);
+            if inner.owner.owns(p) && !inner.dirty.contains(&p) {
+                inner.dirty.push(p);
+            }
+        }
+        let result = inner.owner.ack(entries, Instant::now());
+        route(&mut inner);
+        result
+    }
+
+    /// Reads without locking: `Known`, `None` (not stored), or `Moved`.
+    pub fn get(&self, fps: &[Fingerprint]) -> Result<Vec<Option<Reply>>> {
+        lock(&self.inner).owner.get(fps)
+    }
+
+    /// Unlocks what passed its deadline; returns when to call again.
+    pub fn expire(&self) -> Result<Option<Instant>> {
+        let mut inner = lock(&self.inner);
+        let result = inner.owner.expire(Instant::now());
+        route(&mut inner);
+        result.map(|()| inner.owner.next_deadline())
+    }
+
+    /// Takes over `parts` under `epoch`: opens them from shared storage and replays the
+    /// containers their checkpoints do not cover, then serves them. Slow (disk reads),
+    /// done without holding the service: lookups of other partitions go on.
+    pub fn take_over(&self, parts: &[PartitionId], epoch: u64) -> Result<Replay> {
+        let (opened, replay) = self.store.take_over(parts, epoch)?;
+        let mut inner = lock(&self.inner);
+        for (p, index, covered) in opened {
+            inner.owner.take(p, epoch, index, covered);
+        }
+        Ok(replay)
+    }
+
+    /// Stops serving `p`; its waiting requests are answered `Moved`. With `checkpoint`
+    /// (a graceful hand-over by an owner still holding its epoch) its index is
+    /// checkpointed first; a fenced owner must not write it.
+    pub fn release(&self, p: PartitionId, checkpoint: bool) -> Result<()> {
+        let mut inner = lock(&self.inner);
+        let saved = if checkpoint && inner.owner.owns(p) {
+            let store = self.store.clone();
+            inner
+                .owner
+                .checkpoint(p, |index, covered| store.checkpoint(p, index, covered))
+        } else {
+            Ok(())
+        };
+        let index: Option<PartitionIndex> = inner.owner.release(p);
+        drop(index);
+        inner.dirty.retain(|&d| d != p);
+        route(&mut inner);
+        saved
+    }
+
+    /// Checkpoints every partition acknowledged into since its last checkpoint.
+    pub fn checkpoint(&self) -> Result<usize> {
+        let mut inner = lock(&self.inner);
+        let dirty = std::mem::take(&mut inner.dirty);
+        let mut done = 0;
+        for (i, &p) in dirty.iter().enumerate() {
+            let store = self.store.clone();
+            let saved = inner
+                .owner
+                .checkpoint(p, |index, covered| store.checkpoint(p, index, covered));
+            if let Err(e) = saved {
+                inner.dirty.extend_from_slice(&dirty[i..]);
+                return Err(e);
+            }
+            done += 1;
+        }
+        Ok(done)
+    }
+
+    /// The partitions served, with their epochs.
+    pub fn owned(&self) -> Vec<(PartitionId, u64)> {
+        lock(&self.inner).owner.owned()
+    }
+
+    pub fn metrics(&self) -> crate::owner::OwnerMetrics {
+        *lock(&self.inner).owner.metrics()
+    }
+}
+
+/// Hands every answer the owner has to its request, and completes the requests whose
+/// answers are all in.
+fn route(inner: &mut Inner) {
+    while let Some((ticket, reply)) = inner.owner.poll() {
+        let Some((pending, slot)) = inner.waiting.remove(&ticket.id) else {
+            continue;
+        };
+        let mut pending = lock(&pending);
+        if pending.answers[slot].replace(reply).is_none() {
+            pending.missing -= 1;
+        }
+        if pending.missing == 0 {
+            let answers = pending.answers.iter().map(|a| a.expect("all in")).collect();
+            if let Some(done) = pending.done.take() {
+                // The requester may have gone: nothing to do then.
+                let _ = done.send(answers);
+            }
+        }
+    }
+}

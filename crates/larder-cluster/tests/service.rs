@@ -1,0 +1,143 @@
+//! The owner service: requests from several nodes at once, one waiting on another's
+//! lock until the acknowledgement or the lock's timeout.
+
+use std::time::Duration;
+
+use larder_cluster::partitions::PartitionStore;
+use larder_cluster::service::OwnerService;
+use larder_cluster::{PartitionId, Reply};
+use larder_hash::{Fingerprint, HashAlgo};
+use larder_index::disk::{DiskIndexConfig, Lookup};
+use larder_index::ChunkLocation;
+
+const PARTITIONS: u32 = 4;
+
+fn fp(id: u64) -> Fingerprint {
+    HashAlgo::Blake3.fingerprint(&id.to_le_bytes())
+}
+
+fn service(root: &std::path::Path, timeout: Duration) -> OwnerService {
+    let config = DiskIndexConfig {
+        memory_budget: 64 << 10,
+        expected_fingerprints: 1000,
+        buffered_chunk_bytes: 64,
+        ..DiskIndexConfig::default()
+    };
+    let store = PartitionStore::new(root, PARTITIONS, HashAlgo::Blake3, config, Lookup::Lazy);
+    let service = OwnerService::new(store, PARTITIONS, timeout);
+    let all: Vec<PartitionId> = (0..PARTITIONS).map(PartitionId).collect();
+    service.take_over(&all, 1).unwrap();
+    service
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_waits_for_the_first_writers_acknowledgement() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = service(dir.path(), Duration::from_secs(60));
+    let first = service.lookup(1, vec![fp(1), fp(2)]).await.unwrap();
+    assert_eq!(first, vec![Reply::New, Reply::New]);
+    let waiter = tokio::spawn({
+        let service = service.clone();
+        async move { service.lookup(2, vec![fp(3), fp(1)]).await }
+    });
+    // Another node's unrelated request is answered while that one waits.
+    let other = service.lookup(3, vec![fp(4)]).await.unwrap();
+    assert_eq!(other, vec![Reply::New]);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!waiter.is_finished(), "fp(1) is locked by node 1");
+    let at = ChunkLocation {
+        container: 9,
+        offset: 32,
+        length: 100,
+    };
+    service.ack(&[(fp(1), at)]).unwrap();
+    let answers = waiter.await.unwrap().unwrap();
+    assert_eq!(answers, vec![Reply::New, Reply::Known(at)]);
+    assert_eq!(
+        service.get(&[fp(1), fp(2)]).unwrap(),
+        vec![Some(Reply::Known(at)), None]
+    );
+    let metrics = service.metrics();
+    assert_eq!((metrics.new, metrics.known, metrics.waited), (4, 1, 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_never_acknowledged_passes_to_the_next_requester() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = service(dir.path(), Duration::from_secs(2));
+    assert_eq!(
+        service.lookup(1, vec![fp(7)]).await.unwrap(),
+        vec![Reply::New]
+    );
+    let waiter = tokio::spawn({
+        let service = service.clone();
+        async move { service.lookup(2, vec![fp(7)]).await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let next = service.expire().unwrap().expect("a lock is held");
+    assert!(!waiter.is_finished());
+    tokio::time::sleep_until(next.into()).await;
+    service.expire().unwrap();
+    assert_eq!(waiter.await.unwrap().unwrap(), vec![Reply::New]);
+    // The new holder's lock may expire too on a slow machine.
+    assert!(service.metrics().expired >= 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn released_partitions_answer_moved() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = service(dir.path(), Duration::from_secs(60));
+    let fps: Vec<Fingerprint> = (0..64).map(fp).collect();
+    service.lookup(1, fps.clone()).await.unwrap();
+    let at = |i: usize| ChunkLocation {
+        container: 1,
+        offset: i as u32 * 64,
+        length: 64,
+    };
+    // Half acknowledged, half still locked when the partition goes.
+    let acked: Vec<_> = fps
+        .iter()
+        .step_by(2)
+        .enumerate()
+        .map(|(i, f)| (*f, at(i)))
+        .collect();
+    service.ack(&acked).unwrap();
+    let p = PartitionId(1);
+    service.release(p, true).unwrap();
+    assert!(service.owned().iter().all(|&(q, _)| q != p));
+    let waiting = tokio::spawn({
+        let service = service.clone();
+        let fps = fps.clone();
+        async move { service.lookup(2, fps).await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let late: Vec<_> = fps
+        .iter()
+        .skip(1)
+        .step_by(2)
+        .enumerate()
+        .map(|(i, f)| (*f, at(100 + i)))
+        .collect();
+    service.ack(&late).unwrap();
+    let answers = waiting.await.unwrap().unwrap();
+    for (i, (f, answer)) in fps.iter().zip(answers).enumerate() {
+        let expected = if larder_cluster::partition_of(f, PARTITIONS) == p {
+            Reply::Moved
+        } else if i % 2 == 0 {
+            Reply::Known(at(i / 2))
+        } else {
+            Reply::Known(at(100 + i / 2))
+        };
+        assert_eq!(answer, expected, "fingerprint {i}");
+    }
+    // The released partition's index was checkpointed with its acknowledged entries.
+    let reopened = service.take_over(&[p], 2).unwrap();
+    assert_eq!(reopened.rebuilt, 0);
+    let known = service.get(&fps).unwrap();
+    for (i, (f, answer)) in fps.iter().zip(known).enumerate() {
+        if larder_cluster::partition_of(f, PARTITIONS) == p {
+            let expected = (i % 2 == 0).then_some(Reply::Known(at(i / 2)));
+            assert_eq!(answer, expected, "fingerprint {i}");
+        }
+    }
+}
