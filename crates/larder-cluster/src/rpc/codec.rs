@@ -58,7 +58,7 @@ fn exact_chunks<'a, const N: usize>(
     what: &'static str,
     bytes: &'a [u8],
 ) -> Result<impl Iterator<Item = &'a [u8; N]>, RpcError> {
-    if bytes.len() % N != 0 {
+    if !bytes.len().is_multiple_of(N) {
         return Err(RpcError::Malformed {
             what,
             reason: format!("{} bytes is not a multiple of {N}", bytes.len()),
