@@ -33,6 +33,9 @@ pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
 /// (a few bytes are left for the message's other fields).
 pub const MAX_FINGERPRINTS_PER_MESSAGE: usize = MAX_MESSAGE_BYTES / codec::FINGERPRINT_BYTES - 1;
 
+/// The most entries one Ack may carry under `MAX_MESSAGE_BYTES`.
+pub const MAX_ENTRIES_PER_ACK: usize = MAX_MESSAGE_BYTES / codec::ENTRY_BYTES - 1;
+
 /// An owner's answer for one fingerprint of a lookup.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Answer {
@@ -106,8 +109,8 @@ pub enum RpcError {
     #[error("invalid node id {0}: node ids are 1..=65535")]
     InvalidNode(u32),
     /// A request with more fingerprints than one message may carry; permanent.
-    #[error("{count} fingerprints in one message, at most {MAX_FINGERPRINTS_PER_MESSAGE} fit")]
-    TooLarge { count: usize },
+    #[error("{count} entries in one message, at most {max} fit")]
+    TooLarge { count: usize, max: usize },
     /// The node answered this request with an error (its handler failed or rejected
     /// it); the stream stays usable.
     #[error("node at {addr} refused the request: {message}")]

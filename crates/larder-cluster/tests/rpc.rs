@@ -9,7 +9,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use larder_cluster::rpc::proto::{self, client_message, node_client, server_message};
-use larder_cluster::rpc::{Answer, GetAnswer, LookupHandler, LookupServer, NodeClient, RpcError};
+use larder_cluster::rpc::{
+    Answer, GetAnswer, LookupHandler, LookupServer, NodeClient, RpcError,
+    MAX_FINGERPRINTS_PER_MESSAGE,
+};
 use larder_hash::Fingerprint;
 use larder_index::ChunkLocation;
 use tokio::sync::{watch, Barrier};
@@ -17,6 +20,8 @@ use tokio::sync::{watch, Barrier};
 /// Fingerprints whose first byte is this answer `Moved`: the model's "partition owned
 /// elsewhere".
 const MOVED_BYTE: u8 = 0xff;
+/// A lookup of a fingerprint whose first byte is this panics in the handler.
+const PANIC_BYTE: u8 = 0xfe;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Entry {
@@ -58,6 +63,7 @@ impl LookupHandler for Model {
         if let Some(gate) = &self.gate {
             gate.wait().await;
         }
+        assert!(fps.iter().all(|f| f.0[0] != PANIC_BYTE), "the test's panic");
         loop {
             // Subscribed before the check, so an Ack after it is never missed.
             let mut changed = self.version.subscribe();
@@ -123,7 +129,7 @@ impl LookupHandler for Model {
     }
 }
 
-/// A distinct fingerprint per `i` (never starting with `MOVED_BYTE` unless asked).
+/// A distinct fingerprint per `i`, never starting with `MOVED_BYTE` or `PANIC_BYTE`.
 fn fp(i: u64) -> Fingerprint {
     let mut b = [0u8; 32];
     let mut x = i.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0x1234_5678;
@@ -132,7 +138,7 @@ fn fp(i: u64) -> Fingerprint {
         x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
         chunk.copy_from_slice(&x.to_le_bytes());
     }
-    b[0] %= MOVED_BYTE;
+    b[0] %= 0xf0;
     b[1..9].copy_from_slice(&i.to_le_bytes());
     Fingerprint(b)
 }
@@ -444,7 +450,26 @@ async fn malformed_requests_get_a_clear_error_and_the_stream_goes_on() {
         client.lookup(&[fp(1)]).await.unwrap(),
         vec![Answer::Known(loc(1))]
     );
-    assert_eq!(server.stats().failed_requests, 5);
+
+    // A handler that panics answers its request with a failure; the stream goes on.
+    let mut boom = fp(1);
+    boom.0[0] = PANIC_BYTE;
+    let err = within("panicking lookup", client.lookup(&[boom]))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("the handler panicked"), "{err}");
+    assert_eq!(
+        client.lookup(&[fp(1)]).await.unwrap(),
+        vec![Answer::Known(loc(1))]
+    );
+
+    // Too many fingerprints for one message: refused before sending.
+    let too_many = vec![fp(1); MAX_FINGERPRINTS_PER_MESSAGE + 1];
+    let err = client.lookup(&too_many).await.unwrap_err();
+    assert!(matches!(err, RpcError::TooLarge { .. }), "{err}");
+    assert!(!err.is_retryable());
+    assert!(!client.is_closed());
+    assert_eq!(server.stats().failed_requests, 6);
     server.shutdown().await;
 }
 
@@ -460,8 +485,10 @@ async fn server_shutdown_fails_calls_in_flight_with_a_retryable_error() {
     });
     assert!(still_waiting(&waiting).await);
 
+    assert!(!other.is_closed());
     within("shutdown", server.shutdown()).await;
     let err = within("waiter", waiting).await.unwrap().unwrap_err();
+    assert!(other.is_closed());
     assert!(matches!(err, RpcError::ConnectionLost { .. }), "{err}");
     assert!(err.is_retryable());
     assert!(err.to_string().contains("shutting down"), "{err}");

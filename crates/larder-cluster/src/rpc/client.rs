@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use larder_hash::Fingerprint;
 use larder_index::ChunkLocation;
@@ -22,8 +23,16 @@ use super::proto::{
 };
 use super::server::{CONNECTION_WINDOW_BYTES, STREAM_WINDOW_BYTES};
 use super::{
-    codec, Answer, GetAnswer, NodeStats, RpcError, MAX_FINGERPRINTS_PER_MESSAGE, MAX_MESSAGE_BYTES,
+    codec, Answer, GetAnswer, NodeStats, RpcError, MAX_ENTRIES_PER_ACK,
+    MAX_FINGERPRINTS_PER_MESSAGE, MAX_MESSAGE_BYTES,
 };
+
+/// HTTP/2 pings while connected: a node that vanishes without closing its socket (a
+/// lost host, a partition) fails the calls in flight within about 10 s instead of
+/// leaving them waiting on TCP. A lookup waiting on a lock is not affected: the
+/// node's HTTP/2 layer answers pings while its handler waits.
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Requests queued for the stream's sender before a call waits for room.
 const REQUESTS_BUFFERED: usize = 256;
@@ -129,6 +138,9 @@ impl NodeClient {
             .tcp_nodelay(true)
             .initial_stream_window_size(STREAM_WINDOW_BYTES)
             .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
+            .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
+            .keep_alive_timeout(KEEPALIVE_TIMEOUT)
+            .keep_alive_while_idle(true)
             .connect()
             .await
             .map_err(connect_err)?;
@@ -162,11 +174,21 @@ impl NodeClient {
         &self.shared.addr
     }
 
+    /// Whether the lookup stream has ended: every call now fails with
+    /// `ConnectionLost`, and the caller connects a new client (a client never
+    /// reconnects by itself, so that a retry goes through the partition map).
+    pub fn is_closed(&self) -> bool {
+        self.shared.pending().closed.is_some()
+    }
+
     /// One lookup message with all of `fps`; their answers, in order. Waits while the
     /// owner holds a fingerprint locked for another requester.
     pub async fn lookup(&self, fps: &[Fingerprint]) -> Result<Vec<Answer>, RpcError> {
         if fps.len() > MAX_FINGERPRINTS_PER_MESSAGE {
-            return Err(RpcError::TooLarge { count: fps.len() });
+            return Err(RpcError::TooLarge {
+                count: fps.len(),
+                max: MAX_FINGERPRINTS_PER_MESSAGE,
+            });
         }
         let request_id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let message = client_message::Body::Lookup(proto::LookupRequest {
@@ -192,6 +214,12 @@ impl NodeClient {
     /// One acknowledgement message: `entries` (fingerprints answered `New` to this
     /// node, with where it stored them) are durable at the owner when this returns.
     pub async fn ack(&self, entries: &[(Fingerprint, ChunkLocation)]) -> Result<(), RpcError> {
+        if entries.len() > MAX_ENTRIES_PER_ACK {
+            return Err(RpcError::TooLarge {
+                count: entries.len(),
+                max: MAX_ENTRIES_PER_ACK,
+            });
+        }
         let request_id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let message = client_message::Body::Ack(proto::Ack {
             request_id,
@@ -214,7 +242,10 @@ impl NodeClient {
     /// Locations of `fps` for restore (unary, no locking), in order.
     pub async fn get(&self, fps: &[Fingerprint]) -> Result<Vec<GetAnswer>, RpcError> {
         if fps.len() > MAX_FINGERPRINTS_PER_MESSAGE {
-            return Err(RpcError::TooLarge { count: fps.len() });
+            return Err(RpcError::TooLarge {
+                count: fps.len(),
+                max: MAX_FINGERPRINTS_PER_MESSAGE,
+            });
         }
         bump(&self.shared.counters.get_messages_sent, 1);
         bump(&self.shared.counters.get_fingerprints_sent, fps.len());

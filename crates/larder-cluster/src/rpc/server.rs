@@ -5,6 +5,7 @@
 //! on a lock never holds up later requests on the same stream; each response is sent
 //! when its task completes, carrying its request's id.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -179,7 +180,10 @@ fn failed(request_id: u64, err: &RpcError) -> server_message::Body {
 fn checked_fingerprints(bytes: &[u8]) -> Result<Vec<larder_hash::Fingerprint>, RpcError> {
     let fps = codec::unpack_fingerprints("lookup fingerprints", bytes)?;
     if fps.len() > MAX_FINGERPRINTS_PER_MESSAGE {
-        return Err(RpcError::TooLarge { count: fps.len() });
+        return Err(RpcError::TooLarge {
+            count: fps.len(),
+            max: MAX_FINGERPRINTS_PER_MESSAGE,
+        });
     }
     Ok(fps)
 }
@@ -252,7 +256,8 @@ impl<H: LookupHandler> NodeService<H> {
     }
 
     /// Reads one stream's requests until it ends, each served by its own task, then
-    /// waits for those tasks; ends the stream with `Unavailable` on shutdown.
+    /// waits for those tasks; ends the stream with `Unavailable` on shutdown. A task
+    /// whose handler panicked is answered `RequestFailed`, so no requester waits on it.
     async fn serve_stream(
         self,
         mut inbound: Streaming<ClientMessage>,
@@ -260,12 +265,19 @@ impl<H: LookupHandler> NodeService<H> {
     ) {
         let mut shutdown = self.shutdown.clone();
         let mut tasks = JoinSet::new();
+        // The request id each running task answers.
+        let mut request_ids: HashMap<tokio::task::Id, u64> = HashMap::new();
         let mut reading = true;
         loop {
             tokio::select! {
                 msg = inbound.message(), if reading => match msg {
                     Ok(Some(ClientMessage { body: Some(body) })) => {
-                        tasks.spawn(self.clone().serve_request(body, tx.clone()));
+                        let request_id = match &body {
+                            client_message::Body::Lookup(r) => r.request_id,
+                            client_message::Body::Ack(r) => r.request_id,
+                        };
+                        let task = tasks.spawn(self.clone().serve_request(body, tx.clone()));
+                        request_ids.insert(task.id(), request_id);
                     }
                     Ok(Some(ClientMessage { body: None })) => {
                         bump(&self.counters.failed_requests, 1);
@@ -279,13 +291,22 @@ impl<H: LookupHandler> NodeService<H> {
                         reading = false;
                     }
                 },
-                done = tasks.join_next(), if !tasks.is_empty() => {
-                    if let Some(Err(err)) = done {
-                        if err.is_panic() {
-                            tracing::error!(%err, "lookup handler panicked; its request is never answered");
-                        }
+                Some(done) = tasks.join_next_with_id(), if !tasks.is_empty() => match done {
+                    Ok((id, ())) => {
+                        request_ids.remove(&id);
                     }
-                }
+                    Err(err) => {
+                        let request_id = request_ids.remove(&err.id()).unwrap_or_default();
+                        tracing::error!(%err, request_id, "lookup handler panicked");
+                        bump(&self.counters.failed_requests, 1);
+                        bump(&self.counters.stream_messages_out, 1);
+                        let body = failed(request_id, &RpcError::Handler {
+                            message: format!("the handler panicked: {err}"),
+                            retryable: false,
+                        });
+                        let _ = tx.send(Ok(ServerMessage { body: Some(body) })).await;
+                    }
+                },
                 () = stopped(&mut shutdown) => {
                     tasks.shutdown().await;
                     let _ = tx.send(Err(Status::unavailable("node is shutting down"))).await;
