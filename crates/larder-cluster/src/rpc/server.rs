@@ -177,8 +177,12 @@ fn failed(request_id: u64, err: &RpcError) -> server_message::Body {
     })
 }
 
-fn checked_fingerprints(bytes: &[u8]) -> Result<Vec<larder_hash::Fingerprint>, RpcError> {
-    let fps = codec::unpack_fingerprints("lookup fingerprints", bytes)?;
+/// The fingerprints of field `what`, if well formed and few enough for one message.
+fn checked_fingerprints(
+    what: &'static str,
+    bytes: &[u8],
+) -> Result<Vec<larder_hash::Fingerprint>, RpcError> {
+    let fps = codec::unpack_fingerprints(what, bytes)?;
     if fps.len() > MAX_FINGERPRINTS_PER_MESSAGE {
         return Err(RpcError::TooLarge {
             count: fps.len(),
@@ -194,7 +198,7 @@ impl<H: LookupHandler> NodeService<H> {
         bump(&self.counters.lookup_messages_in, 1);
         let result = async {
             let from = node_id(req.from_node)?;
-            let fps = checked_fingerprints(&req.fingerprints)?;
+            let fps = checked_fingerprints("lookup fingerprints", &req.fingerprints)?;
             bump(&self.counters.lookup_fingerprints_in, fps.len());
             let asked = fps.len();
             let answers = self.handler.lookup(from, fps).await?;
@@ -341,10 +345,11 @@ impl<H: LookupHandler> proto::node_server::Node for NodeService<H> {
         request: Request<proto::GetRequest>,
     ) -> Result<Response<proto::GetResponse>, Status> {
         bump(&self.counters.get_messages_in, 1);
-        let fps = checked_fingerprints(&request.into_inner().fingerprints).map_err(|err| {
-            bump(&self.counters.failed_requests, 1);
-            Status::invalid_argument(err.to_string())
-        })?;
+        let fps = checked_fingerprints("get fingerprints", &request.into_inner().fingerprints)
+            .map_err(|err| {
+                bump(&self.counters.failed_requests, 1);
+                Status::invalid_argument(err.to_string())
+            })?;
         bump(&self.counters.get_fingerprints_in, fps.len());
         let asked = fps.len();
         let answers = self.handler.get(fps).await.map_err(|err| {
