@@ -27,6 +27,10 @@ use super::{
     MAX_FINGERPRINTS_PER_MESSAGE, MAX_MESSAGE_BYTES,
 };
 
+/// How long `connect` tries before it fails `Connect` (a host that drops SYNs would
+/// otherwise hold it for TCP's two minutes).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// HTTP/2 pings while connected: a node that vanishes without closing its socket (a
 /// lost host, a partition) fails the calls in flight within about 10 s instead of
 /// leaving them waiting on TCP. A lookup waiting on a lock is not affected: the
@@ -135,6 +139,7 @@ impl NodeClient {
         };
         let channel = Endpoint::from_shared(format!("http://{addr}"))
             .map_err(connect_err)?
+            .connect_timeout(CONNECT_TIMEOUT)
             .tcp_nodelay(true)
             .initial_stream_window_size(STREAM_WINDOW_BYTES)
             .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
