@@ -33,4 +33,15 @@ pub enum ClusterError {
     NotOwner(PartitionId),
 }
 
+impl ClusterError {
+    /// Whether the same call may succeed later (or at the partition's next owner).
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            ClusterError::Index { source, .. } => source.is_retryable(),
+            ClusterError::Io { .. } | ClusterError::Dropped | ClusterError::NotOwner(_) => true,
+            ClusterError::Corrupt { .. } => false,
+        }
+    }
+}
+
 pub type Result<T, E = ClusterError> = std::result::Result<T, E>;

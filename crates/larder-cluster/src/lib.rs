@@ -8,8 +8,10 @@ mod error;
 pub mod owner;
 pub mod partition;
 pub mod partitions;
+pub mod rpc;
 pub mod service;
 
 pub use error::{ClusterError, Result};
-pub use owner::{Owner, OwnerMetrics, Reply, Ticket};
+pub use owner::{Owner, OwnerMetrics, Ticket};
 pub use partition::{partition_of, NodeId, PartitionId, DEFAULT_PARTITIONS};
+pub use rpc::Answer;

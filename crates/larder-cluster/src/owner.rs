@@ -10,12 +10,13 @@ use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use larder_hash::Fingerprint;
-use larder_index::disk::{Answer, DiskIndex, IndexIo};
+use larder_index::disk::{Answer as IndexAnswer, DiskIndex, IndexIo};
 use larder_index::{ChunkLocation, IndexError};
 
 use crate::error::{ClusterError, Result};
 use crate::partition::{partition_of, NodeId, PartitionId};
 use crate::partitions::Covered;
+use crate::rpc::{Answer, GetAnswer};
 
 /// One fingerprint of one lookup request: the requesting node and the request's own
 /// number for it. Node 0 is the owner itself (an acknowledgement it could not match
@@ -27,18 +28,6 @@ pub struct Ticket {
 }
 
 const OWN: NodeId = 0;
-
-/// The owner's answer to one fingerprint of a lookup.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reply {
-    /// Stored at this location: reference it.
-    Known(ChunkLocation),
-    /// Not stored: the requester stores it and acknowledges the location. The entry is
-    /// locked for it until then, or until the lock times out.
-    New,
-    /// This node does not own the fingerprint's partition: ask its owner.
-    Moved,
-}
 
 /// Counters of an owner's work, for `larder cluster status` and the benchmarks.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
@@ -84,7 +73,7 @@ pub struct Owner<I> {
     /// Lock deadlines in the order they were set (so in deadline order, the timeout
     /// being fixed): an entry whose lock is gone or was set again later is skipped.
     expiries: VecDeque<(Instant, PartitionId, Fingerprint)>,
-    output: VecDeque<(Ticket, Reply)>,
+    output: VecDeque<(Ticket, Answer)>,
     metrics: OwnerMetrics,
 }
 
@@ -152,12 +141,12 @@ impl<I: IndexIo> Owner<I> {
         let mut part = self.parts.remove(&partition)?;
         for (ticket, _) in part.index.abandon() {
             if ticket.node != OWN {
-                self.answer(ticket, Reply::Moved);
+                self.answer(ticket, Answer::Moved);
             }
         }
         while let Some(r) = part.index.poll() {
             if r.token.node != OWN {
-                self.answer(r.token, Reply::Moved);
+                self.answer(r.token, Answer::Moved);
             }
         }
         Some(part.index)
@@ -187,7 +176,7 @@ impl<I: IndexIo> Owner<I> {
             };
             let p = partition_of(fp, self.partitions);
             let Some(part) = self.parts.get_mut(&p) else {
-                self.answer(ticket, Reply::Moved);
+                self.answer(ticket, Answer::Moved);
                 continue;
             };
             if part.index.is_pending(fp) {
@@ -290,20 +279,20 @@ impl<I: IndexIo> Owner<I> {
         self.expiries.front().map(|&(deadline, _, _)| deadline)
     }
 
-    /// Reads without locking (restore, check): `Known` where stored, `None` where not
+    /// Reads without locking (restore, check): `Known` where stored, `Absent` where not
     /// (or not yet acknowledged), `Moved` for partitions not owned.
-    pub fn get(&mut self, fps: &[Fingerprint]) -> Result<Vec<Option<Reply>>> {
+    pub fn get(&mut self, fps: &[Fingerprint]) -> Result<Vec<GetAnswer>> {
         fps.iter()
             .map(|fp| {
                 let p = partition_of(fp, self.partitions);
                 let Some(part) = self.parts.get_mut(&p) else {
-                    return Ok(Some(Reply::Moved));
+                    return Ok(GetAnswer::Moved);
                 };
                 let found = part.index.get(fp).map_err(|source| ClusterError::Index {
                     partition: p,
                     source,
                 })?;
-                Ok(found.map(Reply::Known))
+                Ok(found.map_or(GetAnswer::Absent, GetAnswer::Known))
             })
             .collect()
     }
@@ -328,7 +317,7 @@ impl<I: IndexIo> Owner<I> {
     }
 
     /// The next answer for a request, if any.
-    pub fn poll(&mut self) -> Option<(Ticket, Reply)> {
+    pub fn poll(&mut self) -> Option<(Ticket, Answer)> {
         self.output.pop_front()
     }
 
@@ -363,7 +352,7 @@ impl<I: IndexIo> Owner<I> {
         while let Some(r) = part.index.poll() {
             if r.token.node == OWN {
                 let location = part.late.remove(&r.fp).expect("late entries are kept");
-                if r.answer == Answer::New {
+                if r.answer == IndexAnswer::New {
                     if let Err(e) = part.index.insert(r.fp, location) {
                         failure.get_or_insert(e);
                     }
@@ -371,11 +360,11 @@ impl<I: IndexIo> Owner<I> {
                 continue;
             }
             let reply = match r.answer {
-                Answer::Duplicate(location) => Reply::Known(location),
-                Answer::New => {
+                IndexAnswer::Duplicate(location) => Answer::Known(location),
+                IndexAnswer::New => {
                     part.locks.insert(r.fp, deadline);
                     self.expiries.push_back((deadline, p, r.fp));
-                    Reply::New
+                    Answer::New
                 }
             };
             answers.push((r.token, reply));
@@ -391,11 +380,11 @@ impl<I: IndexIo> Owner<I> {
         })
     }
 
-    fn answer(&mut self, ticket: Ticket, reply: Reply) {
+    fn answer(&mut self, ticket: Ticket, reply: Answer) {
         match reply {
-            Reply::Known(_) => self.metrics.known += 1,
-            Reply::New => self.metrics.new += 1,
-            Reply::Moved => self.metrics.moved += 1,
+            Answer::Known(_) => self.metrics.known += 1,
+            Answer::New => self.metrics.new += 1,
+            Answer::Moved => self.metrics.moved += 1,
         }
         self.output.push_back((ticket, reply));
     }

@@ -12,15 +12,16 @@ use larder_index::ChunkLocation;
 use tokio::sync::oneshot;
 
 use crate::error::{ClusterError, Result};
-use crate::owner::{Owner, Reply};
+use crate::owner::Owner;
 use crate::partition::{NodeId, PartitionId};
 use crate::partitions::{PartitionIndex, PartitionStore, Replay};
+use crate::rpc::{Answer, GetAnswer, LookupHandler, RpcError};
 
 /// A request's answers as they come in.
 struct Pending {
-    answers: Vec<Option<Reply>>,
+    answers: Vec<Option<Answer>>,
     missing: usize,
-    done: Option<oneshot::Sender<Vec<Reply>>>,
+    done: Option<oneshot::Sender<Vec<Answer>>>,
 }
 
 struct Inner {
@@ -61,7 +62,7 @@ impl OwnerService {
 
     /// Answers `fps` for node `from`, in order, once every answer is known: at once,
     /// or when the locks some wait on are acknowledged or expire.
-    pub async fn lookup(&self, from: NodeId, fps: Vec<Fingerprint>) -> Result<Vec<Reply>> {
+    pub async fn lookup(&self, from: NodeId, fps: Vec<Fingerprint>) -> Result<Vec<Answer>> {
         if fps.is_empty() {
             return Ok(Vec::new());
         }
@@ -111,8 +112,8 @@ impl OwnerService {
         result
     }
 
-    /// Reads without locking: `Known`, `None` (not stored), or `Moved`.
-    pub fn get(&self, fps: &[Fingerprint]) -> Result<Vec<Option<Reply>>> {
+    /// Reads without locking: `Known`, `Absent`, or `Moved`.
+    pub fn get(&self, fps: &[Fingerprint]) -> Result<Vec<GetAnswer>> {
         lock(&self.inner).owner.get(fps)
     }
 
@@ -182,6 +183,50 @@ impl OwnerService {
 
     pub fn metrics(&self) -> crate::owner::OwnerMetrics {
         *lock(&self.inner).owner.metrics()
+    }
+}
+
+/// The owner's failures as the protocol reports them to the requester.
+fn refused(e: ClusterError) -> RpcError {
+    RpcError::Handler {
+        retryable: e.is_retryable(),
+        message: e.to_string(),
+    }
+}
+
+/// The lookup protocol's server calls the service. Every future is cancel-safe: a
+/// request dropped while it waits leaves its tickets to be answered to nobody, and the
+/// locks they took expire.
+impl LookupHandler for OwnerService {
+    fn lookup(
+        &self,
+        from: u16,
+        fps: Vec<Fingerprint>,
+    ) -> impl std::future::Future<Output = std::result::Result<Vec<Answer>, RpcError>> + Send {
+        let service = self.clone();
+        async move {
+            OwnerService::lookup(&service, from, fps)
+                .await
+                .map_err(refused)
+        }
+    }
+
+    fn ack(
+        &self,
+        _from: u16,
+        entries: Vec<(Fingerprint, ChunkLocation)>,
+    ) -> impl std::future::Future<Output = std::result::Result<(), RpcError>> + Send {
+        let acked = OwnerService::ack(self, &entries).map_err(refused);
+        async move { acked }
+    }
+
+    fn get(
+        &self,
+        fps: Vec<Fingerprint>,
+    ) -> impl std::future::Future<Output = std::result::Result<Vec<GetAnswer>, RpcError>> + Send
+    {
+        let got = OwnerService::get(self, &fps).map_err(refused);
+        async move { got }
     }
 }
 

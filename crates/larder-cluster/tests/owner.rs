@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use larder_cluster::partitions::Covered;
-use larder_cluster::{partition_of, Owner, PartitionId, Reply, Ticket};
+use larder_cluster::{partition_of, Answer, Owner, PartitionId, Ticket};
 use larder_hash::{Fingerprint, HashAlgo};
 use larder_index::disk::{DiskIndex, DiskIndexConfig, Lookup, MemIo};
 use larder_index::ChunkLocation;
@@ -48,7 +48,7 @@ fn owner(lookup: Lookup, owned: &[u32]) -> Owner<MemIo> {
     owner
 }
 
-fn answers(owner: &mut Owner<MemIo>) -> BTreeMap<(u16, u64), Reply> {
+fn answers(owner: &mut Owner<MemIo>) -> BTreeMap<(u16, u64), Answer> {
     std::iter::from_fn(|| owner.poll())
         .map(|(t, r)| ((t.node, t.id), r))
         .collect()
@@ -64,32 +64,32 @@ struct Model {
 }
 
 impl Model {
-    fn lookup(&mut self, t: Ticket, fp: Fingerprint, now: Instant) -> Option<Reply> {
+    fn lookup(&mut self, t: Ticket, fp: Fingerprint, now: Instant) -> Option<Answer> {
         if !self.owned.contains(&partition_of(&fp, PARTITIONS).0) {
-            return Some(Reply::Moved);
+            return Some(Answer::Moved);
         }
         if let Some(&l) = self.stored.get(&fp) {
-            return Some(Reply::Known(l));
+            return Some(Answer::Known(l));
         }
         if let Some((_, waiting)) = self.locked.get_mut(&fp) {
             waiting.push_back(t);
             return None;
         }
         self.locked.insert(fp, (now + TIMEOUT, VecDeque::new()));
-        Some(Reply::New)
+        Some(Answer::New)
     }
 
-    fn ack(&mut self, fp: Fingerprint, l: ChunkLocation, out: &mut Vec<(Ticket, Reply)>) {
+    fn ack(&mut self, fp: Fingerprint, l: ChunkLocation, out: &mut Vec<(Ticket, Answer)>) {
         if !self.owned.contains(&partition_of(&fp, PARTITIONS).0) || self.stored.contains_key(&fp) {
             return;
         }
         self.stored.insert(fp, l);
         if let Some((_, waiting)) = self.locked.remove(&fp) {
-            out.extend(waiting.into_iter().map(|t| (t, Reply::Known(l))));
+            out.extend(waiting.into_iter().map(|t| (t, Answer::Known(l))));
         }
     }
 
-    fn expire(&mut self, now: Instant, out: &mut Vec<(Ticket, Reply)>) {
+    fn expire(&mut self, now: Instant, out: &mut Vec<(Ticket, Answer)>) {
         let due: Vec<Fingerprint> = self
             .locked
             .iter()
@@ -99,13 +99,13 @@ impl Model {
         for fp in due {
             let (_, mut waiting) = self.locked.remove(&fp).unwrap();
             if let Some(next) = waiting.pop_front() {
-                out.push((next, Reply::New));
+                out.push((next, Answer::New));
                 self.locked.insert(fp, (now + TIMEOUT, waiting));
             }
         }
     }
 
-    fn release(&mut self, p: u32, out: &mut Vec<(Ticket, Reply)>) {
+    fn release(&mut self, p: u32, out: &mut Vec<(Ticket, Answer)>) {
         self.owned.retain(|&o| o != p);
         let gone: Vec<Fingerprint> = self
             .locked
@@ -115,7 +115,7 @@ impl Model {
             .collect();
         for fp in gone {
             let (_, waiting) = self.locked.remove(&fp).unwrap();
-            out.extend(waiting.into_iter().map(|t| (t, Reply::Moved)));
+            out.extend(waiting.into_iter().map(|t| (t, Answer::Moved)));
         }
     }
 }
@@ -198,12 +198,12 @@ proptest! {
                 }
             }
             let got = answers(&mut owner);
-            let want: BTreeMap<(u16, u64), Reply> =
+            let want: BTreeMap<(u16, u64), Answer> =
                 expected.iter().map(|(t, r)| ((t.node, t.id), *r)).collect();
             prop_assert_eq!(&got, &want);
             news.extend(
                 got.iter()
-                    .filter(|(_, r)| **r == Reply::New)
+                    .filter(|(_, r)| **r == Answer::New)
                     .map(|((_, id), _)| asked[id]),
             );
         }

@@ -4,8 +4,9 @@
 use std::time::Duration;
 
 use larder_cluster::partitions::PartitionStore;
+use larder_cluster::rpc::GetAnswer;
 use larder_cluster::service::OwnerService;
-use larder_cluster::{PartitionId, Reply};
+use larder_cluster::{Answer, PartitionId};
 use larder_hash::{Fingerprint, HashAlgo};
 use larder_index::disk::{DiskIndexConfig, Lookup};
 use larder_index::ChunkLocation;
@@ -35,14 +36,14 @@ async fn a_copy_waits_for_the_first_writers_acknowledgement() {
     let dir = tempfile::tempdir().unwrap();
     let service = service(dir.path(), Duration::from_secs(60));
     let first = service.lookup(1, vec![fp(1), fp(2)]).await.unwrap();
-    assert_eq!(first, vec![Reply::New, Reply::New]);
+    assert_eq!(first, vec![Answer::New, Answer::New]);
     let waiter = tokio::spawn({
         let service = service.clone();
         async move { service.lookup(2, vec![fp(3), fp(1)]).await }
     });
     // Another node's unrelated request is answered while that one waits.
     let other = service.lookup(3, vec![fp(4)]).await.unwrap();
-    assert_eq!(other, vec![Reply::New]);
+    assert_eq!(other, vec![Answer::New]);
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert!(!waiter.is_finished(), "fp(1) is locked by node 1");
     let at = ChunkLocation {
@@ -52,10 +53,10 @@ async fn a_copy_waits_for_the_first_writers_acknowledgement() {
     };
     service.ack(&[(fp(1), at)]).unwrap();
     let answers = waiter.await.unwrap().unwrap();
-    assert_eq!(answers, vec![Reply::New, Reply::Known(at)]);
+    assert_eq!(answers, vec![Answer::New, Answer::Known(at)]);
     assert_eq!(
         service.get(&[fp(1), fp(2)]).unwrap(),
-        vec![Some(Reply::Known(at)), None]
+        vec![GetAnswer::Known(at), GetAnswer::Absent]
     );
     let metrics = service.metrics();
     assert_eq!((metrics.new, metrics.known, metrics.waited), (4, 1, 1));
@@ -67,7 +68,7 @@ async fn a_lock_never_acknowledged_passes_to_the_next_requester() {
     let service = service(dir.path(), Duration::from_secs(2));
     assert_eq!(
         service.lookup(1, vec![fp(7)]).await.unwrap(),
-        vec![Reply::New]
+        vec![Answer::New]
     );
     let waiter = tokio::spawn({
         let service = service.clone();
@@ -78,7 +79,7 @@ async fn a_lock_never_acknowledged_passes_to_the_next_requester() {
     assert!(!waiter.is_finished());
     tokio::time::sleep_until(next.into()).await;
     service.expire().unwrap();
-    assert_eq!(waiter.await.unwrap().unwrap(), vec![Reply::New]);
+    assert_eq!(waiter.await.unwrap().unwrap(), vec![Answer::New]);
     // The new holder's lock may expire too on a slow machine.
     assert!(service.metrics().expired >= 1);
 }
@@ -122,11 +123,11 @@ async fn released_partitions_answer_moved() {
     let answers = waiting.await.unwrap().unwrap();
     for (i, (f, answer)) in fps.iter().zip(answers).enumerate() {
         let expected = if larder_cluster::partition_of(f, PARTITIONS) == p {
-            Reply::Moved
+            Answer::Moved
         } else if i % 2 == 0 {
-            Reply::Known(at(i / 2))
+            Answer::Known(at(i / 2))
         } else {
-            Reply::Known(at(100 + i / 2))
+            Answer::Known(at(100 + i / 2))
         };
         assert_eq!(answer, expected, "fingerprint {i}");
     }
@@ -136,8 +137,60 @@ async fn released_partitions_answer_moved() {
     let known = service.get(&fps).unwrap();
     for (i, (f, answer)) in fps.iter().zip(known).enumerate() {
         if larder_cluster::partition_of(f, PARTITIONS) == p {
-            let expected = (i % 2 == 0).then_some(Reply::Known(at(i / 2)));
+            let expected = if i % 2 == 0 {
+                GetAnswer::Known(at(i / 2))
+            } else {
+                GetAnswer::Absent
+            };
             assert_eq!(answer, expected, "fingerprint {i}");
         }
     }
+}
+
+/// The service behind the real protocol: two nodes' clients over loopback, one waiting
+/// on the other's lock until its acknowledgement arrives on its own stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_look_up_through_the_protocol() {
+    use larder_cluster::rpc::{LookupServer, NodeClient};
+    let dir = tempfile::tempdir().unwrap();
+    let service = service(dir.path(), Duration::from_secs(60));
+    let any_port: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let server = LookupServer::bind(any_port, std::sync::Arc::new(service.clone()))
+        .await
+        .unwrap();
+    let addr = server.local_addr().to_string();
+    let one = NodeClient::connect(&addr, 1).await.unwrap();
+    let two = NodeClient::connect(&addr, 2).await.unwrap();
+    let fps: Vec<Fingerprint> = (0..200).map(fp).collect();
+    assert!(one
+        .lookup(&fps)
+        .await
+        .unwrap()
+        .iter()
+        .all(|a| *a == Answer::New));
+    let waiting =
+        tokio::spawn(async move { two.lookup(&(100..300).map(fp).collect::<Vec<_>>()).await });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!waiting.is_finished());
+    let at = |i: u64| ChunkLocation {
+        container: 5,
+        offset: i as u32 * 100,
+        length: 100,
+    };
+    let acked: Vec<_> = fps
+        .iter()
+        .enumerate()
+        .map(|(i, f)| (*f, at(i as u64)))
+        .collect();
+    one.ack(&acked).await.unwrap();
+    let answers = waiting.await.unwrap().unwrap();
+    for (i, answer) in (100..300u64).zip(answers) {
+        let expected = if i < 200 {
+            Answer::Known(at(i))
+        } else {
+            Answer::New
+        };
+        assert_eq!(answer, expected, "fingerprint {i}");
+    }
+    server.shutdown().await;
 }
