@@ -8,6 +8,7 @@ mod error;
 pub mod owner;
 pub mod partition;
 pub mod partitions;
+pub mod router;
 pub mod rpc;
 pub mod service;
 
