@@ -14,7 +14,8 @@ use larder_index::ChunkLocation;
 use tokio::task::JoinSet;
 
 use crate::partition::{partition_of, NodeId, PartitionId};
-use crate::rpc::{Answer, NodeClient, RpcError};
+use crate::rpc::{Answer, LookupHandler, NodeClient, RpcError};
+use crate::service::OwnerService;
 
 /// Where partitions are: their owners and the nodes' addresses, as the node's watch of
 /// etcd last saw them.
@@ -34,10 +35,14 @@ pub struct RouterMetrics {
     pub fingerprints: u64,
     /// Fingerprints the LRU cache answered.
     pub cached: u64,
-    /// Lookup messages sent (one per owner per request and retry), and fingerprints in
-    /// them.
+    /// Lookup messages sent to other nodes (one per owner per request and retry), and
+    /// fingerprints in them.
     pub messages: u64,
     pub fingerprints_sent: u64,
+    /// Fingerprints of partitions this node owns, answered in process (no message).
+    pub local: u64,
+    /// Acknowledgement messages sent to other nodes.
+    pub ack_messages: u64,
     /// Fingerprints answered `Moved` and asked again.
     pub moved: u64,
 }
@@ -53,6 +58,8 @@ pub struct Router {
     me: NodeId,
     partitions: u32,
     map: Arc<RwLock<MapView>>,
+    /// This node's own partitions, asked in process.
+    local: Option<OwnerService>,
     clients: Mutex<HashMap<NodeId, Arc<NodeClient>>>,
     cache: Mutex<LruCache>,
     metrics: Mutex<RouterMetrics>,
@@ -76,10 +83,18 @@ impl Router {
             me,
             partitions,
             map,
+            local: None,
             clients: Mutex::new(HashMap::new()),
             cache: Mutex::new(LruCache::new(cache_entries)),
             metrics: Mutex::new(RouterMetrics::default()),
         }
+    }
+
+    /// Answers the fingerprints of partitions this node owns (`local` serves them) in
+    /// process, without a message.
+    pub fn with_local(mut self, local: OwnerService) -> Self {
+        self.local = Some(local);
+        self
     }
 
     pub fn metrics(&self) -> RouterMetrics {
@@ -201,6 +216,19 @@ impl Router {
         for (node, members) in groups {
             let positions: Vec<usize> = members.iter().map(|&k| todo[k]).collect();
             let batch: Vec<Fingerprint> = positions.iter().map(|&i| fps[i]).collect();
+            if let Some(local) = self.local.as_ref().filter(|_| node == self.me) {
+                lock(&self.metrics).local += batch.len() as u64;
+                let local = local.clone();
+                let me = self.me;
+                calls.spawn(async move {
+                    (
+                        node,
+                        positions,
+                        LookupHandler::lookup(&local, me, batch).await,
+                    )
+                });
+                continue;
+            }
             let client = match self.client(node).await {
                 Ok(client) => client,
                 Err(e) => {
