@@ -2,3 +2,5 @@
 //! into fingerprint partitions, each owned by one node at a time, coordinated through
 //! etcd; nodes look fingerprints up at their owners in batches over gRPC, and chunk
 //! data stays on the node that received it.
+
+pub mod coord;
