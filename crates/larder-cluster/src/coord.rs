@@ -11,7 +11,7 @@ pub use client::{Etcd, EtcdOptions};
 pub use election::{Election, Leadership};
 pub use map::{
     Assignment, ClusterConfig, MapCache, PartitionMap, PartitionMapStore, COORD_FORMAT_VERSION,
-    MAX_TXN_OPS,
+    MAX_TXN_OPS, MOVES_PER_TXN,
 };
 pub use membership::{Member, MemberEvent, Membership, MembershipOptions};
 

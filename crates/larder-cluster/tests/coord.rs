@@ -8,13 +8,15 @@ use std::time::{Duration, Instant};
 
 use larder_cluster::coord::{
     ClusterConfig, CoordError, Election, Etcd, EtcdOptions, Member, MemberEvent, Membership,
-    MembershipOptions, PartitionMapStore, COORD_FORMAT_VERSION, MAX_TXN_OPS,
+    MembershipOptions, PartitionMapStore, COORD_FORMAT_VERSION, MOVES_PER_TXN,
 };
 use support::etcd::EtcdCluster;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 /// The lease TTL of the tests' members (etcd's minimum with its default election timeout).
 const TTL: i64 = 2;
+/// `MembershipOptions::default()`'s TTL.
+const DEFAULT_TTL: Duration = Duration::from_secs(5);
 /// Slack on every wait: generous, for a busy 2-core CI machine.
 const SLACK: Duration = Duration::from_secs(10);
 
@@ -27,6 +29,16 @@ async fn connect(endpoints: &[String]) -> Etcd {
 async fn join(etcd: &Etcd, id: u16) -> Membership {
     let member = Member::new(id, format!("127.0.0.1:{}", 7000 + id), 2);
     Membership::join(etcd, member, MembershipOptions { ttl_secs: TTL })
+        .await
+        .expect("join")
+}
+
+/// A member with the production TTL (5 s): while an etcd member is down or frozen,
+/// a keepalive may wait for a raft election (1 s) and a health probe; with the tests'
+/// 2 s TTL the node could then declare itself lost (safely, but needlessly).
+async fn join_with_default_ttl(etcd: &Etcd, id: u16) -> Membership {
+    let member = Member::new(id, format!("127.0.0.1:{}", 7000 + id), 2);
+    Membership::join(etcd, member, MembershipOptions::default())
         .await
         .expect("join")
 }
@@ -234,8 +246,8 @@ async fn map_assign_load_cache_and_fencing() {
     distinct.dedup();
     assert_eq!(
         distinct.len(),
-        1024 / MAX_TXN_OPS,
-        "one transaction per {MAX_TXN_OPS} moves"
+        1024usize.div_ceil(MOVES_PER_TXN),
+        "one transaction per {MOVES_PER_TXN} moves"
     );
 
     let map = store.load().await.unwrap();
@@ -403,9 +415,10 @@ async fn killing_one_etcd_member_of_three_changes_nothing() {
     let mut cluster = EtcdCluster::start(3).await;
     let endpoints = cluster.endpoints();
     let etcd = connect(&endpoints).await;
-    let survivor = join(&etcd, 9).await;
+    let survivor = join_with_default_ttl(&etcd, 9).await;
 
     cluster.kill(0);
+    let killed = tokio::time::Instant::now();
     // A handle made before the kill moves to the healthy endpoints...
     exercise_everything(&etcd, 1, 10).await;
     // ...and one made after it skips the dead endpoint from the start.
@@ -420,7 +433,31 @@ async fn killing_one_etcd_member_of_three_changes_nothing() {
     cluster.restart(1).await;
     exercise_everything(&etcd, 4, 13).await;
 
-    // The member joined before all this kept its key the whole time.
+    // The member joined before all this kept its key the whole time (over a lease
+    // period at least).
+    tokio::time::sleep_until(killed + DEFAULT_TTL + Duration::from_secs(1)).await;
     assert!(!*survivor.lost().borrow());
     assert!(member_ids(&etcd).await.contains(&9));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_etcd_member_is_skipped() {
+    let mut cluster = EtcdCluster::start(3).await;
+    let endpoints = cluster.endpoints();
+    let etcd = connect(&endpoints).await;
+    let survivor = join_with_default_ttl(&etcd, 9).await;
+
+    // A frozen member accepts connections and never answers: only the wrapper's
+    // timeouts and health probes get requests past it.
+    cluster.pause(0);
+    let paused = tokio::time::Instant::now();
+    exercise_everything(&etcd, 1, 10).await;
+    assert!(!etcd.connected_endpoints().contains(&endpoints[0]));
+    let fresh = connect(&endpoints).await;
+    assert_eq!(fresh.connected_endpoints(), endpoints[1..]);
+    // A whole lease period frozen: the survivor's keepalive got past it every time.
+    tokio::time::sleep_until(paused + DEFAULT_TTL + Duration::from_secs(1)).await;
+    assert!(!*survivor.lost().borrow());
+    assert!(member_ids(&etcd).await.contains(&9));
+    cluster.resume(0);
 }

@@ -339,12 +339,18 @@ impl Etcd {
         .await
     }
 
-    /// One keepalive round trip for `lease`: the lease's remaining TTL in seconds,
-    /// 0 when etcd no longer knows the lease (expired or revoked).
-    pub async fn lease_keep_alive_once(&self, lease: i64) -> Result<i64, CoordError> {
+    /// One keepalive round trip for `lease`, each attempt limited to
+    /// `attempt_timeout` (shorter than the operation timeout: a keepalive must get
+    /// past a frozen endpoint well within the lease's TTL). Returns the lease's
+    /// remaining TTL in seconds, 0 when etcd no longer knows the lease.
+    pub async fn lease_keep_alive_once(
+        &self,
+        lease: i64,
+        attempt_timeout: Duration,
+    ) -> Result<i64, CoordError> {
         self.retry(
             "lease_keep_alive",
-            self.unary_timeout(),
+            Some(attempt_timeout),
             |mut c| async move {
                 let (mut keeper, mut stream) = c.lease_keep_alive(lease).await?;
                 keeper.keep_alive().await?;

@@ -17,6 +17,10 @@ use super::{CoordError, Etcd, Leadership};
 /// comparisons) one transaction may carry.
 pub const MAX_TXN_OPS: usize = 128;
 
+/// Moves per `assign` transaction: each also compares (and, on failure, reads) the
+/// master's election key, so one fewer than `MAX_TXN_OPS`.
+pub const MOVES_PER_TXN: usize = MAX_TXN_OPS - 1;
+
 const MAP: &str = "map/";
 const CONFIG: &str = "config";
 
@@ -25,6 +29,10 @@ pub const COORD_FORMAT_VERSION: u32 = 1;
 
 fn map_key(partition: u32) -> String {
     format!("{MAP}{partition}")
+}
+
+fn map_value(owner: u16) -> Vec<u8> {
+    format!("{{\"owner\":{owner}}}").into_bytes()
 }
 
 /// `map/<p>`'s value (JSON).
@@ -179,10 +187,19 @@ impl PartitionMapStore {
             .transpose()
     }
 
-    /// Writes `moves` (partition, new owner) as the master holding `master`, in
-    /// transactions of at most `MAX_TXN_OPS` puts, each guarded by the master's
-    /// election key still existing at its create revision. Returns each moved
-    /// partition's new epoch, in the order given. Fails with `NotMaster`, writing
+    /// Writes `moves` (partition, new owner) as the master holding `master`, and
+    /// returns each moved partition's new epoch, in the order given.
+    ///
+    /// Each transaction carries at most `MOVES_PER_TXN` moves and compares (1) the
+    /// master's election key still at its create revision, and (2) each moved key
+    /// still at the mod_revision last read. (2) makes a retried transaction exact:
+    /// an attempt that timed out on our side may still commit later, and without the
+    /// compare it would rewrite the key after the retry and leave the returned epoch
+    /// stale. When the compare fails with the master still in place, the key changed
+    /// since it was read, and only this master writes the map while its key exists
+    /// (every other writer's guard names a key that is gone): so a key that now holds
+    /// the wanted owner at a newer revision was written by this call's own earlier
+    /// attempt, and its revision is the epoch. Fails with `NotMaster`, writing
     /// nothing more, once the guard fails; moves in earlier transactions stay.
     pub async fn assign(
         &self,
@@ -200,39 +217,120 @@ impl PartitionMapStore {
                 "partition {p} assigned to node 0"
             )));
         }
+        let mut epochs = Vec::with_capacity(moves.len());
+        for chunk in moves.chunks(MOVES_PER_TXN) {
+            epochs.extend(self.assign_chunk(chunk, master).await?);
+        }
+        Ok(epochs)
+    }
+
+    async fn assign_chunk(
+        &self,
+        chunk: &[(u32, u16)],
+        master: &Leadership,
+    ) -> Result<Vec<(u32, i64)>, CoordError> {
         let guard_key = master.key().to_vec();
         let guard_revision = master.revision();
-        let mut epochs = Vec::with_capacity(moves.len());
-        for chunk in moves.chunks(MAX_TXN_OPS) {
-            let puts: Vec<TxnOp> = chunk
-                .iter()
-                .map(|&(p, owner)| {
-                    let value = serde_json::to_vec(&MapValue { owner }).unwrap_or_default();
-                    TxnOp::put(self.etcd.key(&map_key(p)), value, None)
-                })
-                .collect();
+        let not_master = || CoordError::NotMaster {
+            key: String::from_utf8_lossy(&guard_key).into_owned(),
+            revision: guard_revision,
+        };
+        let keys: Vec<String> = chunk
+            .iter()
+            .map(|(p, _)| self.etcd.key(&map_key(*p)))
+            .collect();
+        // The mod_revision each key had when last read (0: absent).
+        let mut read = self.revisions(&keys).await?;
+        let mut done: Vec<Option<i64>> = vec![None; chunk.len()];
+        loop {
+            let pending: Vec<usize> = (0..chunk.len()).filter(|&i| done[i].is_none()).collect();
+            if pending.is_empty() {
+                break;
+            }
             let response = self
                 .etcd
                 .txn(|| {
-                    etcd_client::Txn::new()
-                        .when([Compare::create_revision(
-                            guard_key.clone(),
+                    let mut compares = vec![Compare::create_revision(
+                        guard_key.clone(),
+                        CompareOp::Equal,
+                        guard_revision,
+                    )];
+                    let mut puts = Vec::with_capacity(pending.len());
+                    let mut gets = vec![TxnOp::get(guard_key.clone(), None)];
+                    for &i in &pending {
+                        compares.push(Compare::mod_revision(
+                            keys[i].clone(),
                             CompareOp::Equal,
-                            guard_revision,
-                        )])
-                        .and_then(puts.clone())
+                            read[i],
+                        ));
+                        let value = map_value(chunk[i].1);
+                        puts.push(TxnOp::put(keys[i].clone(), value, None));
+                        gets.push(TxnOp::get(keys[i].clone(), None));
+                    }
+                    etcd_client::Txn::new()
+                        .when(compares)
+                        .and_then(puts)
+                        .or_else(gets)
                 })
                 .await?;
-            if !response.succeeded() {
-                return Err(CoordError::NotMaster {
-                    key: String::from_utf8_lossy(&guard_key).into_owned(),
-                    revision: guard_revision,
-                });
+            if response.succeeded() {
+                let epoch = response.header().map(|h| h.revision()).unwrap_or(0);
+                for &i in &pending {
+                    done[i] = Some(epoch);
+                }
+                break;
             }
-            let epoch = response.header().map(|h| h.revision()).unwrap_or(0);
-            epochs.extend(chunk.iter().map(|&(p, _)| (p, epoch)));
+            let answers: Vec<Option<KeyValue>> = response
+                .op_responses()
+                .into_iter()
+                .map(|answer| match answer {
+                    TxnOpResponse::Get(mut get) => get.take_kvs().into_iter().next(),
+                    _ => None,
+                })
+                .collect();
+            match answers.first() {
+                Some(Some(guard)) if guard.create_revision() == guard_revision => {}
+                _ => return Err(not_master()),
+            }
+            for (&i, answer) in pending.iter().zip(&answers[1..]) {
+                let (owner, revision) = match answer {
+                    Some(kv) => (self.parse(kv)?.1.owner, kv.mod_revision()),
+                    None => (0, 0),
+                };
+                if owner == chunk[i].1 && revision > read[i] {
+                    done[i] = Some(revision);
+                } else {
+                    read[i] = revision;
+                }
+            }
         }
-        Ok(epochs)
+        Ok(chunk
+            .iter()
+            .zip(done)
+            .map(|(&(p, _), epoch)| (p, epoch.unwrap_or(0)))
+            .collect())
+    }
+
+    /// The mod_revision of each of `keys` (absolute), 0 for an absent key, read in
+    /// one transaction.
+    async fn revisions(&self, keys: &[String]) -> Result<Vec<i64>, CoordError> {
+        let response = self
+            .etcd
+            .txn(|| {
+                let gets: Vec<TxnOp> = keys.iter().map(|k| TxnOp::get(k.clone(), None)).collect();
+                etcd_client::Txn::new().and_then(gets)
+            })
+            .await?;
+        Ok(response
+            .op_responses()
+            .iter()
+            .map(|answer| match answer {
+                TxnOpResponse::Get(get) => {
+                    get.kvs().first().map(|kv| kv.mod_revision()).unwrap_or(0)
+                }
+                _ => 0,
+            })
+            .collect())
     }
 
     /// The whole map, read at one revision.

@@ -185,19 +185,24 @@ async fn load_members(etcd: &Etcd) -> Result<(BTreeMap<u16, Member>, i64), Coord
     Ok((known, revision))
 }
 
-/// Keeps `lease` alive every third of its TTL. Invariant: `lost` turns true before
-/// `deadline` (the latest time etcd may still hold the lease, counted from when the
-/// last successful keepalive was sent) passes without a successful keepalive, and
-/// as soon as etcd answers that the lease is gone.
+/// Keeps `lease` alive every quarter of its TTL, each attempt limited to a quarter
+/// of the TTL too, so that a frozen etcd endpoint costs one short attempt and a
+/// health probe, not the lease (tests/coord.rs `a_frozen_etcd_member_is_skipped`).
+/// Invariant: `lost` turns true before `deadline` (the latest time etcd may still
+/// hold the lease, counted from when the last successful keepalive was sent) passes
+/// without a successful keepalive, and as soon as etcd answers that the lease is gone.
 async fn keep_alive(etcd: Etcd, lease: i64, mut deadline: Instant, lost: watch::Sender<bool>) {
-    let mut ttl = deadline.saturating_duration_since(Instant::now());
+    let ttl = deadline.saturating_duration_since(Instant::now());
+    let quarter = (ttl / 4).max(Duration::from_millis(100));
+    let mut pause = quarter;
     loop {
-        tokio::time::sleep((ttl / 3).max(Duration::from_millis(100))).await;
+        tokio::time::sleep(pause).await;
+        pause = quarter;
         let sent = Instant::now();
-        match tokio::time::timeout_at(deadline, etcd.lease_keep_alive_once(lease)).await {
+        let attempt = etcd.lease_keep_alive_once(lease, quarter);
+        match tokio::time::timeout_at(deadline, attempt).await {
             Ok(Ok(left)) if left > 0 => {
-                ttl = Duration::from_secs(left as u64);
-                deadline = sent + ttl;
+                deadline = sent + Duration::from_secs(left as u64);
             }
             Ok(Ok(_)) => {
                 tracing::warn!(lease, "lease gone: this node is no longer a member");
@@ -208,7 +213,7 @@ async fn keep_alive(etcd: Etcd, lease: i64, mut deadline: Instant, lost: watch::
                 if Instant::now() >= deadline {
                     break;
                 }
-                ttl = Duration::from_millis(300);
+                pause = Duration::from_millis(100);
             }
             Err(_) => {
                 tracing::warn!(

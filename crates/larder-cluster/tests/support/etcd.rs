@@ -188,6 +188,30 @@ impl EtcdCluster {
         }
     }
 
+    /// Freezes member `index` (SIGSTOP): its sockets stay open but nothing answers,
+    /// the failure a client cannot see from a refused connection.
+    pub fn pause(&mut self, index: usize) {
+        self.signal(index, "-STOP");
+    }
+
+    /// Thaws a member frozen by `pause` (SIGCONT).
+    pub fn resume(&mut self, index: usize) {
+        self.signal(index, "-CONT");
+    }
+
+    fn signal(&self, index: usize, signal: &str) {
+        let child = self.members[index]
+            .child
+            .as_ref()
+            .expect("member is running");
+        let status = Command::new("kill")
+            .arg(signal)
+            .arg(child.id().to_string())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill {signal} member {index}");
+    }
+
     /// Starts member `index` again on its data directory and waits until it is healthy.
     pub async fn restart(&mut self, index: usize) {
         self.kill(index);
@@ -251,6 +275,7 @@ async fn has_leader(endpoint: &str) -> bool {
 
 impl Drop for EtcdCluster {
     fn drop(&mut self) {
+        // SIGKILL ends a paused member too.
         for index in 0..self.members.len() {
             self.kill(index);
         }
