@@ -13,8 +13,9 @@ use larder_cluster::coord::{
 use support::etcd::EtcdCluster;
 use tokio::sync::mpsc::UnboundedReceiver;
 
-/// The lease TTL of the tests' members (etcd's minimum with its default election timeout).
-const TTL: i64 = 2;
+/// The lease TTL of the members whose expiry a test waits for (etcd's minimum with
+/// its default election timeout is 2 s; 3 s leaves a keepalive room on a busy machine).
+const TTL: i64 = 3;
 /// `MembershipOptions::default()`'s TTL.
 const DEFAULT_TTL: Duration = Duration::from_secs(5);
 /// Slack on every wait: generous, for a busy 2-core CI machine.
@@ -33,9 +34,10 @@ async fn join(etcd: &Etcd, id: u16) -> Membership {
         .expect("join")
 }
 
-/// A member with the production TTL (5 s): while an etcd member is down or frozen,
-/// a keepalive may wait for a raft election (1 s) and a health probe; with the tests'
-/// 2 s TTL the node could then declare itself lost (safely, but needlessly).
+/// A member with the production TTL (5 s), for tests that do not wait for an expiry:
+/// while an etcd member is down or frozen, a keepalive may wait for a raft election
+/// (1 s) and a health probe, and on a busy machine a shorter TTL could run out
+/// (the node would then declare itself lost: safe, but not what the test is about).
 async fn join_with_default_ttl(etcd: &Etcd, id: u16) -> Membership {
     let member = Member::new(id, format!("127.0.0.1:{}", 7000 + id), 2);
     Membership::join(etcd, member, MembershipOptions::default())
@@ -232,7 +234,7 @@ async fn map_assign_load_cache_and_fencing() {
     );
     assert_eq!(store.config().await.unwrap(), Some(config(1024)));
 
-    let node = join(&etcd, 1).await;
+    let node = join_with_default_ttl(&etcd, 1).await;
     let master = Election::new(&etcd)
         .campaign(node.lease(), "1")
         .await
@@ -311,8 +313,8 @@ async fn a_master_whose_election_key_is_gone_cannot_write_the_map() {
     let etcd = connect(&cluster.endpoints()).await;
     let store = PartitionMapStore::new(&etcd);
     let election = Election::new(&etcd);
-    let old = join(&etcd, 1).await;
-    let new = join(&etcd, 2).await;
+    let old = join_with_default_ttl(&etcd, 1).await;
+    let new = join_with_default_ttl(&etcd, 2).await;
     let old_master = election.campaign(old.lease(), "1").await.unwrap();
     let waiting = {
         let (election, lease) = (election.clone(), new.lease());
@@ -371,7 +373,7 @@ async fn connect_fails_naming_the_endpoints_when_none_answers() {
 /// Runs every coordination operation once; panics on any failure.
 async fn exercise_everything(etcd: &Etcd, id: u16, partition: u32) {
     let (_, mut events) = Membership::watch(etcd).await.unwrap();
-    let node = join(etcd, id).await;
+    let node = join_with_default_ttl(etcd, id).await;
     assert!(member_ids(etcd).await.contains(&id));
     assert_eq!(
         next_event(&mut events).await,

@@ -134,10 +134,17 @@ impl Membership {
     }
 
     /// Leaves the cluster: revokes the lease, so `members/<id>` (and every key on the
-    /// lease, such as an election candidacy) disappears at once.
+    /// lease, such as an election candidacy) disappears at once. A lease etcd no
+    /// longer knows (expired, or revoked by an earlier attempt) has left already.
     pub async fn leave(self) -> Result<(), CoordError> {
         self.keepalive.abort();
-        self.etcd.lease_revoke(self.lease).await
+        match self.etcd.lease_revoke(self.lease).await {
+            Err(CoordError::Etcd {
+                source: etcd_client::Error::GRpcStatus(status),
+                ..
+            }) if status.code() == tonic::Code::NotFound => Ok(()),
+            other => other,
+        }
     }
 
     /// The live members, by id.
