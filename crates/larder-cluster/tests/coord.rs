@@ -154,7 +154,7 @@ async fn election_has_one_leader_and_moves_to_the_other_candidate_when_its_lease
     assert_eq!(election.leader().await.unwrap(), None);
     let mut observed = election.observe();
 
-    let mut nodes = vec![Some(join(&etcd, 1).await), Some(join(&etcd, 2).await)];
+    let mut nodes = [Some(join(&etcd, 1).await), Some(join(&etcd, 2).await)];
     let mut campaigns: Vec<_> = nodes
         .iter()
         .map(|node| {

@@ -170,15 +170,10 @@ impl Etcd {
         }
     }
 
-    /// The current client, for calls the wrapper does not cover (streams held open).
-    pub fn client(&self) -> Client {
-        self.connection().client
-    }
-
     /// Probes every configured endpoint and reconnects to the healthy ones, unless
     /// another task already reconnected since `seen_generation`. When none is healthy
     /// the connection is left as it was (the next attempt fails and backs off).
-    pub async fn refresh(&self, seen_generation: u64) {
+    async fn refresh(&self, seen_generation: u64) {
         let _probing = self.shared.probing.lock().await;
         if self.connection().generation != seen_generation {
             return;
@@ -421,6 +416,7 @@ async fn probe(endpoints: &[String], options: &EtcdOptions) -> Vec<String> {
     endpoints
         .iter()
         .zip(healthy)
-        .filter_map(|(endpoint, ok)| ok.then(|| endpoint.clone()))
+        .filter(|(_, ok)| *ok)
+        .map(|(endpoint, _)| endpoint.clone())
         .collect()
 }
