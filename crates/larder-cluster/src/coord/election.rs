@@ -108,7 +108,8 @@ impl Election {
 
     /// Follows the master: the receiver holds the latest master's value seen (`None`
     /// until one is). Reconnects after stream errors; ends when every receiver is
-    /// dropped.
+    /// dropped. Opening the stream has no attempt timeout: etcd answers it only once
+    /// there is a leader; a dead connection is found by the HTTP/2 keepalive.
     pub fn observe(&self) -> watch::Receiver<Option<String>> {
         let (sender, receiver) = watch::channel(None);
         let etcd = self.etcd.clone();
@@ -117,7 +118,7 @@ impl Election {
             loop {
                 let stream = tokio::select! {
                     _ = sender.closed() => return,
-                    stream = etcd.retry("observe", Some(etcd.options().operation_timeout), |mut c| {
+                    stream = etcd.retry("observe", None, |mut c| {
                         let name = name.clone();
                         async move { c.observe(name).await }
                     }) => stream,

@@ -518,3 +518,36 @@ async fn follow_map(store: PartitionMapStore, sender: watch::Sender<Arc<Partitio
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// `map_value` writes by hand exactly what serde writes for `MapValue`, so the
+        /// cache and `load` parse every owner back.
+        #[test]
+        fn map_value_is_the_documented_json(owner in any::<u16>()) {
+            let bytes = map_value(owner);
+            prop_assert_eq!(&bytes, &serde_json::to_vec(&MapValue { owner }).unwrap());
+            prop_assert_eq!(serde_json::from_slice::<MapValue>(&bytes).unwrap(), MapValue { owner });
+        }
+    }
+
+    /// docs/design/cluster.md's `config` value, byte for byte.
+    #[test]
+    fn config_value_is_the_documented_json() {
+        let config = ClusterConfig {
+            format_version: 1,
+            partitions: 1024,
+            chunking: "...".into(),
+            hash: "blake3".into(),
+        };
+        assert_eq!(
+            serde_json::to_string(&config).unwrap(),
+            r#"{"format_version":1,"partitions":1024,"chunking":"...","hash":"blake3"}"#
+        );
+        assert_eq!(map_value(3), br#"{"owner":3}"#);
+    }
+}

@@ -311,3 +311,22 @@ async fn watch_members(
         revision = fresh_revision;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// docs/design/cluster.md's `members/<id>` value, byte for byte, and back.
+    #[test]
+    fn member_value_is_the_documented_json() {
+        let member = Member {
+            id: 3,
+            address: "10.0.0.3:7000".into(),
+            cores: 2,
+            started: 1764072000000,
+        };
+        let json = r#"{"id":3,"address":"10.0.0.3:7000","cores":2,"started":1764072000000}"#;
+        assert_eq!(serde_json::to_string(&member).unwrap(), json);
+        assert_eq!(serde_json::from_str::<Member>(json).unwrap(), member);
+    }
+}
