@@ -418,6 +418,10 @@ async fn killing_one_etcd_member_of_three_changes_nothing() {
     let endpoints = cluster.endpoints();
     let etcd = connect(&endpoints).await;
     let survivor = join_with_default_ttl(&etcd, 9).await;
+    // A map cache whose watch stream may sit on a member killed below: it must reopen
+    // (or reload) and miss nothing.
+    let store = PartitionMapStore::new(&etcd);
+    let early_cache = store.cache().await.unwrap();
 
     cluster.kill(0);
     let killed = tokio::time::Instant::now();
@@ -440,6 +444,16 @@ async fn killing_one_etcd_member_of_three_changes_nothing() {
     tokio::time::sleep_until(killed + DEFAULT_TTL + Duration::from_secs(1)).await;
     assert!(!*survivor.lost().borrow());
     assert!(member_ids(&etcd).await.contains(&9));
+
+    let map = store.load().await.unwrap();
+    assert_eq!(map.partitions.len(), 4);
+    tokio::time::timeout(
+        SLACK,
+        early_cache.wait_until(|cached| cached.partitions == map.partitions),
+    )
+    .await
+    .expect("the cache made before the kills caught up")
+    .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
