@@ -1,7 +1,12 @@
 //! `EtcdCluster`: a real etcd cluster of 1 or 3 members on 127.0.0.1 for tests, with
 //! data directories in a temporary directory (in `/dev/shm` when there is one: etcd
 //! 3.4 has no `--unsafe-no-fsync`, and fsyncs on tmpfs cost nothing). Every member
-//! process is killed when the cluster is dropped.
+//! process is killed when the cluster is dropped, or by a watchdog shell (which also
+//! removes the data) within a second of the test process dying without dropping it.
+//!
+//! Do not run these tests under `chrt -f` (the timing wrapper of the house rules):
+//! etcd's spinning goroutines at real-time priority starve the machine; a run of
+//! tests/coord.rs under `flock … chrt -f 10` hung for 12 minutes.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -17,6 +22,9 @@ struct EtcdMember {
     client_port: u16,
     peer_port: u16,
     child: Option<Child>,
+    /// Kills `child` if the test process dies without dropping the cluster (a test
+    /// binary killed by a timeout): without it, orphaned etcd processes keep running.
+    watchdog: Option<Child>,
 }
 
 impl EtcdMember {
@@ -111,6 +119,7 @@ impl EtcdCluster {
                 client_port: ports[2 * i],
                 peer_port: ports[2 * i + 1],
                 child: None,
+                watchdog: None,
             })
             .collect();
         let token = format!(
@@ -172,7 +181,23 @@ impl EtcdCluster {
             .stderr(log)
             .spawn()
             .expect("spawn etcd");
+        let watchdog = Command::new("sh")
+            .arg("-c")
+            .arg(
+                "while kill -0 \"$1\" && kill -0 \"$2\"; do sleep 1; done 2>/dev/null; \
+                 if ! kill -0 \"$1\" 2>/dev/null; then kill -9 \"$2\"; rm -rf \"$3\"; fi 2>/dev/null",
+            )
+            .arg("etcd-watchdog")
+            .arg(std::process::id().to_string())
+            .arg(child.id().to_string())
+            .arg(self.dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn the etcd watchdog");
         self.members[index].child = Some(child);
+        self.members[index].watchdog = Some(watchdog);
     }
 
     /// Every member's client URL, in member order.
@@ -182,9 +207,14 @@ impl EtcdCluster {
 
     /// Kills member `index` with SIGKILL; its data directory stays for `restart`.
     pub fn kill(&mut self, index: usize) {
-        if let Some(mut child) = self.members[index].child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
+        let member = &mut self.members[index];
+        // The watchdog first: it must not outlive its member's restart.
+        for mut process in [member.watchdog.take(), member.child.take()]
+            .into_iter()
+            .flatten()
+        {
+            let _ = process.kill();
+            let _ = process.wait();
         }
     }
 
