@@ -1,0 +1,3 @@
+//! Helpers shared by the cluster's integration tests.
+
+pub mod etcd;
