@@ -2,6 +2,9 @@
 
 use larder_index::IndexError;
 
+use crate::coord::CoordError;
+use crate::rpc::RpcError;
+
 use crate::partition::PartitionId;
 
 /// What went wrong in a cluster operation.
@@ -25,6 +28,16 @@ pub enum ClusterError {
     /// Bytes of a cluster file that do not decode.
     #[error("corrupt {what}: {reason}")]
     Corrupt { what: String, reason: String },
+    /// Coordination through etcd failed.
+    #[error(transparent)]
+    Coord(#[from] CoordError),
+    /// The lookup protocol failed.
+    #[error(transparent)]
+    Rpc(#[from] RpcError),
+    /// This node's member lease may have expired: it stopped serving its partitions,
+    /// which the master may already have given to others.
+    #[error("the node's lease in etcd was lost; it stopped serving and must start again")]
+    LeaseLost,
     /// The owner dropped a request without answering it (a bug, or a shutdown).
     #[error("the owner dropped a lookup request unanswered")]
     Dropped,
@@ -39,7 +52,9 @@ impl ClusterError {
         match self {
             ClusterError::Index { source, .. } => source.is_retryable(),
             ClusterError::Io { .. } | ClusterError::Dropped | ClusterError::NotOwner(_) => true,
-            ClusterError::Corrupt { .. } => false,
+            ClusterError::Coord(e) => e.is_retryable(),
+            ClusterError::Rpc(e) => e.is_retryable(),
+            ClusterError::Corrupt { .. } | ClusterError::LeaseLost => false,
         }
     }
 }

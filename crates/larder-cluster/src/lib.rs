@@ -6,6 +6,7 @@
 pub mod balance;
 pub mod coord;
 mod error;
+pub mod node;
 pub mod owner;
 pub mod partition;
 pub mod partitions;

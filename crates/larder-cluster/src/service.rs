@@ -32,6 +32,8 @@ struct Inner {
     waiting: HashMap<u64, (Arc<Mutex<Pending>>, usize)>,
     /// Partitions acknowledged into since their last checkpoint.
     dirty: Vec<PartitionId>,
+    /// What every takeover replayed, summed.
+    replayed: Replay,
 }
 
 /// A node's partitions, served to lookup requests.
@@ -55,6 +57,7 @@ impl OwnerService {
                 next_id: 0,
                 waiting: HashMap::new(),
                 dirty: Vec::new(),
+                replayed: Replay::default(),
             })),
             store: Arc::new(store),
         }
@@ -134,6 +137,9 @@ impl OwnerService {
         for (p, index, covered) in opened {
             inner.owner.take(p, epoch, index, covered);
         }
+        inner.replayed.rebuilt += replay.rebuilt;
+        inner.replayed.containers_read += replay.containers_read;
+        inner.replayed.inserted += replay.inserted;
         Ok(replay)
     }
 
@@ -179,6 +185,11 @@ impl OwnerService {
     /// The partitions served, with their epochs.
     pub fn owned(&self) -> Vec<(PartitionId, u64)> {
         lock(&self.inner).owner.owned()
+    }
+
+    /// What this service's takeovers replayed from the containers, summed.
+    pub fn replayed(&self) -> Replay {
+        lock(&self.inner).replayed.clone()
     }
 
     pub fn metrics(&self) -> crate::owner::OwnerMetrics {

@@ -2,15 +2,17 @@
 //! writers' containers, reads only the containers its checkpoint does not cover, and
 //! replays everything when the index was not closed cleanly.
 
+mod support;
+
 use std::collections::HashMap;
 
 use larder_cluster::partition::first_container;
-use larder_cluster::partitions::{node_dir, Opened, PartitionStore};
-use larder_cluster::{partition_of, NodeId, PartitionId};
+use larder_cluster::partitions::{Opened, PartitionStore};
+use larder_cluster::{partition_of, PartitionId};
 use larder_hash::{Fingerprint, HashAlgo};
 use larder_index::disk::{DiskIndexConfig, Lookup};
 use larder_index::ChunkLocation;
-use larder_store::{Backend, ContainerBuilder, FileKind, LocalBackend};
+use support::containers::write_container;
 
 const PARTITIONS: u32 = 8;
 
@@ -21,41 +23,6 @@ fn config() -> DiskIndexConfig {
         buffered_chunk_bytes: 64,
         ..DiskIndexConfig::default()
     }
-}
-
-/// Writes container `seq` of `node` holding chunks `ids` into the shared directory, and
-/// returns where each chunk is.
-fn write_container(
-    root: &std::path::Path,
-    node: NodeId,
-    seq: u64,
-    ids: std::ops::Range<u64>,
-) -> Vec<(Fingerprint, ChunkLocation)> {
-    let id = first_container(node) + seq;
-    let mut builder = ContainerBuilder::new(id, HashAlgo::Blake3, 1 << 16);
-    let mut out = Vec::new();
-    for i in ids {
-        let data = i.to_le_bytes().repeat(16);
-        let fp = HashAlgo::Blake3.fingerprint(&data);
-        let entry = builder.push(fp, &data);
-        out.push((
-            fp,
-            ChunkLocation {
-                container: id,
-                offset: entry.offset,
-                length: entry.stored_len,
-            },
-        ));
-    }
-    let (bytes, _) = builder.seal();
-    let backend = LocalBackend::new(node_dir(root, node));
-    for sub in ["containers", "tmp"] {
-        std::fs::create_dir_all(node_dir(root, node).join(sub)).unwrap();
-    }
-    backend
-        .write(FileKind::Container, &format!("{id:016x}"), &bytes)
-        .unwrap();
-    out
 }
 
 fn store(root: &std::path::Path, lookup: Lookup) -> PartitionStore {

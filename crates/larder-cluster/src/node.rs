@@ -1,0 +1,441 @@
+//! A cluster node's life (docs/design/cluster.md, "The node"): it serves lookups for
+//! the partitions the map gives it, joins through a lease, campaigns for master and,
+//! as master, keeps every partition owned by a live node, evenly. Partitions it gains
+//! are taken over from shared storage; partitions it loses, or whose epoch was
+//! overtaken (fenced), are dropped without another write.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use larder_hash::HashAlgo;
+use larder_index::disk::{DiskIndexConfig, Lookup};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use crate::balance::plan_moves;
+use crate::coord::{
+    ClusterConfig, Election, Etcd, EtcdOptions, MapCache, Member, MemberEvent, Membership,
+    MembershipOptions, PartitionMap, PartitionMapStore,
+};
+use crate::error::{ClusterError, Result};
+use crate::partition::{NodeId, PartitionId};
+use crate::partitions::PartitionStore;
+use crate::router::MapView;
+use crate::rpc::LookupServer;
+use crate::service::OwnerService;
+
+/// How a node runs.
+#[derive(Debug, Clone)]
+pub struct NodeOptions {
+    pub id: NodeId,
+    /// Where the lookup service listens (`127.0.0.1:0`: any free port).
+    pub listen: SocketAddr,
+    /// etcd endpoints (`http://host:port`) and the cluster's key prefix.
+    pub etcd: Vec<String>,
+    pub prefix: String,
+    /// The cluster's shared directory (partitions and every node's repository).
+    pub storage: PathBuf,
+    /// A lock on new not acknowledged within this passes to the next requester.
+    pub lock_timeout: Duration,
+    /// The member lease's TTL: a node silent this long is taken for dead.
+    pub member_ttl_secs: i64,
+    /// How often partitions acknowledged into are checkpointed.
+    pub checkpoint_every: Duration,
+    /// Each partition's disk index.
+    pub index: DiskIndexConfig,
+    pub lookup: Lookup,
+}
+
+impl NodeOptions {
+    /// Defaults for node `id` of the cluster under `prefix` in `etcd`, sharing
+    /// `storage`.
+    pub fn new(id: NodeId, etcd: Vec<String>, prefix: &str, storage: PathBuf) -> Self {
+        Self {
+            id,
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            etcd,
+            prefix: prefix.to_string(),
+            storage,
+            lock_timeout: Duration::from_secs(30),
+            member_ttl_secs: 5,
+            checkpoint_every: Duration::from_secs(5),
+            index: DiskIndexConfig {
+                memory_budget: 1 << 20,
+                expected_fingerprints: 1 << 16,
+                buffered_chunk_bytes: 0,
+                ..DiskIndexConfig::default()
+            },
+            lookup: Lookup::Eager,
+        }
+    }
+}
+
+/// A running node: its service and what it sees of the cluster.
+pub struct Node {
+    pub id: NodeId,
+    /// Where its lookup service listens.
+    pub addr: SocketAddr,
+    pub service: OwnerService,
+    /// The map and members as this node last saw them, for its router.
+    pub view: Arc<RwLock<MapView>>,
+    pub config: ClusterConfig,
+    etcd: Etcd,
+    stop: watch::Sender<bool>,
+    tasks: JoinSet<Result<()>>,
+    server: Option<LookupServer>,
+    membership: Option<Membership>,
+}
+
+/// The cluster's parameters, written once (`larder cluster init`): a second init with
+/// other parameters fails.
+pub async fn init_cluster(etcd: &[String], prefix: &str, config: &ClusterConfig) -> Result<()> {
+    let etcd = Etcd::connect(etcd, prefix, EtcdOptions::default()).await?;
+    PartitionMapStore::new(&etcd).init_cluster(config).await?;
+    Ok(())
+}
+
+impl Node {
+    /// Starts node `options.id`: binds its lookup service, joins, and starts following
+    /// the map (and campaigning for master). Fails if the cluster was never
+    /// initialized.
+    pub async fn start(options: NodeOptions) -> Result<Node> {
+        let etcd = Etcd::connect(&options.etcd, &options.prefix, EtcdOptions::default()).await?;
+        let maps = PartitionMapStore::new(&etcd);
+        let config = maps.config().await?.ok_or_else(|| ClusterError::Corrupt {
+            what: format!("cluster under {} in etcd", options.prefix),
+            reason: "not initialized: run `larder cluster init` first".into(),
+        })?;
+        let algo = HashAlgo::from_name(&config.hash).ok_or_else(|| ClusterError::Corrupt {
+            what: "cluster config".into(),
+            reason: format!("unknown hash {}", config.hash),
+        })?;
+        let store = PartitionStore::new(
+            &options.storage,
+            config.partitions,
+            algo,
+            options.index.clone(),
+            options.lookup,
+        );
+        let service = OwnerService::new(store, config.partitions, options.lock_timeout);
+        let server = LookupServer::bind(options.listen, Arc::new(service.clone()))
+            .await
+            .map_err(|source| ClusterError::Io {
+                what: format!("listen on {}", options.listen),
+                source,
+            })?;
+        let addr = server.local_addr();
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+        let membership = Membership::join(
+            &etcd,
+            Member::new(options.id, addr.to_string(), cores),
+            MembershipOptions {
+                ttl_secs: options.member_ttl_secs,
+            },
+        )
+        .await?;
+        let view = Arc::new(RwLock::new(MapView {
+            owners: vec![0; config.partitions as usize],
+            addrs: HashMap::new(),
+        }));
+        let (stop, stopped) = watch::channel(false);
+        let mut tasks = JoinSet::new();
+        let cache = maps.cache().await?;
+        tasks.spawn(follow_map(
+            options.id,
+            cache.clone(),
+            service.clone(),
+            view.clone(),
+            stopped.clone(),
+        ));
+        tasks.spawn(follow_members(etcd.clone(), view.clone(), stopped.clone()));
+        tasks.spawn(lead(
+            etcd.clone(),
+            membership.lease(),
+            options.id,
+            config.partitions,
+            stopped.clone(),
+        ));
+        tasks.spawn(expire_locks(service.clone(), stopped.clone()));
+        tasks.spawn(checkpoint(
+            maps.clone(),
+            service.clone(),
+            options.checkpoint_every,
+            stopped.clone(),
+        ));
+        tasks.spawn(watch_lease(membership.lost(), service.clone(), stopped));
+        tracing::info!(node = options.id, %addr, "node started");
+        Ok(Node {
+            id: options.id,
+            addr,
+            service,
+            view,
+            config,
+            etcd,
+            stop,
+            tasks,
+            server: Some(server),
+            membership: Some(membership),
+        })
+    }
+
+    /// Runs until `shutdown` resolves or a task fails (the lease was lost: the node
+    /// must not serve any more), then stops.
+    pub async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) -> Result<()> {
+        let outcome = tokio::select! {
+            () = shutdown => Ok(()),
+            Some(done) = self.tasks.join_next() => match done {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err(e),
+                Err(e) => Err(ClusterError::Corrupt { what: "node task".into(), reason: e.to_string() }),
+            },
+        };
+        let stopped = self.stop().await;
+        outcome.and(stopped)
+    }
+
+    /// Leaves the cluster in good order: stops serving, checkpoints every partition
+    /// still held under its epoch, and revokes the lease so that the master moves the
+    /// partitions at once.
+    pub async fn stop(&mut self) -> Result<()> {
+        let _ = self.stop.send(true);
+        self.tasks.abort_all();
+        while self.tasks.join_next().await.is_some() {}
+        let mut result = Ok(());
+        for (p, _) in self.service.owned() {
+            if let Err(e) = self.service.release(p, true) {
+                result = Err(e);
+            }
+        }
+        if let Some(server) = self.server.take() {
+            server.shutdown().await;
+        }
+        if let Some(membership) = self.membership.take() {
+            membership.leave().await?;
+        }
+        result
+    }
+
+    pub fn etcd(&self) -> &Etcd {
+        &self.etcd
+    }
+}
+
+/// Serves exactly the partitions the map gives this node, at their epochs: takes over
+/// the new ones (replaying the containers their checkpoints do not cover) and drops
+/// the others without writing them (their new owner may already have them open).
+async fn follow_map(
+    me: NodeId,
+    cache: MapCache,
+    service: OwnerService,
+    view: Arc<RwLock<MapView>>,
+    mut stopped: watch::Receiver<bool>,
+) -> Result<()> {
+    let mut seen = -1;
+    loop {
+        let map = tokio::select! {
+            map = cache.wait_until(|m| m.revision > seen) => map?,
+            _ = stopped.changed() => return Ok(()),
+        };
+        seen = map.revision;
+        {
+            let mut view = view.write().unwrap_or_else(|p| p.into_inner());
+            for owner in view.owners.iter_mut() {
+                *owner = 0;
+            }
+            for (&p, a) in &map.partitions {
+                if let Some(slot) = view.owners.get_mut(p as usize) {
+                    *slot = a.owner;
+                }
+            }
+        }
+        apply(me, &map, &service).await?;
+    }
+}
+
+/// Brings the service's partitions in line with `map`.
+async fn apply(me: NodeId, map: &PartitionMap, service: &OwnerService) -> Result<()> {
+    let want: BTreeMap<PartitionId, u64> = map
+        .partitions
+        .iter()
+        .filter(|(_, a)| a.owner == me)
+        .map(|(&p, a)| (PartitionId(p), a.epoch as u64))
+        .collect();
+    let have: BTreeMap<PartitionId, u64> = service.owned().into_iter().collect();
+    for (p, epoch) in &have {
+        if want.get(p) != Some(epoch) {
+            service.release(*p, false)?;
+        }
+    }
+    let mut by_epoch: BTreeMap<u64, Vec<PartitionId>> = BTreeMap::new();
+    for (p, epoch) in want {
+        if have.get(&p) != Some(&epoch) {
+            by_epoch.entry(epoch).or_default().push(p);
+        }
+    }
+    for (epoch, parts) in by_epoch {
+        let service = service.clone();
+        let started = std::time::Instant::now();
+        let replay = tokio::task::spawn_blocking(move || service.take_over(&parts, epoch))
+            .await
+            .map_err(|e| ClusterError::Corrupt {
+                what: "takeover".into(),
+                reason: e.to_string(),
+            })??;
+        tracing::info!(
+            node = me,
+            epoch,
+            rebuilt = replay.rebuilt,
+            containers = replay.containers_read,
+            inserted = replay.inserted,
+            ms = started.elapsed().as_millis() as u64,
+            "took partitions over"
+        );
+    }
+    Ok(())
+}
+
+/// Keeps the view's node addresses current.
+async fn follow_members(
+    etcd: Etcd,
+    view: Arc<RwLock<MapView>>,
+    mut stopped: watch::Receiver<bool>,
+) -> Result<()> {
+    let (members, mut events) = Membership::watch(&etcd).await?;
+    {
+        let mut view = view.write().unwrap_or_else(|p| p.into_inner());
+        for m in members {
+            view.addrs.insert(m.id, m.address);
+        }
+    }
+    loop {
+        let event = tokio::select! {
+            event = events.recv() => event,
+            _ = stopped.changed() => return Ok(()),
+        };
+        let mut view = view.write().unwrap_or_else(|p| p.into_inner());
+        match event {
+            Some(MemberEvent::Joined(m)) => {
+                view.addrs.insert(m.id, m.address);
+            }
+            Some(MemberEvent::Left(id)) => {
+                view.addrs.remove(&id);
+            }
+            None => return Ok(()),
+        }
+    }
+}
+
+/// Campaigns for master; once elected, reassigns partitions whenever a node joins or
+/// leaves (and every second, in case a write failed), for as long as it stays master.
+async fn lead(
+    etcd: Etcd,
+    lease: i64,
+    me: NodeId,
+    partitions: u32,
+    mut stopped: watch::Receiver<bool>,
+) -> Result<()> {
+    let election = Election::new(&etcd);
+    let value = me.to_string();
+    let leadership = tokio::select! {
+        won = election.campaign(lease, &value) => won?,
+        _ = stopped.changed() => return Ok(()),
+    };
+    tracing::info!(node = me, "elected master");
+    let maps = PartitionMapStore::new(&etcd);
+    let (_, mut events) = Membership::watch(&etcd).await?;
+    loop {
+        let live: Vec<NodeId> = Membership::members(&etcd)
+            .await?
+            .iter()
+            .map(|m| m.id)
+            .collect();
+        let map = maps.load().await?;
+        let owners: Vec<NodeId> = (0..partitions)
+            .map(|p| map.get(p).map_or(0, |a| a.owner))
+            .collect();
+        let moves: Vec<(u32, u16)> = plan_moves(&owners, &live)
+            .into_iter()
+            .map(|(p, n)| (p.0, n))
+            .collect();
+        if !moves.is_empty() {
+            maps.assign(&moves, &leadership).await?;
+            tracing::info!(node = me, moves = moves.len(), live = ?live, "reassigned partitions");
+        }
+        tokio::select! {
+            _ = events.recv() => {}
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = stopped.changed() => return Ok(()),
+        }
+    }
+}
+
+/// Unlocks locks whose acknowledgement did not come in time.
+async fn expire_locks(service: OwnerService, mut stopped: watch::Receiver<bool>) -> Result<()> {
+    loop {
+        let next = service.expire()?;
+        let pause = next.map_or(Duration::from_millis(200), |at| {
+            at.saturating_duration_since(std::time::Instant::now())
+                .min(Duration::from_millis(200))
+        });
+        tokio::select! {
+            _ = tokio::time::sleep(pause) => {}
+            _ = stopped.changed() => return Ok(()),
+        }
+    }
+}
+
+/// Checkpoints the partitions acknowledged into, after dropping those whose epoch was
+/// overtaken (the fencing check: a fenced owner writes nothing more).
+async fn checkpoint(
+    maps: PartitionMapStore,
+    service: OwnerService,
+    every: Duration,
+    mut stopped: watch::Receiver<bool>,
+) -> Result<()> {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = stopped.changed() => return Ok(()),
+        }
+        let owned: Vec<(u32, i64)> = service
+            .owned()
+            .into_iter()
+            .map(|(p, e)| (p.0, e as i64))
+            .collect();
+        for p in maps.check_epochs(&owned).await? {
+            tracing::warn!(partition = p, "fenced: dropping the partition");
+            service.release(PartitionId(p), false)?;
+        }
+        let service = service.clone();
+        tokio::task::spawn_blocking(move || service.checkpoint())
+            .await
+            .map_err(|e| ClusterError::Corrupt {
+                what: "checkpoint".into(),
+                reason: e.to_string(),
+            })??;
+    }
+}
+
+/// Stops serving every partition as soon as the lease may be gone: the master may
+/// already have given them to others.
+async fn watch_lease(
+    mut lost: watch::Receiver<bool>,
+    service: OwnerService,
+    mut stopped: watch::Receiver<bool>,
+) -> Result<()> {
+    tokio::select! {
+        changed = lost.wait_for(|&l| l) => {
+            if changed.is_err() {
+                return Ok(());
+            }
+        }
+        _ = stopped.changed() => return Ok(()),
+    }
+    for (p, _) in service.owned() {
+        service.release(p, false)?;
+    }
+    Err(ClusterError::LeaseLost)
+}
