@@ -7,6 +7,7 @@
 mod bench_commands;
 mod browse_commands;
 mod chunk_commands;
+mod cluster_commands;
 mod device_commands;
 mod gc_commands;
 mod gen_commands;
@@ -216,6 +217,12 @@ enum Command {
     },
     /// Synthetic backup generations (no repository): stdout, or --out DIR
     Gen(gen_commands::GenArgs),
+    /// Run a dedup node of a cluster: it serves its share of the partitioned chunk
+    /// index to the other nodes, until SIGINT or SIGTERM (docs/design/cluster.md)
+    Node(cluster_commands::NodeArgs),
+    /// Create a cluster, or show its nodes, master, partitions and message rates
+    #[command(subcommand)]
+    Cluster(cluster_commands::ClusterCommand),
     /// Benchmarks (no repository)
     Bench {
         #[command(subcommand)]
@@ -651,6 +658,8 @@ fn run(cli: Cli, out: &Output) -> Result<ExitCode> {
             chunk_commands::chunk(&files, &config, cuts, threads, out)
         }
         Command::Gen(args) => gen_commands::gen(&args, cli.json, out),
+        Command::Node(args) => cluster_commands::node(args, out),
+        Command::Cluster(command) => cluster_commands::cluster(command, out),
         Command::Bench {
             bench:
                 BenchCommand::Chunk {

@@ -38,6 +38,10 @@ impl Output {
         Self { json, quiet }
     }
 
+    pub fn is_json(&self) -> bool {
+        self.json
+    }
+
     fn text(&self) -> bool {
         !self.json && !self.quiet
     }
