@@ -359,6 +359,7 @@ pub fn run_gen_truth(
         exclude: PatternList::default(),
         progress: Arc::new(NoProgress),
         serial: false,
+        remote: None,
     };
     let mut backup_new = Vec::new();
     for (i, file) in generated.files.iter().enumerate() {

@@ -179,6 +179,7 @@ fn backup_once(
         exclude: PatternList::default(),
         progress: Arc::new(NoProgress),
         serial,
+        remote: None,
     };
     let summary = backup(&mut repo, files, &opts)?;
     drop(repo);

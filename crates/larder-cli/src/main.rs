@@ -487,6 +487,7 @@ fn run(cli: Cli, out: &Output) -> Result<ExitCode> {
                 exclude,
                 progress: bar.clone() as Arc<dyn Progress>,
                 serial: false,
+                remote: None,
             };
             let summary = larder_engine::backup(&mut repo, &paths, &opts)?;
             bar.finish();

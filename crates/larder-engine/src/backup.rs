@@ -24,7 +24,7 @@ use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use larder_chunk::{Chunker, ParallelChunker};
 use larder_hash::{Fingerprint, HashAlgo};
 use larder_index::disk::{DiskIndexMetrics, FingerprintHasher};
-use larder_index::{CuckooIndex, FingerprintIndex};
+use larder_index::{ChunkLocation, CuckooIndex, FingerprintIndex};
 use larder_store::{
     encode_tree_header, Backend, ChunkCompressor, ChunkEncoding, Compression, ContainerBuilder,
     EntryKind, FileKind, RepoIndex, Repository, SegmentContainer, Snapshot, SnapshotSummary,
@@ -71,6 +71,29 @@ pub struct BackupOptions {
     /// while the writer holds the turn the syncers wait for), so memory is bounded by
     /// the backup's new data rather than by the queue depths. Off by default.
     pub serial: bool,
+    /// The index of a cluster (docs/design/cluster.md): fingerprints that neither this
+    /// repository nor this backup holds are asked there, and this backup's new chunks
+    /// are acknowledged to it once the commit made them durable. `None`: this
+    /// repository's own index decides alone.
+    pub remote: Option<Arc<dyn RemoteIndex>>,
+}
+
+/// A chunk index shared with other repositories: a cluster's partition owners.
+pub trait RemoteIndex: Send + Sync {
+    /// For each of `fps`, in order: where it is stored, or `None` if nowhere. A `None`
+    /// is a promise to store the chunk and [`RemoteIndex::acknowledge`] it: other
+    /// askers wait for that (the cluster's lock on new).
+    fn lookup(
+        &self,
+        fps: &[Fingerprint],
+    ) -> std::result::Result<Vec<Option<ChunkLocation>>, String>;
+
+    /// Where this repository stored chunks `lookup` answered `None` for, once they are
+    /// durable (committed).
+    fn acknowledge(
+        &self,
+        entries: &[(Fingerprint, ChunkLocation)],
+    ) -> std::result::Result<(), String>;
 }
 
 /// Whether stages take turns ([`BackupOptions::serial`]): a stage takes the turn before
@@ -233,6 +256,8 @@ struct Indexer {
     /// stage 4 has placed the chunk by its compressed size. Fingerprints are uniform,
     /// so their first bytes hash them (no SipHash).
     new_chunks: HashSet<Fingerprint, FingerprintHasher>,
+    /// A cluster's index, asked about what neither `index` nor `new_chunks` holds.
+    remote: Option<Arc<dyn RemoteIndex>>,
     recipes: Vec<Option<Vec<Fingerprint>>>,
     sizes: Vec<u64>,
     chunks: u64,
@@ -243,14 +268,38 @@ struct Indexer {
 
 impl Indexer {
     /// Whether each of `fps` is new: neither in the repository (`index`) nor met
-    /// earlier in this backup (rule 4 of the commit order: written once).
-    fn decide(&mut self, index: &CuckooIndex, fps: &[Fingerprint]) -> Vec<bool> {
+    /// earlier in this backup (rule 4 of the commit order: written once), nor, in a
+    /// cluster, stored by another node (asked in one request for the batch).
+    fn decide(&mut self, index: &CuckooIndex, fps: &[Fingerprint]) -> Result<Vec<bool>> {
         // One batch lookup for all chunks: it overlaps the cache misses of the lookups.
         let known = index.get_batch(fps);
-        fps.iter()
-            .zip(known)
-            .map(|(fp, known)| known.is_none() && self.new_chunks.insert(*fp))
-            .collect()
+        let Some(remote) = self.remote.clone() else {
+            return Ok(fps
+                .iter()
+                .zip(known)
+                .map(|(fp, known)| known.is_none() && self.new_chunks.insert(*fp))
+                .collect());
+        };
+        let mut new = vec![false; fps.len()];
+        let mut asked: HashSet<Fingerprint, FingerprintHasher> =
+            HashSet::with_hasher(FingerprintHasher);
+        let mut ask = Vec::new();
+        for (i, (fp, known)) in fps.iter().zip(known).enumerate() {
+            if known.is_none() && !self.new_chunks.contains(fp) && asked.insert(*fp) {
+                ask.push(i);
+            }
+        }
+        if ask.is_empty() {
+            return Ok(new);
+        }
+        let ask_fps: Vec<Fingerprint> = ask.iter().map(|&i| fps[i]).collect();
+        let answers = remote
+            .lookup(&ask_fps)
+            .map_err(|e| EngineError::Pipeline(format!("the cluster's index: {e}")))?;
+        for (&i, answer) in ask.iter().zip(answers) {
+            new[i] = answer.is_none() && self.new_chunks.insert(fps[i]);
+        }
+        Ok(new)
     }
 
     /// Whether each chunk of a stream stored after the pipeline (the tree) is new.
@@ -259,7 +308,7 @@ impl Indexer {
             RepoIndex::Memory(index) => {
                 let new = self.decide(&index, fps);
                 self.index = RepoIndex::Memory(index);
-                Ok(new)
+                new
             }
             RepoIndex::Disk(mut state) => {
                 let result = disk_stage::decide_now(
@@ -759,7 +808,7 @@ fn index_stage(
         RepoIndex::Memory(index) => {
             let busy = memory_index_stage(indexer, &index, rx, &out, turns);
             indexer.index = RepoIndex::Memory(index);
-            Ok(busy)
+            busy
         }
         RepoIndex::Disk(mut state) => {
             let disk = state
@@ -802,7 +851,7 @@ fn memory_index_stage(
     rx: &Receiver<Batch>,
     out: &StageOut<'_>,
     turns: &Turns,
-) -> Duration {
+) -> Result<Duration> {
     let mut busy = Duration::ZERO;
     let mut waiting = BTreeMap::new();
     let mut next = 0u64;
@@ -811,15 +860,15 @@ fn memory_index_stage(
         while let Some(batch) = waiting.remove(&next) {
             next += 1;
             let spell = turns.begin();
-            let new = indexer.decide(index, &batch.fps);
+            let new = indexer.decide(index, &batch.fps)?;
             let write = indexer.emit(batch, &new, out.progress, out.warnings);
             busy += spell.end();
             if !out.send(write) {
-                return busy;
+                return Ok(busy);
             }
         }
     }
-    busy
+    Ok(busy)
 }
 
 /// Stage 4: compresses new chunks and copies them into containers. Returns the time
@@ -925,6 +974,7 @@ pub fn backup(
     let mut indexer = Indexer {
         index,
         new_chunks: HashSet::with_hasher(FingerprintHasher),
+        remote: opts.remote.clone(),
         recipes: vec![None; items.len()],
         sizes: vec![0; items.len()],
         chunks: 0,
@@ -1083,7 +1133,36 @@ pub fn backup(
         .sum::<u64>()
         + 56;
     let containers_written = written.len() as u64;
+    let acknowledgements: Vec<(Fingerprint, ChunkLocation)> = match &opts.remote {
+        Some(_) => written
+            .iter()
+            .flat_map(|c| {
+                c.entries.iter().map(|e| {
+                    let at = ChunkLocation {
+                        container: c.id,
+                        offset: e.offset,
+                        length: e.stored_len,
+                    };
+                    (e.fingerprint, at)
+                })
+            })
+            .collect(),
+        None => Vec::new(),
+    };
     repo.commit(written)?;
+    if let Some(remote) = &opts.remote {
+        // Durable now (rules 1 and 2): the cluster may hand these locations out. On a
+        // failure the owners' locks expire and later copies are stored again; nothing
+        // committed is lost.
+        if let Err(e) = remote.acknowledge(&acknowledgements) {
+            let w = Warning::error(
+                repo.root(),
+                format!("acknowledging new chunks to the cluster: {e}"),
+            );
+            opts.progress.warn(&w);
+            warnings.lock().unwrap_or_else(|p| p.into_inner()).push(w);
+        }
+    }
     // The backup's lookups and the commit's inserts.
     let disk_index = repo
         .index()

@@ -27,7 +27,7 @@ mod tree_io;
 mod walk;
 
 pub use assembly::ReadStats;
-pub use backup::{backup, BackupOptions, BackupSummary, StageTimes};
+pub use backup::{backup, BackupOptions, BackupSummary, RemoteIndex, StageTimes};
 pub use browse::{display_path, escape_name, SnapshotPath, SnapshotTree};
 pub use check::{check, CheckOptions, CheckReport, Damage};
 pub use diff::{diff_snapshots, diff_trees, Change, ChangeKind, ChangedField, TreeDiff};

@@ -42,6 +42,7 @@ fn backup_into(repo_path: &Path, src: &Path, serial: bool, threads: usize) -> Ba
     let mut repo = Repository::open(repo_path, LockMode::Exclusive).unwrap();
     let opts = BackupOptions {
         serial,
+        remote: None,
         ..backup_options(threads)
     };
     let summary = backup(&mut repo, &[src.to_path_buf()], &opts).unwrap();

@@ -60,6 +60,16 @@ pub struct RepoConfig {
     /// Absent in configs written before the disk index, and in memory repositories'.
     #[serde(default, skip_serializing_if = "IndexSettings::is_memory")]
     pub index: IndexSettings,
+    /// The first container id this repository numbers from: a cluster node's
+    /// repository starts at its node id shifted into the top 16 bits, so that nodes
+    /// sharing storage never number two containers alike (docs/design/cluster.md).
+    /// Absent (0) in a repository of its own.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub container_base: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl RepoConfig {
@@ -80,6 +90,7 @@ impl RepoConfig {
             container_size: 4 << 20,
             compression: Compression::DEFAULT,
             index: IndexSettings::Memory,
+            container_base: 0,
         }
     }
 
@@ -412,7 +423,8 @@ impl Repository {
             }
         }
         let max_indexed = self.indexed_containers.last().copied().unwrap_or(0);
-        self.next_container = AtomicU64::new(max_id.max(max_indexed) + 1);
+        let next = (max_id.max(max_indexed) + 1).max(self.config.container_base);
+        self.next_container = AtomicU64::new(next);
         Ok(())
     }
 

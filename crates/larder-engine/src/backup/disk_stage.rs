@@ -543,6 +543,7 @@ mod tests {
         Indexer {
             index: larder_store::RepoIndex::default(),
             new_chunks: HashSet::with_hasher(FingerprintHasher),
+            remote: None,
             recipes: Vec::new(),
             sizes: Vec::new(),
             chunks: 0,

@@ -17,6 +17,7 @@ pub fn backup_options(threads: usize) -> BackupOptions {
         exclude: PatternList::default(),
         progress: Arc::new(NoProgress),
         serial: false,
+        remote: None,
     }
 }
 

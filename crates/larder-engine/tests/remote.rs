@@ -1,0 +1,173 @@
+//! Backups that share a remote index (a cluster's, docs/design/cluster.md): the same
+//! data backed up through two repositories sharing one index stores exactly the unique
+//! chunks and bytes one repository stores alone, whichever repository receives which
+//! part; every new chunk is acknowledged once, at its committed location.
+
+use std::collections::HashMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use larder_chunk::ChunkerConfig;
+use larder_engine::{backup, RemoteIndex};
+use larder_hash::{Fingerprint, HashAlgo};
+use larder_index::ChunkLocation;
+use larder_store::{LockMode, RepoConfig, Repository};
+
+#[path = "support/bytes.rs"]
+mod seeded;
+use seeded::bytes;
+
+#[path = "support/options.rs"]
+mod options;
+use options::backup_options;
+
+/// The index a cluster's owners keep, as one map: the first asker of a fingerprint is
+/// told it is new and must acknowledge it before anyone asks again (the backups here
+/// run one after another; the lock's waiting is the cluster crate's to test).
+#[derive(Default)]
+struct Model {
+    stored: Mutex<HashMap<Fingerprint, Option<ChunkLocation>>>,
+    lookups: Mutex<u64>,
+}
+
+impl RemoteIndex for Model {
+    fn lookup(&self, fps: &[Fingerprint]) -> Result<Vec<Option<ChunkLocation>>, String> {
+        *self.lookups.lock().unwrap() += fps.len() as u64;
+        let mut stored = self.stored.lock().unwrap();
+        fps.iter()
+            .map(|fp| match stored.get(fp) {
+                Some(Some(at)) => Ok(Some(*at)),
+                Some(None) => Err(format!(
+                    "{} asked again before its acknowledgement",
+                    fp.to_hex()
+                )),
+                None => {
+                    stored.insert(*fp, None);
+                    Ok(None)
+                }
+            })
+            .collect()
+    }
+
+    fn acknowledge(&self, entries: &[(Fingerprint, ChunkLocation)]) -> Result<(), String> {
+        let mut stored = self.stored.lock().unwrap();
+        for (fp, at) in entries {
+            match stored.get_mut(fp) {
+                Some(slot @ None) => *slot = Some(*at),
+                Some(Some(_)) => return Err(format!("{} acknowledged twice", fp.to_hex())),
+                None => return Err(format!("{} acknowledged, never asked", fp.to_hex())),
+            }
+        }
+        Ok(())
+    }
+}
+
+fn repo(root: &Path, base: u64) -> Repository {
+    let mut config = RepoConfig::new(ChunkerConfig::default(), HashAlgo::Blake3);
+    config.container_base = base;
+    Repository::init(root, &config).unwrap();
+    Repository::open(root, LockMode::Exclusive).unwrap()
+}
+
+/// Three sources sharing much of their data, each a directory of files.
+fn sources(dir: &Path) -> Vec<PathBuf> {
+    let shared = bytes(1, 3 << 20);
+    (0..3u64)
+        .map(|i| {
+            let src = dir.join(format!("src{i}"));
+            fs::create_dir_all(&src).unwrap();
+            fs::write(src.join("shared.bin"), &shared).unwrap();
+            let mut edited = shared.clone();
+            edited[(i as usize + 1) * 300_000..][..5000].copy_from_slice(&bytes(10 + i, 5000));
+            fs::write(src.join("edited.bin"), edited).unwrap();
+            fs::write(src.join("own.bin"), bytes(20 + i, 1 << 20)).unwrap();
+            src
+        })
+        .collect()
+}
+
+/// Every (fingerprint, stored length) of the repository's containers.
+fn chunks(repo: &Repository) -> Vec<(Fingerprint, u32)> {
+    let backend = repo.backend();
+    let mut out = Vec::new();
+    for name in backend.list(larder_store::FileKind::Container).unwrap() {
+        let id = u64::from_str_radix(&name, 16).unwrap();
+        let (entries, _) = repo.load_container_table(id).unwrap();
+        out.extend(entries.iter().map(|e| (e.fingerprint, e.stored_len)));
+    }
+    out
+}
+
+#[test]
+fn two_repositories_sharing_an_index_store_what_one_stores() {
+    // Repositories apart from the sources, so that the sources' parent directory (whose
+    // mtime the tree records) does not change between the backups.
+    let data = tempfile::tempdir().unwrap();
+    let srcs = sources(data.path());
+    let dir = tempfile::tempdir().unwrap();
+
+    let mut alone = repo(&dir.path().join("alone"), 0);
+    for src in &srcs {
+        backup(&mut alone, std::slice::from_ref(src), &backup_options(2)).unwrap();
+    }
+    let mut expected = chunks(&alone);
+    expected.sort();
+
+    let model = Arc::new(Model::default());
+    let mut options = backup_options(2);
+    options.remote = Some(model.clone());
+    let mut one = repo(&dir.path().join("node1"), 1 << 48);
+    let mut two = repo(&dir.path().join("node2"), 2 << 48);
+    // Sources 0 and 2 through node 1, source 1 through node 2, interleaved.
+    backup(&mut one, &srcs[0..1], &options).unwrap();
+    let second = backup(&mut two, &srcs[1..2], &options).unwrap();
+    backup(&mut one, &srcs[2..3], &options).unwrap();
+    let mut got = chunks(&one);
+    got.extend(chunks(&two));
+    got.sort();
+    // Trees differ (they name their sources), so compare the file chunks' sets apart
+    // from the trees': every chunk stored once, the same chunks as alone.
+    let unique: std::collections::HashSet<_> = got.iter().map(|(fp, _)| *fp).collect();
+    assert_eq!(
+        unique.len(),
+        got.len(),
+        "a chunk stored twice across the nodes"
+    );
+    assert_eq!(got, expected);
+    assert!(
+        second.chunks_new < second.chunks,
+        "node 2 found node 1's shared chunks"
+    );
+
+    // Containers carry their writer's base; every chunk was acknowledged at the
+    // location its container holds it.
+    let stored = model.stored.lock().unwrap();
+    for repo in [&one, &two] {
+        let base = if std::ptr::eq(repo, &one) {
+            1u64 << 48
+        } else {
+            2 << 48
+        };
+        for name in repo
+            .backend()
+            .list(larder_store::FileKind::Container)
+            .unwrap()
+        {
+            let id = u64::from_str_radix(&name, 16).unwrap();
+            assert_eq!(id >> 48, base >> 48, "container {name}");
+            for e in repo.load_container_table(id).unwrap().0 {
+                let at = ChunkLocation {
+                    container: id,
+                    offset: e.offset,
+                    length: e.stored_len,
+                };
+                assert_eq!(stored[&e.fingerprint], Some(at));
+            }
+        }
+    }
+    assert!(
+        stored.values().all(Option::is_some),
+        "every new chunk acknowledged"
+    );
+}
