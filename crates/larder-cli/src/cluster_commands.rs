@@ -14,7 +14,7 @@ use larder_cluster::coord::{
     ClusterConfig, Election, Etcd, EtcdOptions, Membership, PartitionMapStore, COORD_FORMAT_VERSION,
 };
 use larder_cluster::node::{init_cluster, Node, NodeOptions};
-use larder_cluster::rpc::{NodeClient, NodeStats};
+use larder_cluster::rpc::{Job, NodeClient, NodeStats};
 use larder_index::disk::Lookup;
 use serde_json::json;
 
@@ -174,6 +174,77 @@ pub fn cluster(command: ClusterCommand, out: &Output) -> Result<ExitCode> {
     }
 }
 
+/// Runs `job` on the first of `nodes` that answers; its JSON summary.
+fn job(nodes: &[String], job: Job) -> Result<serde_json::Value> {
+    runtime()?.block_on(async {
+        let mut last = None;
+        for addr in nodes {
+            let client = match NodeClient::connect(addr, 1).await {
+                Ok(client) => client,
+                Err(e) => {
+                    last = Some(anyhow::Error::new(e));
+                    continue;
+                }
+            };
+            let json = client
+                .job(&job)
+                .await
+                .with_context(|| format!("node {addr}"))?;
+            return serde_json::from_str(&json).context("the node's summary");
+        }
+        Err(last.unwrap_or_else(|| anyhow::anyhow!("no cluster node given")))
+    })
+}
+
+/// `larder backup --cluster`: the node backs `paths` of its file system up.
+pub fn backup(nodes: &[String], paths: &[PathBuf], out: &Output) -> Result<ExitCode> {
+    let paths = paths
+        .iter()
+        .map(|p| {
+            std::path::absolute(p)
+                .map(|p| p.display().to_string())
+                .with_context(|| format!("{}", p.display()))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let summary = job(nodes, Job::Backup { paths })?;
+    out.cluster_job_done("backup", &summary);
+    let partial = summary["warnings"]
+        .as_array()
+        .is_some_and(|w| !w.is_empty());
+    Ok(if partial {
+        ExitCode::from(3)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// `larder restore --cluster`: the node restores any node's snapshot into `target`
+/// on its file system.
+pub fn restore(
+    nodes: &[String],
+    snapshot: &str,
+    target: &std::path::Path,
+    out: &Output,
+) -> Result<ExitCode> {
+    let target = std::path::absolute(target)?.display().to_string();
+    let summary = job(
+        nodes,
+        Job::Restore {
+            snapshot: snapshot.to_string(),
+            target,
+        },
+    )?;
+    out.cluster_job_done("restore", &summary);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `larder snapshots --cluster`: every node's snapshots.
+pub fn snapshots(nodes: &[String], out: &Output) -> Result<ExitCode> {
+    let list = job(nodes, Job::Snapshots)?;
+    out.cluster_job_done("snapshots", &list);
+    Ok(ExitCode::SUCCESS)
+}
+
 /// What `larder cluster status` shows.
 pub struct Status {
     pub config: Option<ClusterConfig>,
@@ -263,6 +334,44 @@ impl Output {
                 config.hash,
                 dir.display()
             ));
+        }
+    }
+
+    fn cluster_job_done(&self, what: &str, summary: &serde_json::Value) {
+        if self.is_json() {
+            println!("{summary}");
+            return;
+        }
+        match what {
+            "snapshots" => {
+                for s in summary.as_array().into_iter().flatten() {
+                    println!(
+                        "{}  {}  {}  {}",
+                        s["id"].as_str().unwrap_or("?").get(..16).unwrap_or("?"),
+                        s["time"].as_str().unwrap_or("?"),
+                        s["hostname"].as_str().unwrap_or("?"),
+                        s["paths"].as_array().map_or(String::new(), |p| p
+                            .iter()
+                            .filter_map(|v| v.as_str())
+                            .collect::<Vec<_>>()
+                            .join(" "))
+                    );
+                }
+            }
+            "backup" => self.note(&format!(
+                "snapshot {} saved: {} files, {} chunks ({} new), {} bytes new",
+                summary["snapshot_id"].as_str().unwrap_or("?"),
+                summary["files"],
+                summary["chunks"],
+                summary["chunks_new"],
+                summary["bytes_new"],
+            )),
+            _ => self.note(&format!(
+                "restored snapshot {}: {} files, {} bytes",
+                summary["snapshot_id"].as_str().unwrap_or("?"),
+                summary["files"],
+                summary["bytes"],
+            )),
         }
     }
 

@@ -47,6 +47,17 @@ struct Cli {
     /// Wait up to DURATION (e.g. 30s, 5m) for a repository lock held by another process
     #[arg(long, global = true, value_name = "DURATION", value_parser = gc_commands::parse_duration)]
     retry_lock: Option<Duration>,
+    /// Back up, restore and list snapshots through a cluster's nodes instead of a local
+    /// repository: node lookup addresses, comma-separated, tried in order (paths are
+    /// read and restored on the node's file system; docs/design/cluster.md)
+    #[arg(
+        long,
+        global = true,
+        value_delimiter = ',',
+        value_name = "ADDR,...",
+        env = "LARDER_CLUSTER"
+    )]
+    cluster: Vec<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -477,6 +488,12 @@ fn run(cli: Cli, out: &Output) -> Result<ExitCode> {
                 Ok(list) => list,
                 Err(msg) => return Ok(out.usage(&msg)),
             };
+            if !cli.cluster.is_empty() {
+                if !exclude.is_empty() {
+                    return Ok(out.usage("--exclude is not supported through a cluster yet"));
+                }
+                return cluster_commands::backup(&cli.cluster, &paths, out);
+            }
             let path = repo_path(cli.repo, out)?;
             let mut repo = open(&path, LockMode::Exclusive, out)?;
             let bar = Arc::new(Bar::bytes(out));
@@ -512,6 +529,14 @@ fn run(cli: Cli, out: &Output) -> Result<ExitCode> {
                 Ok(lists) => lists,
                 Err(msg) => return Ok(out.usage(&msg)),
             };
+            if !cli.cluster.is_empty() {
+                if !include.is_empty() || !exclude.is_empty() || overwrite {
+                    return Ok(out.usage(
+                        "--include, --exclude and --overwrite are not supported through a cluster yet",
+                    ));
+                }
+                return cluster_commands::restore(&cli.cluster, &snapshot, &target, out);
+            }
             let path = repo_path(cli.repo, out)?;
             let repo = open(&path, LockMode::Shared, out)?;
             let bar = Arc::new(Bar::bytes(out));
@@ -534,6 +559,9 @@ fn run(cli: Cli, out: &Output) -> Result<ExitCode> {
         Command::Ls(args) => browse_commands::ls(args, cli.repo, out),
         Command::Diff(args) => browse_commands::diff(args, cli.repo, out),
         Command::Cat(args) => browse_commands::cat(args, cli.repo, cli.json, out),
+        Command::Snapshots if !cli.cluster.is_empty() => {
+            cluster_commands::snapshots(&cli.cluster, out)
+        }
         Command::Snapshots => {
             let path = repo_path(cli.repo, out)?;
             let repo = open(&path, LockMode::Shared, out)?;

@@ -6,6 +6,7 @@
 pub mod balance;
 pub mod coord;
 mod error;
+pub mod jobs;
 pub mod node;
 pub mod owner;
 pub mod partition;
@@ -13,6 +14,7 @@ pub mod partitions;
 pub mod router;
 pub mod rpc;
 pub mod service;
+pub mod view;
 
 pub use error::{ClusterError, Result};
 pub use owner::{Owner, OwnerMetrics, Ticket};

@@ -21,11 +21,16 @@ use crate::coord::{
     MembershipOptions, PartitionMap, PartitionMapStore,
 };
 use crate::error::{ClusterError, Result};
+use crate::jobs::NodeHandler;
 use crate::partition::{NodeId, PartitionId};
 use crate::partitions::PartitionStore;
-use crate::router::MapView;
+use crate::router::{MapView, Router};
 use crate::rpc::LookupServer;
 use crate::service::OwnerService;
+
+/// Fingerprints a node's router remembers (the paper's per-node LRU cache of
+/// fingerprints looked up): 1 M, about 80 MB.
+const ROUTER_CACHE: usize = 1 << 20;
 
 /// How a node runs.
 #[derive(Debug, Clone)]
@@ -79,8 +84,10 @@ pub struct Node {
     /// Where its lookup service listens.
     pub addr: SocketAddr,
     pub service: OwnerService,
-    /// The map and members as this node last saw them, for its router.
+    /// The map and members as this node last saw them.
     pub view: Arc<RwLock<MapView>>,
+    /// This node's lookups at the owners (its own partitions in process).
+    pub router: Arc<Router>,
     pub config: ClusterConfig,
     etcd: Etcd,
     stop: watch::Sender<bool>,
@@ -120,7 +127,27 @@ impl Node {
             options.lookup,
         );
         let service = OwnerService::new(store, config.partitions, options.lock_timeout);
-        let server = LookupServer::bind(options.listen, Arc::new(service.clone()))
+        crate::jobs::ensure_repository(&options.storage, options.id, algo).map_err(|e| {
+            ClusterError::Corrupt {
+                what: format!("node {}'s repository", options.id),
+                reason: e.to_string(),
+            }
+        })?;
+        let view = Arc::new(RwLock::new(MapView {
+            owners: vec![0; config.partitions as usize],
+            addrs: HashMap::new(),
+        }));
+        let router = Arc::new(
+            Router::new(options.id, config.partitions, view.clone(), ROUTER_CACHE)
+                .with_local(service.clone()),
+        );
+        let handler = NodeHandler::new(
+            options.id,
+            options.storage.clone(),
+            service.clone(),
+            router.clone(),
+        );
+        let server = LookupServer::bind(options.listen, Arc::new(handler))
             .await
             .map_err(|source| ClusterError::Io {
                 what: format!("listen on {}", options.listen),
@@ -136,10 +163,6 @@ impl Node {
             },
         )
         .await?;
-        let view = Arc::new(RwLock::new(MapView {
-            owners: vec![0; config.partitions as usize],
-            addrs: HashMap::new(),
-        }));
         let (stop, stopped) = watch::channel(false);
         let mut tasks = JoinSet::new();
         let cache = maps.cache().await?;
@@ -172,6 +195,7 @@ impl Node {
             addr,
             service,
             view,
+            router,
             config,
             etcd,
             stop,

@@ -83,6 +83,54 @@ pub trait LookupHandler: Send + Sync + 'static {
         &self,
         fps: Vec<Fingerprint>,
     ) -> impl Future<Output = Result<Vec<GetAnswer>, RpcError>> + Send;
+
+    /// Runs a client's job and answers its JSON summary. A handler that serves only
+    /// lookups refuses every job.
+    fn job(&self, job: Job) -> impl Future<Output = Result<String, RpcError>> + Send {
+        std::future::ready(Err(RpcError::Handler {
+            message: format!("this node runs no jobs ({job:?})"),
+            retryable: false,
+        }))
+    }
+}
+
+/// A client's job for a node ([`LookupHandler::job`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Job {
+    /// Back these paths (on the node's file system) up into the node's repository.
+    Backup { paths: Vec<String> },
+    /// Restore any node's snapshot (an id prefix, or `latest`) into `target` on the
+    /// node's file system.
+    Restore { snapshot: String, target: String },
+    /// Every node's snapshots.
+    Snapshots,
+}
+
+impl Job {
+    /// The job as its message carries it.
+    pub fn encode(&self) -> (String, Vec<String>) {
+        match self {
+            Job::Backup { paths } => ("backup".into(), paths.clone()),
+            Job::Restore { snapshot, target } => {
+                ("restore".into(), vec![snapshot.clone(), target.clone()])
+            }
+            Job::Snapshots => ("snapshots".into(), Vec::new()),
+        }
+    }
+
+    /// The job a message names; `None` for an unknown kind or the wrong arguments.
+    pub fn decode(kind: &str, mut args: Vec<String>) -> Option<Job> {
+        match (kind, args.len()) {
+            ("backup", n) if n > 0 => Some(Job::Backup { paths: args }),
+            ("restore", 2) => {
+                let target = args.pop()?;
+                let snapshot = args.pop()?;
+                Some(Job::Restore { snapshot, target })
+            }
+            ("snapshots", 0) => Some(Job::Snapshots),
+            _ => None,
+        }
+    }
 }
 
 /// Errors of the lookup protocol, on either side.

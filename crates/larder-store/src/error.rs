@@ -76,7 +76,7 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
 }
 
 impl StoreError {
-    pub(crate) fn io(path: impl Into<PathBuf>, source: io::Error) -> Self {
+    pub fn io(path: impl Into<PathBuf>, source: io::Error) -> Self {
         Self::Io {
             path: path.into(),
             source,

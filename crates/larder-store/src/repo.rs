@@ -202,7 +202,7 @@ pub struct OpenReport {
 /// An open repository with its index loaded.
 pub struct Repository {
     root: PathBuf,
-    backend: Arc<LocalBackend>,
+    backend: Arc<dyn Backend>,
     config: RepoConfig,
     index: RepoIndex,
     mode: LockMode,
@@ -270,6 +270,19 @@ impl Repository {
     /// lock it first removes what is in `tmp/` and finishes or rolls back an
     /// interrupted garbage collection (docs/design/gc.md).
     pub fn open_waiting(root: &Path, mode: LockMode, wait: Duration) -> Result<Self> {
+        Self::open_with_backend(root, mode, wait, Arc::new(LocalBackend::new(root)))
+    }
+
+    /// Like [`Repository::open_waiting`], with the repository's files read and written
+    /// through `backend` instead of the directory's own: the config and the lock stay
+    /// in `root`. A cluster opens a view this way whose backend reads every node's
+    /// containers, segments and snapshots (docs/design/cluster.md, "Restores").
+    pub fn open_with_backend(
+        root: &Path,
+        mode: LockMode,
+        wait: Duration,
+        backend: Arc<dyn Backend>,
+    ) -> Result<Self> {
         let config_path = root.join("config");
         if !config_path.is_file() {
             return Err(StoreError::NotARepository(root.to_path_buf()));
@@ -279,7 +292,7 @@ impl Repository {
         let config = RepoConfig::decode(&raw, &config_path.display().to_string())?;
         let mut repo = Self {
             root: root.to_path_buf(),
-            backend: Arc::new(LocalBackend::new(root)),
+            backend,
             config,
             index: RepoIndex::default(),
             mode,
@@ -364,10 +377,11 @@ impl Repository {
         self.segments
             .iter()
             .map(|name| {
-                let path = self.backend.path_of(FileKind::IndexSegment, name);
-                fs::metadata(path).map_or(0, |m| {
-                    m.len().saturating_sub(SEGMENT_FIXED_BYTES) / entry_bytes
-                })
+                self.backend
+                    .file_len(FileKind::IndexSegment, name)
+                    .map_or(0, |len| {
+                        len.saturating_sub(SEGMENT_FIXED_BYTES) / entry_bytes
+                    })
             })
             .sum::<u64>() as usize
     }

@@ -277,6 +277,19 @@ impl NodeClient {
         Ok(resp.into_inner().into())
     }
 
+    /// Has the node run `job` and returns its JSON summary; waits as long as the job
+    /// runs (a backup of many gigabytes takes minutes).
+    pub async fn job(&self, job: &super::Job) -> Result<String, RpcError> {
+        let (kind, args) = job.encode();
+        let resp = self
+            .unary
+            .clone()
+            .job(proto::JobRequest { kind, args })
+            .await
+            .map_err(|status| self.status(status))?;
+        Ok(resp.into_inner().json)
+    }
+
     /// This client's own counters.
     pub fn stats(&self) -> ClientStats {
         let c = &self.shared.counters;

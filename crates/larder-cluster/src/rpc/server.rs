@@ -377,6 +377,21 @@ impl<H: LookupHandler> proto::node_server::Node for NodeService<H> {
     ) -> Result<Response<proto::StatsResponse>, Status> {
         Ok(Response::new(self.counters.snapshot().into()))
     }
+
+    async fn job(
+        &self,
+        request: Request<proto::JobRequest>,
+    ) -> Result<Response<proto::JobResponse>, Status> {
+        let request = request.into_inner();
+        let job = super::Job::decode(&request.kind, request.args)
+            .ok_or_else(|| Status::invalid_argument(format!("unknown job {:?}", request.kind)))?;
+        let json = self
+            .handler
+            .job(job)
+            .await
+            .map_err(|err| Status::failed_precondition(err.to_string()))?;
+        Ok(Response::new(proto::JobResponse { json }))
+    }
 }
 
 /// A running lookup server: the `Node` service on one TCP listener.

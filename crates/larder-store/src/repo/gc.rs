@@ -24,7 +24,7 @@ use larder_index::ChunkLocation;
 use serde::Serialize;
 
 use super::{ChunkBytes, DiskState, RepoIndex, Repository};
-use crate::backend::{Backend, FileKind};
+use crate::backend::FileKind;
 use crate::compression::ChunkDecoder;
 use crate::container::{
     ChunkEntry, ContainerBuilder, ParsedContainer, CONTAINER_OVERHEAD, ENTRY_LEN,
@@ -121,7 +121,7 @@ fn hex(id: u64) -> String {
 
 impl Repository {
     fn file_len(&self, kind: FileKind, name: &str) -> u64 {
-        fs::metadata(self.backend.path_of(kind, name)).map_or(0, |m| m.len())
+        self.backend.file_len(kind, name).unwrap_or(0)
     }
 
     /// The table of every indexed container, by id: from the segments that verify,

@@ -1,0 +1,200 @@
+//! What a node does for clients (docs/design/cluster.md, "Backups and restores"): it
+//! backs paths of its file system up into its own repository, asking the cluster's
+//! owners about every fingerprint its repository and the backup do not hold, and
+//! restores any node's snapshot through a view of every node's repository.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use larder_chunk::ChunkerConfig;
+use larder_engine::{
+    backup, restore, BackupOptions, NoProgress, PatternList, RemoteIndex, RestoreOptions,
+    DEFAULT_RESTORE_CACHE,
+};
+use larder_hash::{Fingerprint, HashAlgo};
+use larder_index::ChunkLocation;
+use larder_store::{LockMode, RepoConfig, Repository, StoreError};
+use serde_json::json;
+use tokio::runtime::Handle;
+
+use crate::partition::{first_container, NodeId};
+use crate::partitions::node_dir;
+use crate::router::Router;
+use crate::rpc::{Answer, GetAnswer, Job, LookupHandler, RpcError};
+use crate::service::OwnerService;
+use crate::view::ClusterView;
+
+/// The cluster's index as a backup on this node sees it: the router, called from the
+/// engine's threads.
+struct ClusterIndex {
+    router: Arc<Router>,
+    runtime: Handle,
+}
+
+impl RemoteIndex for ClusterIndex {
+    fn lookup(&self, fps: &[Fingerprint]) -> Result<Vec<Option<ChunkLocation>>, String> {
+        let answers = self
+            .runtime
+            .block_on(self.router.lookup(fps))
+            .map_err(|e| e.to_string())?;
+        answers
+            .into_iter()
+            .map(|a| match a {
+                Answer::Known(at) => Ok(Some(at)),
+                Answer::New => Ok(None),
+                Answer::Moved => Err("a lookup answered Moved after its retries".to_string()),
+            })
+            .collect()
+    }
+
+    fn acknowledge(&self, entries: &[(Fingerprint, ChunkLocation)]) -> Result<(), String> {
+        self.runtime
+            .block_on(self.router.ack(entries))
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// A node's lookup service and client jobs, behind its one listener.
+#[derive(Clone)]
+pub struct NodeHandler {
+    id: NodeId,
+    storage: PathBuf,
+    service: OwnerService,
+    router: Arc<Router>,
+}
+
+/// Creates node `id`'s repository in the shared storage if it has none: the cluster's
+/// fingerprint, containers numbered from the node's range.
+pub fn ensure_repository(storage: &Path, id: NodeId, algo: HashAlgo) -> Result<(), StoreError> {
+    let dir = node_dir(storage, id);
+    if dir.join("config").is_file() {
+        return Ok(());
+    }
+    let mut config = RepoConfig::new(ChunkerConfig::default(), algo);
+    config.container_base = first_container(id);
+    Repository::init(&dir, &config)
+}
+
+fn failed(what: &str, e: impl std::fmt::Display) -> RpcError {
+    RpcError::Handler {
+        message: format!("{what}: {e}"),
+        retryable: false,
+    }
+}
+
+impl NodeHandler {
+    pub fn new(id: NodeId, storage: PathBuf, service: OwnerService, router: Arc<Router>) -> Self {
+        Self {
+            id,
+            storage,
+            service,
+            router,
+        }
+    }
+
+    async fn run(&self, job: Job) -> Result<String, RpcError> {
+        let storage = self.storage.clone();
+        let id = self.id;
+        match job {
+            Job::Backup { paths } => {
+                let remote: Arc<dyn RemoteIndex> = Arc::new(ClusterIndex {
+                    router: self.router.clone(),
+                    runtime: Handle::current(),
+                });
+                let summary = tokio::task::spawn_blocking(move || {
+                    let mut repo = Repository::open_waiting(
+                        &node_dir(&storage, id),
+                        LockMode::Exclusive,
+                        Duration::from_secs(60),
+                    )?;
+                    let options = BackupOptions {
+                        threads: 0,
+                        hostname: format!("larder-node-{id}"),
+                        username: std::env::var("USER").unwrap_or_else(|_| "larder".into()),
+                        exclude: PatternList::default(),
+                        progress: Arc::new(NoProgress),
+                        serial: false,
+                        remote: Some(remote),
+                    };
+                    let paths: Vec<PathBuf> = paths.iter().map(PathBuf::from).collect();
+                    backup(&mut repo, &paths, &options)
+                })
+                .await
+                .map_err(|e| failed("backup task", e))?
+                .map_err(|e| failed("backup", e))?;
+                serde_json::to_string(&summary).map_err(|e| failed("backup summary", e))
+            }
+            Job::Restore { snapshot, target } => {
+                let summary = tokio::task::spawn_blocking(move || {
+                    let repo = ClusterView::open(&storage, id)?;
+                    let options = RestoreOptions {
+                        overwrite: false,
+                        include: PatternList::default(),
+                        exclude: PatternList::default(),
+                        cache_size: DEFAULT_RESTORE_CACHE,
+                        progress: Arc::new(NoProgress),
+                    };
+                    restore(&repo, &snapshot, Path::new(&target), &options)
+                })
+                .await
+                .map_err(|e| failed("restore task", e))?
+                .map_err(|e| failed("restore", e))?;
+                serde_json::to_string(&summary).map_err(|e| failed("restore summary", e))
+            }
+            Job::Snapshots => {
+                let list = tokio::task::spawn_blocking(move || {
+                    let repo = ClusterView::open(&storage, id)?;
+                    let (snapshots, _) = repo.snapshots()?;
+                    Ok::<_, StoreError>(
+                        snapshots
+                            .iter()
+                            .map(|(id, s)| {
+                                json!({
+                                    "id": id,
+                                    "time": s.time,
+                                    "hostname": s.hostname,
+                                    "paths": s.paths,
+                                })
+                            })
+                            .collect::<Vec<_>>(),
+                    )
+                })
+                .await
+                .map_err(|e| failed("snapshots task", e))?
+                .map_err(|e| failed("snapshots", e))?;
+                Ok(serde_json::Value::Array(list).to_string())
+            }
+        }
+    }
+}
+
+impl LookupHandler for NodeHandler {
+    fn lookup(
+        &self,
+        from: u16,
+        fps: Vec<Fingerprint>,
+    ) -> impl std::future::Future<Output = Result<Vec<Answer>, RpcError>> + Send {
+        LookupHandler::lookup(&self.service, from, fps)
+    }
+
+    fn ack(
+        &self,
+        from: u16,
+        entries: Vec<(Fingerprint, ChunkLocation)>,
+    ) -> impl std::future::Future<Output = Result<(), RpcError>> + Send {
+        LookupHandler::ack(&self.service, from, entries)
+    }
+
+    fn get(
+        &self,
+        fps: Vec<Fingerprint>,
+    ) -> impl std::future::Future<Output = Result<Vec<GetAnswer>, RpcError>> + Send {
+        LookupHandler::get(&self.service, fps)
+    }
+
+    fn job(&self, job: Job) -> impl std::future::Future<Output = Result<String, RpcError>> + Send {
+        let handler = self.clone();
+        async move { handler.run(job).await }
+    }
+}
