@@ -4,6 +4,7 @@
 //! data stays on the node that received it.
 
 pub mod balance;
+pub mod model;
 mod error;
 pub mod owner;
 pub mod partition;
