@@ -13,7 +13,7 @@
 //! ```sh
 //! cargo run --release -p larder-cluster --example messages -- \
 //!     [--nodes 2,3,4,5] [--chunk-kib 4,8,16] [--request-kib 256,1024,4096] \
-//!     [--requests 100] [--new 0.02] [--cache 0] [--dir /dev/shm]
+//!     [--requests 300] [--new 0.02] [--cache 0] [--dir /dev/shm]
 //! ```
 
 use std::collections::{BTreeSet, HashMap};
@@ -52,7 +52,7 @@ fn parse_options() -> Result<Options, String> {
         nodes: vec![2, 3, 4, 5],
         chunk_kib: vec![4, 8, 16],
         request_kib: vec![256, 1024, 4096],
-        requests: 100,
+        requests: 300,
         p_new: 0.02,
         cache: 0,
         dir: "/dev/shm".into(),
