@@ -17,7 +17,7 @@
 //! ```sh
 //! cargo run --release -p larder-cluster --example lookup_rate -- [--handler map|owner] \
 //!     [--entries 1048576] [--in-flight 8] [--seconds 2] [--runs 3] [--batches 16,32,128,256,...,8192] \
-//!     [--new 0] [--partitions 1024] [--index-mib 256] [--lookup eager|lazy] [--dir /dev/shm]
+//!     [--new 0] [--partitions 1024] [--index-mib 256] [--lookup eager|lazy] [--order permuted|stream] [--dir /dev/shm]
 //! ```
 
 use std::collections::HashMap;
@@ -122,6 +122,9 @@ struct Options {
     lookup: Lookup,
     dir: std::path::PathBuf,
     new: Vec<f64>,
+    /// Whether the indexed fingerprints are asked in the order they were indexed (a
+    /// second backup generation of the same data), else in a permuted order.
+    stream: bool,
     entries: u64,
     in_flight: usize,
     seconds: f64,
@@ -137,6 +140,7 @@ fn parse_options() -> Result<Options, String> {
         lookup: Lookup::Eager,
         dir: "/dev/shm".into(),
         new: vec![0.0],
+        stream: false,
         entries: 1 << 20,
         in_flight: 8,
         seconds: 2.0,
@@ -160,6 +164,13 @@ fn parse_options() -> Result<Options, String> {
                     "eager" => Lookup::Eager,
                     "lazy" => Lookup::Lazy,
                     _ => return Err(format!("--lookup {value}: eager or lazy")),
+                }
+            }
+            "--order" => {
+                o.stream = match value.as_str() {
+                    "stream" => true,
+                    "permuted" => false,
+                    _ => return Err(format!("--order {value}: stream or permuted")),
                 }
             }
             "--partitions" => o.partitions = value.parse().map_err(|e| bad(&e))?,
@@ -305,9 +316,10 @@ fn filled_owner(
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let o = parse_options()?;
-    // Asked in an order unrelated to the index's layout: the ids 0..entries, permuted.
+    // The ids 0..entries, in the order they were indexed or permuted.
+    let permute = if o.stream { 0 } else { 0x5555 };
     let keys: Vec<Fingerprint> = (0..o.entries)
-        .map(|i| i ^ 0x5555)
+        .map(|i| i ^ permute)
         .filter(|&i| i < o.entries)
         .map(fingerprint)
         .collect();
