@@ -338,8 +338,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let map: Map = (0..o.entries)
                 .map(|i| (fingerprint(i), location(i)))
                 .collect();
-            let server = server_rt
-                .block_on(LookupServer::bind(any_port, Arc::new(KnownEverything(map))))?;
+            let server =
+                server_rt.block_on(LookupServer::bind(any_port, Arc::new(KnownEverything(map))))?;
             (server, "an in-memory HashMap".to_string())
         }
         Handler::Owner => {

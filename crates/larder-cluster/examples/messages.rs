@@ -191,11 +191,7 @@ struct Cost {
 
 /// Node `k` writes one request of `ids` and acknowledges its new chunks: those of its
 /// own partitions in process, the others with one Ack per owner.
-async fn write(
-    c: &mut Cluster,
-    k: usize,
-    ids: &[u64],
-) -> Result<Cost, Box<dyn std::error::Error>> {
+async fn write(c: &mut Cluster, k: usize, ids: &[u64]) -> Result<Cost, Box<dyn std::error::Error>> {
     let fps: Vec<Fingerprint> = ids.iter().map(|&id| fingerprint(id)).collect();
     let node = &mut c.nodes[k];
     let before = node.router.metrics();
@@ -339,7 +335,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 let (mean, error) = mean_and_error(&per);
                 let requests = costs.len() as f64;
                 let model = Request::from_sizes(n, request << 10, chunk << 10, o.p_new);
-                let bernoulli = model.expected(Targets::Others, NewChunks::Bernoulli).total();
+                let bernoulli = model
+                    .expected(Targets::Others, NewChunks::Bernoulli)
+                    .total();
                 let paper = model.expected(Targets::Others, NewChunks::Paper).total();
                 let all = model.expected(Targets::All, NewChunks::Paper).total();
                 let z = if error > 0.0 {

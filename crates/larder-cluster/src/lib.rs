@@ -4,8 +4,8 @@
 //! data stays on the node that received it.
 
 pub mod balance;
-pub mod model;
 mod error;
+pub mod model;
 pub mod owner;
 pub mod partition;
 pub mod partitions;
