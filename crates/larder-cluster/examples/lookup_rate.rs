@@ -1,14 +1,23 @@
 //! The lookup rate one node serves on loopback (issue 7, acceptance 3: at least 1
-//! million fingerprints per second). A server over an in-memory handler (every
-//! fingerprint Known, from a map of about 1 M entries) runs on its own runtime, as
-//! another process would; one client connection keeps `--in-flight` batches in flight
-//! on its one lookup stream, for each batch size in turn. Prints a Markdown table of
-//! fingerprints per second (median of `--runs` rounds; the sizes take turns within
-//! each round), and checks every answer.
+//! million fingerprints per second). A server runs on its own runtime, as another
+//! process would, over one of two handlers (`--handler`):
+//!
+//! - `map`: an in-memory `HashMap` of about 1 M entries: the protocol's own cost;
+//! - `owner`: the real owner, an `OwnerService` owning all `--partitions` partitions,
+//!   each a disk index in a directory under `--dir` (default `/dev/shm`, tmpfs),
+//!   filled first with the `--entries` fingerprints through its own lookups and acks.
+//!
+//! One client connection keeps `--in-flight` batches in flight on its one lookup
+//! stream, for each batch size and each share of new fingerprints (`--new`: 0 is a
+//! second backup generation, every fingerprint known) in turn; new ones are answered
+//! `New` and acknowledged at once (one Ack per batch, timed too). Prints a Markdown
+//! table of fingerprints looked up per second (median of `--runs` rounds; the cases
+//! take turns within each round), and checks every answer's kind.
 //!
 //! ```sh
-//! cargo run --release -p larder-cluster --example lookup_rate -- \
-//!     [--entries 1048576] [--in-flight 8] [--seconds 2] [--runs 3] [--batches 16,32,128,256,...,8192]
+//! cargo run --release -p larder-cluster --example lookup_rate -- [--handler map|owner] \
+//!     [--entries 1048576] [--in-flight 8] [--seconds 2] [--runs 3] [--batches 16,32,128,256,...,8192] \
+//!     [--new 0] [--partitions 1024] [--index-mib 256] [--lookup eager|lazy] [--order permuted|stream] [--dir /dev/shm]
 //! ```
 
 use std::collections::HashMap;
@@ -18,8 +27,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use larder_cluster::partition::first_container;
+use larder_cluster::partitions::PartitionStore;
 use larder_cluster::rpc::{Answer, GetAnswer, LookupHandler, LookupServer, NodeClient, RpcError};
-use larder_hash::Fingerprint;
+use larder_cluster::service::OwnerService;
+use larder_cluster::PartitionId;
+use larder_hash::{Fingerprint, HashAlgo};
+use larder_index::disk::{DiskIndexConfig, Lookup};
 use larder_index::ChunkLocation;
 
 /// Hashes a fingerprint by its bytes 16..24: they are uniformly distributed already,
@@ -89,13 +103,28 @@ fn fingerprint(i: u64) -> Fingerprint {
 
 fn location(i: u64) -> ChunkLocation {
     ChunkLocation {
-        container: (1 << 48) | (i / 500),
+        container: first_container(1) | (i / 500),
         offset: (i % 500) as u32 * 8192,
         length: 8192,
     }
 }
 
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Handler {
+    Map,
+    Owner,
+}
+
 struct Options {
+    handler: Handler,
+    partitions: u32,
+    index_mib: u64,
+    lookup: Lookup,
+    dir: std::path::PathBuf,
+    new: Vec<f64>,
+    /// Whether the indexed fingerprints are asked in the order they were indexed (a
+    /// second backup generation of the same data), else in a permuted order.
+    stream: bool,
     entries: u64,
     in_flight: usize,
     seconds: f64,
@@ -105,6 +134,13 @@ struct Options {
 
 fn parse_options() -> Result<Options, String> {
     let mut o = Options {
+        handler: Handler::Map,
+        partitions: larder_cluster::DEFAULT_PARTITIONS,
+        index_mib: 256,
+        lookup: Lookup::Eager,
+        dir: "/dev/shm".into(),
+        new: vec![0.0],
+        stream: false,
         entries: 1 << 20,
         in_flight: 8,
         seconds: 2.0,
@@ -116,6 +152,36 @@ fn parse_options() -> Result<Options, String> {
         let value = args.next().ok_or(format!("{flag} needs a value"))?;
         let bad = |e: &dyn std::fmt::Display| format!("{flag} {value}: {e}");
         match flag.as_str() {
+            "--handler" => {
+                o.handler = match value.as_str() {
+                    "map" => Handler::Map,
+                    "owner" => Handler::Owner,
+                    _ => return Err(format!("--handler {value}: map or owner")),
+                }
+            }
+            "--lookup" => {
+                o.lookup = match value.as_str() {
+                    "eager" => Lookup::Eager,
+                    "lazy" => Lookup::Lazy,
+                    _ => return Err(format!("--lookup {value}: eager or lazy")),
+                }
+            }
+            "--order" => {
+                o.stream = match value.as_str() {
+                    "stream" => true,
+                    "permuted" => false,
+                    _ => return Err(format!("--order {value}: stream or permuted")),
+                }
+            }
+            "--partitions" => o.partitions = value.parse().map_err(|e| bad(&e))?,
+            "--index-mib" => o.index_mib = value.parse().map_err(|e| bad(&e))?,
+            "--dir" => o.dir = value.into(),
+            "--new" => {
+                o.new = value
+                    .split(',')
+                    .map(|b| b.parse().map_err(|e| bad(&e)))
+                    .collect::<Result<_, _>>()?
+            }
             "--entries" => o.entries = value.parse().map_err(|e| bad(&e))?,
             "--in-flight" => o.in_flight = value.parse().map_err(|e| bad(&e))?,
             "--seconds" => o.seconds = value.parse().map_err(|e| bad(&e))?,
@@ -132,34 +198,57 @@ fn parse_options() -> Result<Options, String> {
     Ok(o)
 }
 
-/// Fingerprints answered per second with `in_flight` batches of `batch` in flight for
-/// `seconds`, and the lookup messages sent.
+/// The ids of fingerprints never indexed: each is asked once.
+const FRESH: u64 = 1 << 40;
+
+/// Fingerprints looked up per second with `in_flight` batches of `batch` in flight for
+/// `seconds`, a share `new` of each batch never seen before (answered `New`, and
+/// acknowledged in one Ack before the next batch), and the lookup messages sent.
 async fn measure(
     client: Arc<NodeClient>,
     keys: Arc<Vec<Fingerprint>>,
+    fresh: Arc<AtomicU64>,
     batch: usize,
+    new: f64,
     in_flight: usize,
     seconds: f64,
 ) -> (f64, u64) {
     let stop = Arc::new(AtomicBool::new(false));
     let answered = Arc::new(AtomicU64::new(0));
     let messages = Arc::new(AtomicU64::new(0));
+    let fresh_per_batch = ((batch as f64 * new).round() as usize).min(batch);
+    let known_per_batch = batch - fresh_per_batch;
     let start = Instant::now();
     let tasks: Vec<_> = (0..in_flight)
         .map(|t| {
-            let (client, keys, stop) = (client.clone(), keys.clone(), stop.clone());
+            let (client, keys, stop, fresh) =
+                (client.clone(), keys.clone(), stop.clone(), fresh.clone());
             let (answered, messages) = (answered.clone(), messages.clone());
             tokio::spawn(async move {
                 let mut at = (t * keys.len() / in_flight) % (keys.len() - batch);
                 while !stop.load(Ordering::Relaxed) {
-                    let fps = &keys[at..at + batch];
-                    let answers = client.lookup(fps).await.expect("lookup");
-                    // Every answer is Known: the map holds every key.
+                    let first = fresh.fetch_add(fresh_per_batch as u64, Ordering::Relaxed);
+                    let mut fps: Vec<Fingerprint> = (first..first + fresh_per_batch as u64)
+                        .map(fingerprint)
+                        .collect();
+                    fps.extend_from_slice(&keys[at..at + known_per_batch]);
+                    let answers = client.lookup(&fps).await.expect("lookup");
+                    // The fresh ones first, then the indexed ones.
                     assert_eq!(answers.len(), batch);
-                    assert!(answers.iter().all(|a| matches!(a, Answer::Known(_))));
+                    assert!(answers[..fresh_per_batch].iter().all(|a| *a == Answer::New));
+                    assert!(answers[fresh_per_batch..]
+                        .iter()
+                        .all(|a| matches!(a, Answer::Known(_))));
+                    if fresh_per_batch > 0 {
+                        let acks: Vec<(Fingerprint, ChunkLocation)> = (first..)
+                            .zip(&fps[..fresh_per_batch])
+                            .map(|(id, fp)| (*fp, location(id - FRESH)))
+                            .collect();
+                        client.ack(&acks).await.expect("ack");
+                    }
                     answered.fetch_add(batch as u64, Ordering::Relaxed);
                     messages.fetch_add(1, Ordering::Relaxed);
-                    at = (at + batch) % (keys.len() - batch);
+                    at = (at + known_per_batch) % (keys.len() - batch);
                 }
             })
         })
@@ -181,14 +270,59 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// An owner of all `o.partitions` partitions, in disk indexes under `dir`, with the
+/// fingerprints of ids `0..o.entries` indexed through its own lookups and acks.
+fn filled_owner(
+    o: &Options,
+    dir: &std::path::Path,
+    rt: &tokio::runtime::Runtime,
+) -> Result<OwnerService, Box<dyn std::error::Error>> {
+    let per_partition = o.entries.div_ceil(u64::from(o.partitions));
+    let config = DiskIndexConfig {
+        memory_budget: (o.index_mib << 20) / u64::from(o.partitions),
+        // Room for the new fingerprints the mixed cases add.
+        expected_fingerprints: 4 * per_partition,
+        buffered_chunk_bytes: 0,
+        ..DiskIndexConfig::default()
+    };
+    let store = PartitionStore::new(dir, o.partitions, HashAlgo::Blake3, config, o.lookup);
+    let service = OwnerService::new(store, o.partitions, Duration::from_secs(60));
+    let all: Vec<PartitionId> = (0..o.partitions).map(PartitionId).collect();
+    service.take_over(&all, 1)?;
+    let started = Instant::now();
+    rt.block_on(async {
+        let ids: Vec<u64> = (0..o.entries).collect();
+        for part in ids.chunks(8192) {
+            let fps: Vec<Fingerprint> = part.iter().map(|&i| fingerprint(i)).collect();
+            let answers = service.lookup(2, fps.clone()).await?;
+            assert!(answers.iter().all(|a| *a == Answer::New));
+            let entries: Vec<(Fingerprint, ChunkLocation)> = part
+                .iter()
+                .zip(fps)
+                .map(|(&i, fp)| (fp, location(i)))
+                .collect();
+            service.ack(&entries)?;
+        }
+        Ok::<(), larder_cluster::ClusterError>(())
+    })?;
+    eprintln!(
+        "owner: {} fingerprints indexed in {} partitions in {:.1} s",
+        o.entries,
+        o.partitions,
+        started.elapsed().as_secs_f64()
+    );
+    Ok(service)
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let o = parse_options()?;
-    let map: Map = (0..o.entries)
-        .map(|i| (fingerprint(i), location(i)))
+    // The ids 0..entries, in the order they were indexed or permuted.
+    let permute = if o.stream { 0 } else { 0x5555 };
+    let keys: Vec<Fingerprint> = (0..o.entries)
+        .map(|i| i ^ permute)
+        .filter(|&i| i < o.entries)
+        .map(fingerprint)
         .collect();
-    // Asked in an order unrelated to the map's layout.
-    let mut keys: Vec<Fingerprint> = (0..o.entries).map(|i| fingerprint(i ^ 0x5555)).collect();
-    keys.retain(|fp| map.contains_key(fp));
     let keys = Arc::new(keys);
     let max_batch = o.batches.iter().copied().max().unwrap_or(0);
     if keys.len() <= max_batch {
@@ -198,9 +332,36 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The node: its own runtime, as another process would have.
     let server_rt = tokio::runtime::Runtime::new()?;
     let any_port: SocketAddr = "127.0.0.1:0".parse()?;
-    let server =
-        server_rt.block_on(LookupServer::bind(any_port, Arc::new(KnownEverything(map))))?;
+    let dir = tempfile::tempdir_in(&o.dir)?;
+    let (server, handler) = match o.handler {
+        Handler::Map => {
+            let map: Map = (0..o.entries)
+                .map(|i| (fingerprint(i), location(i)))
+                .collect();
+            let server =
+                server_rt.block_on(LookupServer::bind(any_port, Arc::new(KnownEverything(map))))?;
+            (server, "an in-memory HashMap".to_string())
+        }
+        Handler::Owner => {
+            let service = filled_owner(&o, dir.path(), &server_rt)?;
+            let server = server_rt.block_on(LookupServer::bind(any_port, Arc::new(service)))?;
+            let lookup = match o.lookup {
+                Lookup::Eager => "eager",
+                Lookup::Lazy => "lazy",
+            };
+            (
+                server,
+                format!(
+                    "the owner (OwnerService, {} partitions, disk indexes in {}, {} MiB in all, {lookup} lookup)",
+                    o.partitions,
+                    o.dir.display(),
+                    o.index_mib
+                ),
+            )
+        }
+    };
     let addr = server.local_addr().to_string();
+    let fresh = Arc::new(AtomicU64::new(FRESH));
 
     let client_rt = tokio::runtime::Runtime::new()?;
     let client = Arc::new(client_rt.block_on(NodeClient::connect(&addr, 1))?);
@@ -209,19 +370,28 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     client_rt.block_on(measure(
         client.clone(),
         keys.clone(),
+        fresh.clone(),
         1024,
+        0.0,
         o.in_flight,
         0.5,
     ));
 
-    let mut rates: Vec<Vec<f64>> = vec![Vec::new(); o.batches.len()];
-    let mut sent: Vec<u64> = vec![0; o.batches.len()];
+    let cases: Vec<(f64, usize)> = o
+        .new
+        .iter()
+        .flat_map(|&new| o.batches.iter().map(move |&b| (new, b)))
+        .collect();
+    let mut rates: Vec<Vec<f64>> = vec![Vec::new(); cases.len()];
+    let mut sent: Vec<u64> = vec![0; cases.len()];
     for _ in 0..o.runs {
-        for (i, &batch) in o.batches.iter().enumerate() {
+        for (i, &(new, batch)) in cases.iter().enumerate() {
             let (rate, messages) = client_rt.block_on(measure(
                 client.clone(),
                 keys.clone(),
+                fresh.clone(),
                 batch,
+                new,
                 o.in_flight,
                 o.seconds,
             ));
@@ -231,23 +401,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let node = server.stats();
     println!(
-        "lookup rate of one node on loopback: {} entries, {} batches in flight on one stream, {} s per run, median of {} runs",
-        keys.len(),
+        "lookup rate of one node on loopback over {handler}: {} fingerprints indexed, {} batches in flight on one stream, {} s per run, median of {} runs",
+        o.entries,
         o.in_flight,
         o.seconds,
         o.runs
     );
     println!();
     println!(
-        "| fingerprints per message | fingerprints/s (median) | min | max | lookup messages/s |"
+        "| new | fingerprints per message | fingerprints/s (median) | min | max | lookup messages/s |"
     );
-    println!("| ---: | ---: | ---: | ---: | ---: |");
-    for (i, &batch) in o.batches.iter().enumerate() {
+    println!("| ---: | ---: | ---: | ---: | ---: | ---: |");
+    for (i, &(new, batch)) in cases.iter().enumerate() {
         let m = median(rates[i].clone());
         let min = rates[i].iter().copied().fold(f64::INFINITY, f64::min);
         let max = rates[i].iter().copied().fold(0.0, f64::max);
         println!(
-            "| {batch} | {:.0} | {:.0} | {:.0} | {:.0} |",
+            "| {:.0}% | {batch} | {:.0} | {:.0} | {:.0} | {:.0} |",
+            new * 100.0,
             m,
             min,
             max,
@@ -256,9 +427,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     println!();
     println!(
-        "server counters: {} lookup messages, {} fingerprints, {} failed; client sent {} timed messages",
+        "server counters: {} lookup messages, {} fingerprints, {} acks, {} failed; client sent {} timed messages",
         node.lookup_messages_in,
         node.lookup_fingerprints_in,
+        node.ack_messages_in,
         node.failed_requests,
         sent.iter().sum::<u64>()
     );

@@ -7,6 +7,7 @@ pub mod balance;
 pub mod coord;
 mod error;
 pub mod jobs;
+pub mod model;
 pub mod node;
 pub mod owner;
 pub mod partition;

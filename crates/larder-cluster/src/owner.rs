@@ -6,7 +6,7 @@
 //! [`Owner::poll`], and the node's async layer routes them to the requests waiting by
 //! their [`Ticket`]s. The write-ahead log and the network are the node's.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use larder_hash::Fingerprint;
@@ -167,7 +167,9 @@ impl<I: IndexIo> Owner<I> {
         debug_assert_ne!(from, OWN);
         self.metrics.requests += 1;
         self.metrics.fingerprints += fps.len() as u64;
-        let mut touched = Vec::new();
+        // A set, not a list searched per fingerprint: a batch touches up to every
+        // partition.
+        let mut touched = BTreeSet::new();
         let mut failure = None;
         for (i, fp) in fps.iter().enumerate() {
             let ticket = Ticket {
@@ -188,9 +190,7 @@ impl<I: IndexIo> Owner<I> {
                     source,
                 });
             }
-            if !touched.contains(&p) {
-                touched.push(p);
-            }
+            touched.insert(p);
         }
         for p in touched {
             if let Err(e) = self.settle(p, now) {
@@ -206,7 +206,9 @@ impl<I: IndexIo> Owner<I> {
     /// if the fingerprint is still absent, so that a late writer's chunk is found. Call
     /// only once the entries are in the partition's write-ahead log.
     pub fn ack(&mut self, entries: &[(Fingerprint, ChunkLocation)], now: Instant) -> Result<()> {
-        let mut touched = Vec::new();
+        // A set, not a list searched per fingerprint: a batch touches up to every
+        // partition.
+        let mut touched = BTreeSet::new();
         let mut failure = None;
         for &(fp, location) in entries {
             let p = partition_of(&fp, self.partitions);
@@ -224,9 +226,7 @@ impl<I: IndexIo> Owner<I> {
                 if part.late.insert(fp, location).is_some() {
                     continue;
                 }
-                if !touched.contains(&p) {
-                    touched.push(p);
-                }
+                touched.insert(p);
                 part.index.submit(fp, Ticket { node: OWN, id: 0 })
             };
             if let Err(source) = result {

@@ -3,7 +3,7 @@
 //! requester's lock), lock deadlines kept by a timer task, and checkpoints of the
 //! partitions to shared storage.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -21,17 +21,19 @@ use crate::rpc::{Answer, GetAnswer, LookupHandler, RpcError};
 struct Pending {
     answers: Vec<Option<Answer>>,
     missing: usize,
-    done: Option<oneshot::Sender<Vec<Answer>>>,
+    done: oneshot::Sender<Vec<Answer>>,
 }
 
 struct Inner {
     owner: Owner<larder_index::disk::DirIo>,
     /// The next ticket id: unique among this owner's tickets, whoever asks.
     next_id: u64,
-    /// Ticket id to its request and its place in it.
-    waiting: HashMap<u64, (Arc<Mutex<Pending>>, usize)>,
+    /// The requests waiting for answers, by their first ticket id: a request of `n`
+    /// fingerprints holds the tickets `first .. first + n`, fingerprint `i` ticket
+    /// `first + i`. One entry per request, not per fingerprint.
+    waiting: BTreeMap<u64, Pending>,
     /// Partitions acknowledged into since their last checkpoint.
-    dirty: Vec<PartitionId>,
+    dirty: BTreeSet<PartitionId>,
     /// What every takeover replayed, summed.
     replayed: Replay,
 }
@@ -55,8 +57,8 @@ impl OwnerService {
             inner: Arc::new(Mutex::new(Inner {
                 owner: Owner::new(partitions, lock_timeout),
                 next_id: 0,
-                waiting: HashMap::new(),
-                dirty: Vec::new(),
+                waiting: BTreeMap::new(),
+                dirty: BTreeSet::new(),
                 replayed: Replay::default(),
             })),
             store: Arc::new(store),
@@ -74,23 +76,19 @@ impl OwnerService {
             let mut inner = lock(&self.inner);
             let first_id = inner.next_id;
             inner.next_id += fps.len() as u64;
-            let pending = Arc::new(Mutex::new(Pending {
-                answers: vec![None; fps.len()],
-                missing: fps.len(),
-                done: Some(tx),
-            }));
-            for slot in 0..fps.len() {
-                inner
-                    .waiting
-                    .insert(first_id + slot as u64, (pending.clone(), slot));
-            }
+            inner.waiting.insert(
+                first_id,
+                Pending {
+                    answers: vec![None; fps.len()],
+                    missing: fps.len(),
+                    done: tx,
+                },
+            );
             let looked_up = inner.owner.lookup(from, &fps, first_id, Instant::now());
             if let Err(e) = looked_up {
                 // Answers that still come for these tickets find no request and are
                 // dropped; locks they take expire like any unacknowledged lock.
-                for slot in 0..fps.len() {
-                    inner.waiting.remove(&(first_id + slot as u64));
-                }
+                inner.waiting.remove(&first_id);
                 route(&mut inner);
                 return Err(e);
             }
@@ -106,8 +104,8 @@ impl OwnerService {
         let partitions = inner.owner.partition_count();
         for (fp, _) in entries {
             let p = crate::partition::partition_of(fp, partitions);
-            if inner.owner.owns(p) && !inner.dirty.contains(&p) {
-                inner.dirty.push(p);
+            if inner.owner.owns(p) {
+                inner.dirty.insert(p);
             }
         }
         let result = inner.owner.ack(entries, Instant::now());
@@ -158,7 +156,7 @@ impl OwnerService {
         };
         let index: Option<PartitionIndex> = inner.owner.release(p);
         drop(index);
-        inner.dirty.retain(|&d| d != p);
+        inner.dirty.remove(&p);
         route(&mut inner);
         saved
     }
@@ -174,7 +172,7 @@ impl OwnerService {
                 .owner
                 .checkpoint(p, |index, covered| store.checkpoint(p, index, covered));
             if let Err(e) = saved {
-                inner.dirty.extend_from_slice(&dirty[i..]);
+                inner.dirty.extend(dirty.iter().skip(i));
                 return Err(e);
             }
             done += 1;
@@ -245,19 +243,26 @@ impl LookupHandler for OwnerService {
 /// answers are all in.
 fn route(inner: &mut Inner) {
     while let Some((ticket, reply)) = inner.owner.poll() {
-        let Some((pending, slot)) = inner.waiting.remove(&ticket.id) else {
+        // The request holding this ticket starts at or below it; a ticket past its end
+        // belongs to a request that is gone (failed), whose answers are dropped.
+        let Some((&first, pending)) = inner.waiting.range_mut(..=ticket.id).next_back() else {
             continue;
         };
-        let mut pending = lock(&pending);
-        if pending.answers[slot].replace(reply).is_none() {
+        let Some(answer) = pending.answers.get_mut((ticket.id - first) as usize) else {
+            continue;
+        };
+        if answer.replace(reply).is_none() {
             pending.missing -= 1;
         }
         if pending.missing == 0 {
-            let answers = pending.answers.iter().map(|a| a.expect("all in")).collect();
-            if let Some(done) = pending.done.take() {
-                // The requester may have gone: nothing to do then.
-                let _ = done.send(answers);
-            }
+            let pending = inner.waiting.remove(&first).expect("found above");
+            let answers = pending
+                .answers
+                .into_iter()
+                .map(|a| a.expect("all in"))
+                .collect();
+            // The requester may have gone: nothing to do then.
+            let _ = pending.done.send(answers);
         }
     }
 }
