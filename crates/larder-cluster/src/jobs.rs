@@ -76,6 +76,34 @@ pub fn ensure_repository(storage: &Path, id: NodeId, algo: HashAlgo) -> Result<(
     Repository::init(&dir, &config)
 }
 
+/// Where node `id`'s repository holds chunks of a killed backup: containers sealed and
+/// durable that no segment names yet (format.md, rule 6). Opening the repository
+/// adopts them; the node acknowledges them to the cluster at its start, so that a
+/// later backup of the same data finds them instead of storing them again.
+pub fn adopted_chunks(
+    storage: &Path,
+    id: NodeId,
+) -> Result<Vec<(Fingerprint, ChunkLocation)>, StoreError> {
+    let repo = Repository::open_waiting(
+        &node_dir(storage, id),
+        LockMode::Exclusive,
+        Duration::from_secs(60),
+    )?;
+    let mut entries = Vec::new();
+    for &container in &repo.report().adopted_containers {
+        let (table, _) = repo.load_container_table(container)?;
+        entries.extend(table.iter().map(|e| {
+            let at = ChunkLocation {
+                container,
+                offset: e.offset,
+                length: e.stored_len,
+            };
+            (e.fingerprint, at)
+        }));
+    }
+    Ok(entries)
+}
+
 fn failed(what: &str, e: impl std::fmt::Display) -> RpcError {
     RpcError::Handler {
         message: format!("{what}: {e}"),

@@ -189,6 +189,15 @@ impl Node {
             stopped.clone(),
         ));
         tasks.spawn(watch_lease(membership.lost(), service.clone(), stopped));
+        let adopted = crate::jobs::adopted_chunks(&options.storage, options.id).map_err(|e| {
+            ClusterError::Corrupt {
+                what: format!("node {}'s repository", options.id),
+                reason: e.to_string(),
+            }
+        })?;
+        if !adopted.is_empty() {
+            tasks.spawn(acknowledge_adopted(options.id, router.clone(), adopted));
+        }
         tracing::info!(node = options.id, %addr, "node started");
         Ok(Node {
             id: options.id,
@@ -206,15 +215,20 @@ impl Node {
     }
 
     /// Runs until `shutdown` resolves or a task fails (the lease was lost: the node
-    /// must not serve any more), then stops.
+    /// must not serve any more), then stops. Tasks that finish their work (the
+    /// acknowledgement of a killed backup's chunks) end without stopping the node.
     pub async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) -> Result<()> {
-        let outcome = tokio::select! {
-            () = shutdown => Ok(()),
-            Some(done) = self.tasks.join_next() => match done {
-                Ok(Ok(())) => Ok(()),
-                Ok(Err(e)) => Err(e),
-                Err(e) => Err(ClusterError::Corrupt { what: "node task".into(), reason: e.to_string() }),
-            },
+        tokio::pin!(shutdown);
+        let outcome = loop {
+            tokio::select! {
+                () = &mut shutdown => break Ok(()),
+                done = self.tasks.join_next() => match done {
+                    None => break Ok(()),
+                    Some(Ok(Ok(()))) => continue,
+                    Some(Ok(Err(e))) => break Err(e),
+                    Some(Err(e)) => break Err(ClusterError::Corrupt { what: "node task".into(), reason: e.to_string() }),
+                },
+            }
         };
         let stopped = self.stop().await;
         outcome.and(stopped)
@@ -347,7 +361,12 @@ async fn follow_members(
             Some(MemberEvent::Left(id)) => {
                 view.addrs.remove(&id);
             }
-            None => return Ok(()),
+            None => {
+                return Err(ClusterError::Corrupt {
+                    what: "the membership watch".into(),
+                    reason: "it ended".into(),
+                })
+            }
         }
     }
 }
@@ -389,7 +408,14 @@ async fn lead(
             tracing::info!(node = me, moves = moves.len(), live = ?live, "reassigned partitions");
         }
         tokio::select! {
-            _ = events.recv() => {}
+            event = events.recv() => {
+                if event.is_none() {
+                    return Err(ClusterError::Corrupt {
+                        what: "the master's membership watch".into(),
+                        reason: "it ended".into(),
+                    });
+                }
+            }
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
             _ = stopped.changed() => return Ok(()),
         }
@@ -441,6 +467,25 @@ async fn checkpoint(
                 reason: e.to_string(),
             })??;
     }
+}
+
+/// Acknowledges the chunks of a killed backup's containers, once their partitions
+/// have owners (the router retries until they do). A failure only costs
+/// deduplication: the next copies are stored again.
+async fn acknowledge_adopted(
+    me: NodeId,
+    router: Arc<Router>,
+    entries: Vec<(larder_hash::Fingerprint, larder_index::ChunkLocation)>,
+) -> Result<()> {
+    match router.ack(&entries).await {
+        Ok(()) => tracing::info!(
+            node = me,
+            chunks = entries.len(),
+            "acknowledged a killed backup's chunks"
+        ),
+        Err(e) => tracing::warn!(node = me, "acknowledging a killed backup's chunks: {e}"),
+    }
+    Ok(())
 }
 
 /// Stops serving every partition as soon as the lease may be gone: the master may
