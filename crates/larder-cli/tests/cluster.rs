@@ -47,8 +47,9 @@ const FAILOVER_BOUND: Duration = Duration::from_secs(10);
 /// Nodes killed in turn: every node once (node 1 started first and is the first
 /// master), then node 2 again.
 const VICTIMS: [NodeId; 5] = [2, 1, 4, 3, 2];
-/// Generous waits for etcd and lease timing on a busy 2-core machine.
+/// Lines of each node's log printed when the test fails.
 const TAIL: usize = 400;
+/// Generous waits for etcd and lease timing on a busy 2-core machine.
 const SETTLE: Duration = Duration::from_secs(40);
 
 /// A `larder node` process, SIGKILLed when dropped.
