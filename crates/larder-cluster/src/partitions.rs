@@ -22,6 +22,14 @@ use crate::partition::{container_writer, partition_of, NodeId, PartitionId};
 /// The name of a partition's checkpoint record, beside its index files.
 const COVERED: &str = "covered.json";
 
+/// The name of a partition's writer lock, beside its index files: an empty file on
+/// which a node holds an exclusive `flock` while it writes the partition (a takeover,
+/// a checkpoint). An old owner may still be taking a partition over when the master
+/// moves it on (a node that owned every partition alone when the others joined); the
+/// new owner's takeover waits for it instead of writing the same files at once. The
+/// kernel drops the lock of a node that dies.
+pub const WRITER_LOCK: &str = "writer.lock";
+
 /// What a partition's index holds for sure: per writer node, the highest container id
 /// whose entries (of this partition) are all in the index. Writers acknowledge their
 /// containers in id order, so every lower container of that writer is covered too.
@@ -111,6 +119,14 @@ impl PartitionStore {
     /// do not verify are skipped (`check` reports them; their chunks were never
     /// acknowledged).
     pub fn take_over(&self, parts: &[PartitionId], epoch: u64) -> Result<(Vec<Opened>, Replay)> {
+        // In ascending order, as every node takes them: two takeovers never wait on
+        // each other in a cycle.
+        let mut in_order = parts.to_vec();
+        in_order.sort_unstable();
+        let _locks = in_order
+            .iter()
+            .map(|&p| self.lock_writer(p))
+            .collect::<Result<Vec<_>>>()?;
         let mut replay = Replay::default();
         let mut opened = Vec::with_capacity(parts.len());
         for &p in parts {
@@ -165,14 +181,45 @@ impl PartitionStore {
         }
         for (p, index, covered) in opened.iter_mut() {
             covered.epoch = epoch;
-            self.checkpoint(*p, index, covered)?;
+            self.write_checkpoint(*p, index, covered)?;
         }
         Ok((opened, replay))
     }
 
+    /// Makes partition `p`'s index durable, then records what it covers, under its
+    /// writer lock.
+    pub fn checkpoint(
+        &self,
+        p: PartitionId,
+        index: &mut PartitionIndex,
+        covered: &Covered,
+    ) -> Result<()> {
+        let _lock = self.lock_writer(p)?;
+        self.write_checkpoint(p, index, covered)
+    }
+
+    /// Waits for partition `p`'s writer lock and holds it until the file is dropped.
+    pub fn lock_writer(&self, p: PartitionId) -> Result<std::fs::File> {
+        let dir = self.dir(p);
+        let io = |what: &str, source| ClusterError::Io {
+            what: format!("{what} {}", dir.join(WRITER_LOCK).display()),
+            source,
+        };
+        std::fs::create_dir_all(&dir).map_err(|e| io("create the directory of", e))?;
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join(WRITER_LOCK))
+            .map_err(|e| io("open", e))?;
+        file.lock().map_err(|e| io("lock", e))?;
+        Ok(file)
+    }
+
     /// Makes partition `p`'s index durable, then records what it covers. In that
     /// order: a crash between the two leaves an older record, which only replays more.
-    pub fn checkpoint(
+    /// The caller holds `p`'s writer lock.
+    fn write_checkpoint(
         &self,
         p: PartitionId,
         index: &mut PartitionIndex,

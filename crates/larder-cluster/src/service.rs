@@ -161,18 +161,33 @@ impl OwnerService {
         saved
     }
 
-    /// Checkpoints every partition acknowledged into since its last checkpoint.
+    /// Checkpoints every partition acknowledged into since its last checkpoint, one at
+    /// a time: the service is locked for one partition's writes and syncs, never for
+    /// all of them. Lookups take that lock on the runtime's threads; held across every
+    /// dirty partition's fsyncs (seconds on a busy disk) it stalled the whole node,
+    /// lease keepalives included, until the lease expired (tests/cluster.rs of
+    /// larder-cli). A partition released meanwhile is skipped: it is no longer ours to
+    /// write.
     pub fn checkpoint(&self) -> Result<usize> {
-        let mut inner = lock(&self.inner);
-        let dirty = std::mem::take(&mut inner.dirty);
+        let dirty = std::mem::take(&mut lock(&self.inner).dirty);
         let mut done = 0;
         for (i, &p) in dirty.iter().enumerate() {
+            let mut inner = lock(&self.inner);
+            if !inner.owner.owns(p) {
+                continue;
+            }
             let store = self.store.clone();
             let saved = inner
                 .owner
                 .checkpoint(p, |index, covered| store.checkpoint(p, index, covered));
             if let Err(e) = saved {
-                inner.dirty.extend(dirty.iter().skip(i));
+                let left: Vec<PartitionId> = dirty
+                    .iter()
+                    .skip(i)
+                    .copied()
+                    .filter(|&q| inner.owner.owns(q))
+                    .collect();
+                inner.dirty.extend(left);
                 return Err(e);
             }
             done += 1;

@@ -99,3 +99,31 @@ fn a_damaged_index_is_rebuilt_from_every_container() {
         assert_eq!(index.get(fp).unwrap(), expected);
     }
 }
+
+/// An old owner still writing a partition (its writer lock held) holds the new
+/// owner's takeover back until it is done: two nodes never write one partition's
+/// files at once.
+#[test]
+fn a_takeover_waits_for_the_partitions_writer_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_path_buf();
+    write_container(&root, 1, 0, 0..300);
+    let held = store(&root, Lookup::Eager)
+        .lock_writer(PartitionId(3))
+        .unwrap();
+    let (done, finished) = std::sync::mpsc::channel();
+    let taker = std::thread::spawn(move || {
+        let store = store(&root, Lookup::Eager);
+        let taken = store.take_over(&[PartitionId(5), PartitionId(3)], 2);
+        done.send(()).unwrap();
+        taken.map(|(opened, _)| opened.len())
+    });
+    assert!(
+        finished
+            .recv_timeout(std::time::Duration::from_millis(300))
+            .is_err(),
+        "the takeover wrote partition 3 while its writer lock was held"
+    );
+    drop(held);
+    assert_eq!(taker.join().unwrap().unwrap(), 2);
+}
