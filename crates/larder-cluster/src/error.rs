@@ -41,6 +41,13 @@ pub enum ClusterError {
     /// The owner dropped a request without answering it (a bug, or a shutdown).
     #[error("the owner dropped a lookup request unanswered")]
     Dropped,
+    /// A newer owner took the partition over: this owner must not write it any more.
+    #[error("partition {}: fenced (epoch {epoch}, a newer owner holds epoch {newer})", partition.0)]
+    Fenced {
+        partition: PartitionId,
+        epoch: u64,
+        newer: u64,
+    },
     /// This node does not own the partition (any more): ask its owner.
     #[error("partition {} is not owned by this node", .0.0)]
     NotOwner(PartitionId),
@@ -54,7 +61,9 @@ impl ClusterError {
             ClusterError::Io { .. } | ClusterError::Dropped | ClusterError::NotOwner(_) => true,
             ClusterError::Coord(e) => e.is_retryable(),
             ClusterError::Rpc(e) => e.is_retryable(),
-            ClusterError::Corrupt { .. } | ClusterError::LeaseLost => false,
+            ClusterError::Corrupt { .. }
+            | ClusterError::LeaseLost
+            | ClusterError::Fenced { .. } => false,
         }
     }
 }

@@ -187,7 +187,11 @@ impl PartitionStore {
     }
 
     /// Makes partition `p`'s index durable, then records what it covers, under its
-    /// writer lock.
+    /// writer lock. Refused with [`ClusterError::Fenced`], writing nothing, when the
+    /// record on disk carries a newer epoch than `covered`'s: a newer owner took the
+    /// partition over (epochs are etcd revisions, which only grow), and this owner's
+    /// index is stale. With the writer lock this closes the window between an owner's
+    /// epoch check in etcd and its write.
     pub fn checkpoint(
         &self,
         p: PartitionId,
@@ -195,7 +199,35 @@ impl PartitionStore {
         covered: &Covered,
     ) -> Result<()> {
         let _lock = self.lock_writer(p)?;
+        let on_disk = self.read_covered(p)?.map_or(0, |c| c.epoch);
+        if on_disk > covered.epoch {
+            return Err(ClusterError::Fenced {
+                partition: p,
+                epoch: covered.epoch,
+                newer: on_disk,
+            });
+        }
         self.write_checkpoint(p, index, covered)
+    }
+
+    /// Partition `p`'s record of what its index covers, if it has one.
+    fn read_covered(&self, p: PartitionId) -> Result<Option<Covered>> {
+        let path = self.dir(p).join(COVERED);
+        match std::fs::read(&path) {
+            Ok(bytes) => {
+                serde_json::from_slice(&bytes)
+                    .map(Some)
+                    .map_err(|e| ClusterError::Corrupt {
+                        what: path.display().to_string(),
+                        reason: e.to_string(),
+                    })
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(ClusterError::Io {
+                what: format!("read {}", path.display()),
+                source,
+            }),
+        }
     }
 
     /// Waits for partition `p`'s writer lock and holds it until the file is dropped.

@@ -167,7 +167,7 @@ impl OwnerService {
     /// dirty partition's fsyncs (seconds on a busy disk) it stalled the whole node,
     /// lease keepalives included, until the lease expired (tests/cluster.rs of
     /// larder-cli). A partition released meanwhile is skipped: it is no longer ours to
-    /// write.
+    /// write; one that a newer owner took over (fenced on disk) is released.
     pub fn checkpoint(&self) -> Result<usize> {
         let dirty = std::mem::take(&mut lock(&self.inner).dirty);
         let mut done = 0;
@@ -180,6 +180,18 @@ impl OwnerService {
             let saved = inner
                 .owner
                 .checkpoint(p, |index, covered| store.checkpoint(p, index, covered));
+            if let Err(ClusterError::Fenced { epoch, newer, .. }) = saved {
+                // A newer owner has it: stop serving it, write nothing.
+                drop(inner);
+                tracing::warn!(
+                    partition = p.0,
+                    epoch,
+                    newer,
+                    "fenced at checkpoint: dropping the partition"
+                );
+                self.release(p, false)?;
+                continue;
+            }
             if let Err(e) = saved {
                 let left: Vec<PartitionId> = dirty
                     .iter()

@@ -194,3 +194,44 @@ async fn two_nodes_look_up_through_the_protocol() {
     }
     server.shutdown().await;
 }
+
+/// An old owner that still believes it owns a partition (it missed the map change)
+/// checkpoints nothing once a newer owner has taken the partition over: the epoch on
+/// disk is newer than its own, so it drops the partition without a write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_owner_is_fenced_at_its_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let old = service(dir.path(), Duration::from_secs(60));
+    let fps: Vec<Fingerprint> = (0..64).map(fp).collect();
+    old.lookup(1, fps.clone()).await.unwrap();
+    let at = ChunkLocation {
+        container: 3,
+        offset: 0,
+        length: 10,
+    };
+    let acked: Vec<_> = fps.iter().map(|f| (*f, at)).collect();
+    old.ack(&acked).unwrap();
+    // Another node takes every partition over at a newer epoch.
+    let new = service(dir.path(), Duration::from_secs(60));
+    new.take_over(&(0..PARTITIONS).map(PartitionId).collect::<Vec<_>>(), 5)
+        .unwrap();
+    let files = |p: u32| -> Vec<(String, Vec<u8>)> {
+        let mut files: Vec<_> = std::fs::read_dir(dir.path().join(format!("partitions/{p:05}")))
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                (
+                    e.file_name().into_string().unwrap(),
+                    std::fs::read(e.path()).unwrap(),
+                )
+            })
+            .collect();
+        files.sort();
+        files
+    };
+    let before: Vec<_> = (0..PARTITIONS).map(files).collect();
+    assert_eq!(old.checkpoint().unwrap(), 0, "nothing checkpointed");
+    assert!(old.owned().is_empty(), "every fenced partition dropped");
+    let after: Vec<_> = (0..PARTITIONS).map(files).collect();
+    assert!(before == after, "a fenced owner wrote a partition");
+}
