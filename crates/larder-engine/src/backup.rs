@@ -12,7 +12,7 @@
 //! size.
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fs::File;
 use std::io::Read;
 use std::os::unix::fs::MetadataExt;
@@ -890,35 +890,72 @@ fn write_stage(
     Ok(busy)
 }
 
-type SyncResult = (Vec<SegmentContainer>, Duration, Option<EngineError>);
+/// What a syncer wrote, its busy time, its error, and the containers it acknowledged to
+/// the remote index itself.
+type SyncResult = (
+    Vec<SegmentContainer>,
+    Duration,
+    Option<EngineError>,
+    Vec<u64>,
+);
 
-/// Writes sealed containers durably, on several threads so that fsyncs overlap.
+/// Where container `id`'s chunks are, for the remote index.
+fn locations(id: u64, entries: &[larder_store::ChunkEntry]) -> Vec<(Fingerprint, ChunkLocation)> {
+    entries
+        .iter()
+        .map(|e| {
+            let at = ChunkLocation {
+                container: id,
+                offset: e.offset,
+                length: e.stored_len,
+            };
+            (e.fingerprint, at)
+        })
+        .collect()
+}
+
+/// The syncers: write each sealed container durably. With a remote index, each also
+/// makes the container's name durable and acknowledges its chunks at once, so that
+/// other nodes waiting on them wait for one container, not for the whole backup; an
+/// acknowledgement that fails is sent again at the commit.
 fn spawn_syncers<'s>(
     scope: &'s std::thread::Scope<'s, '_>,
     backend: Arc<dyn Backend>,
     rx: Receiver<(u64, Vec<u8>, Vec<larder_store::ChunkEntry>)>,
     reuse: Sender<Vec<u8>>,
     turns: &'s Turns,
+    remote: Option<Arc<dyn RemoteIndex>>,
 ) -> Vec<std::thread::ScopedJoinHandle<'s, SyncResult>> {
     (0..SYNC_THREADS)
         .map(|_| {
             let rx = rx.clone();
             let backend = backend.clone();
             let reuse = reuse.clone();
+            let remote = remote.clone();
             scope.spawn(move || {
                 let mut done = Vec::new();
+                let mut acked = Vec::new();
                 let mut busy = Duration::ZERO;
                 for (id, bytes, entries) in rx {
                     let spell = turns.begin();
-                    let result = backend.write(FileKind::Container, &format!("{id:016x}"), &bytes);
+                    let mut result =
+                        backend.write(FileKind::Container, &format!("{id:016x}"), &bytes);
+                    if result.is_ok() && remote.is_some() {
+                        result = backend.sync(FileKind::Container);
+                    }
                     busy += spell.end();
                     if let Err(e) = result {
-                        return (done, busy, Some(e.into()));
+                        return (done, busy, Some(e.into()), acked);
                     }
                     let _ = reuse.try_send(bytes);
+                    if let Some(remote) = &remote {
+                        if remote.acknowledge(&locations(id, &entries)).is_ok() {
+                            acked.push(id);
+                        }
+                    }
                     done.push(SegmentContainer { id, entries });
                 }
-                (done, busy, None)
+                (done, busy, None, acked)
             })
         })
         .collect()
@@ -1026,7 +1063,14 @@ pub fn backup(
         .map_err(|e| EngineError::Pipeline(format!("cannot start chunking threads: {e}")))?;
     let outcome = std::thread::scope(|s| -> Result<_> {
         let turns = &turns;
-        let syncers = spawn_syncers(s, backend.clone(), sync_rx, reuse_tx, turns);
+        let syncers = spawn_syncers(
+            s,
+            backend.clone(),
+            sync_rx,
+            reuse_tx,
+            turns,
+            opts.remote.clone(),
+        );
         let (chunk_tx, chunk_rx) = bounded::<Batch>(QUEUE_DEPTH);
         let (fp_tx, fp_rx) = bounded::<Batch>(QUEUE_DEPTH + threads);
         let (write_tx, write_rx) = bounded::<WriteBatch>(QUEUE_DEPTH);
@@ -1091,10 +1135,12 @@ pub fn backup(
         let bytes_new_stored = writer.bytes_stored;
         drop(writer);
         let mut written = Vec::new();
+        let mut acked = BTreeSet::new();
         let mut first_error = None;
         for h in syncers {
-            let (done, busy, err) = join(h, "sync")?;
+            let (done, busy, err, acks) = join(h, "sync")?;
             written.extend(done);
+            acked.extend(acks);
             stages.sync += busy;
             first_error = first_error.or(err);
         }
@@ -1102,9 +1148,9 @@ pub fn backup(
         if let Some(e) = first_error {
             return Err(e);
         }
-        Ok((indexer, written, tree_result?, bytes_new_stored))
+        Ok((indexer, written, acked, tree_result?, bytes_new_stored))
     });
-    let (indexer, written, tree, bytes_new_stored) = outcome?;
+    let (indexer, written, acked, tree, bytes_new_stored) = outcome?;
     let Indexer {
         index,
         chunks,
@@ -1133,19 +1179,13 @@ pub fn backup(
         .sum::<u64>()
         + 56;
     let containers_written = written.len() as u64;
+    // What the syncers did not acknowledge: the tree's containers, and those whose
+    // acknowledgement failed.
     let acknowledgements: Vec<(Fingerprint, ChunkLocation)> = match &opts.remote {
         Some(_) => written
             .iter()
-            .flat_map(|c| {
-                c.entries.iter().map(|e| {
-                    let at = ChunkLocation {
-                        container: c.id,
-                        offset: e.offset,
-                        length: e.stored_len,
-                    };
-                    (e.fingerprint, at)
-                })
-            })
+            .filter(|c| !acked.contains(&c.id))
+            .flat_map(|c| locations(c.id, &c.entries))
             .collect(),
         None => Vec::new(),
     };
