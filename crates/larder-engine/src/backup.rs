@@ -258,6 +258,11 @@ struct Indexer {
     new_chunks: HashSet<Fingerprint, FingerprintHasher>,
     /// A cluster's index, asked about what neither `index` nor `new_chunks` holds.
     remote: Option<Arc<dyn RemoteIndex>>,
+    /// The zero chunk (a chunk of the chunker's largest size, all zeros), which long
+    /// runs of zeros cut into over and over: with a remote index it is decided here
+    /// alone and never asked nor acknowledged (the dedup-cluster paper's special
+    /// case), so each repository stores it once and no request carries it.
+    zero_chunk: Fingerprint,
     recipes: Vec<Option<Vec<Fingerprint>>>,
     sizes: Vec<u64>,
     chunks: u64,
@@ -285,7 +290,12 @@ impl Indexer {
             HashSet::with_hasher(FingerprintHasher);
         let mut ask = Vec::new();
         for (i, (fp, known)) in fps.iter().zip(known).enumerate() {
-            if known.is_none() && !self.new_chunks.contains(fp) && asked.insert(*fp) {
+            if known.is_some() || self.new_chunks.contains(fp) {
+                continue;
+            }
+            if *fp == self.zero_chunk {
+                new[i] = self.new_chunks.insert(*fp);
+            } else if asked.insert(*fp) {
                 ask.push(i);
             }
         }
@@ -899,10 +909,16 @@ type SyncResult = (
     Vec<u64>,
 );
 
-/// Where container `id`'s chunks are, for the remote index.
-fn locations(id: u64, entries: &[larder_store::ChunkEntry]) -> Vec<(Fingerprint, ChunkLocation)> {
+/// Where container `id`'s chunks are, for the remote index: all but the zero chunk,
+/// which each repository keeps to itself ([`Indexer::zero_chunk`]).
+fn locations(
+    id: u64,
+    entries: &[larder_store::ChunkEntry],
+    zero_chunk: &Fingerprint,
+) -> Vec<(Fingerprint, ChunkLocation)> {
     entries
         .iter()
+        .filter(|e| e.fingerprint != *zero_chunk)
         .map(|e| {
             let at = ChunkLocation {
                 container: id,
@@ -925,6 +941,7 @@ fn spawn_syncers<'s>(
     reuse: Sender<Vec<u8>>,
     turns: &'s Turns,
     remote: Option<Arc<dyn RemoteIndex>>,
+    zero_chunk: Fingerprint,
 ) -> Vec<std::thread::ScopedJoinHandle<'s, SyncResult>> {
     (0..SYNC_THREADS)
         .map(|_| {
@@ -949,7 +966,10 @@ fn spawn_syncers<'s>(
                     }
                     let _ = reuse.try_send(bytes);
                     if let Some(remote) = &remote {
-                        if remote.acknowledge(&locations(id, &entries)).is_ok() {
+                        if remote
+                            .acknowledge(&locations(id, &entries, &zero_chunk))
+                            .is_ok()
+                        {
                             acked.push(id);
                         }
                     }
@@ -1012,6 +1032,7 @@ pub fn backup(
         index,
         new_chunks: HashSet::with_hasher(FingerprintHasher),
         remote: opts.remote.clone(),
+        zero_chunk: algo.fingerprint(&vec![0; config.chunker.max_chunk_size()]),
         recipes: vec![None; items.len()],
         sizes: vec![0; items.len()],
         chunks: 0,
@@ -1070,6 +1091,7 @@ pub fn backup(
             reuse_tx,
             turns,
             opts.remote.clone(),
+            indexer.zero_chunk,
         );
         let (chunk_tx, chunk_rx) = bounded::<Batch>(QUEUE_DEPTH);
         let (fp_tx, fp_rx) = bounded::<Batch>(QUEUE_DEPTH + threads);
@@ -1158,6 +1180,7 @@ pub fn backup(
         bytes_new,
         bytes_in,
         recipes,
+        zero_chunk,
         ..
     } = indexer;
     repo.put_index(index);
@@ -1185,7 +1208,7 @@ pub fn backup(
         Some(_) => written
             .iter()
             .filter(|c| !acked.contains(&c.id))
-            .flat_map(|c| locations(c.id, &c.entries))
+            .flat_map(|c| locations(c.id, &c.entries, &zero_chunk))
             .collect(),
         None => Vec::new(),
     };

@@ -544,6 +544,7 @@ mod tests {
             index: larder_store::RepoIndex::default(),
             new_chunks: HashSet::with_hasher(FingerprintHasher),
             remote: None,
+            zero_chunk: Fingerprint([0; 32]),
             recipes: Vec::new(),
             sizes: Vec::new(),
             chunks: 0,
