@@ -179,6 +179,7 @@ fn job(nodes: &[String], job: Job) -> Result<serde_json::Value> {
     runtime()?.block_on(async {
         let mut last = None;
         for addr in nodes {
+            // Node id 1 as the asker: a job does not look anything up under it.
             let client = match NodeClient::connect(addr, 1).await {
                 Ok(client) => client,
                 Err(e) => {

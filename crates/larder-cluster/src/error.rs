@@ -18,7 +18,7 @@ pub enum ClusterError {
         #[source]
         source: IndexError,
     },
-    /// A write-ahead log or other cluster file failed.
+    /// A cluster file failed: a partition's record of what it covers, its writer lock.
     #[error("{what}: {source}")]
     Io {
         what: String,

@@ -14,7 +14,7 @@ use larder_engine::{
 };
 use larder_hash::{Fingerprint, HashAlgo};
 use larder_index::ChunkLocation;
-use larder_store::{LockMode, RepoConfig, Repository, StoreError};
+use larder_store::{LockMode, RepoConfig, Repository, SegmentContainer, StoreError};
 use serde_json::json;
 use tokio::runtime::Handle;
 
@@ -90,16 +90,9 @@ pub fn adopted_chunks(
         Duration::from_secs(60),
     )?;
     let mut entries = Vec::new();
-    for &container in &repo.report().adopted_containers {
-        let (table, _) = repo.load_container_table(container)?;
-        entries.extend(table.iter().map(|e| {
-            let at = ChunkLocation {
-                container,
-                offset: e.offset,
-                length: e.stored_len,
-            };
-            (e.fingerprint, at)
-        }));
+    for &id in &repo.report().adopted_containers {
+        let (table, _) = repo.load_container_table(id)?;
+        entries.extend(SegmentContainer { id, entries: table }.locations());
     }
     Ok(entries)
 }

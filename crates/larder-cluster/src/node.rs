@@ -88,8 +88,6 @@ pub struct Node {
     pub view: Arc<RwLock<MapView>>,
     /// This node's lookups at the owners (its own partitions in process).
     pub router: Arc<Router>,
-    pub config: ClusterConfig,
-    etcd: Etcd,
     stop: watch::Sender<bool>,
     tasks: JoinSet<Result<()>>,
     server: Option<LookupServer>,
@@ -205,8 +203,6 @@ impl Node {
             service,
             view,
             router,
-            config,
-            etcd,
             stop,
             tasks,
             server: Some(server),
@@ -254,10 +250,6 @@ impl Node {
             membership.leave().await?;
         }
         result
-    }
-
-    pub fn etcd(&self) -> &Etcd {
-        &self.etcd
     }
 }
 

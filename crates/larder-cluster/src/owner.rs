@@ -4,7 +4,7 @@
 //!
 //! Pure logic over [`IndexIo`]: time is passed in, answers come out of
 //! [`Owner::poll`], and the node's async layer routes them to the requests waiting by
-//! their [`Ticket`]s. The write-ahead log and the network are the node's.
+//! their [`Ticket`]s. Storage ([`crate::partitions`]) and the network are the node's.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -203,8 +203,9 @@ impl<I: IndexIo> Owner<I> {
     /// Records where a writer stored chunks it was answered `New` for: each unlocks its
     /// fingerprint and answers the requests waiting on it `Known`. An acknowledgement
     /// without a lock (it expired, or the partition changed owner) inserts the location
-    /// if the fingerprint is still absent, so that a late writer's chunk is found. Call
-    /// only once the entries are in the partition's write-ahead log.
+    /// if the fingerprint is still absent, so that a late writer's chunk is found. The
+    /// chunks' containers must already be durable: they are the log a takeover replays
+    /// (crate::partitions).
     pub fn ack(&mut self, entries: &[(Fingerprint, ChunkLocation)], now: Instant) -> Result<()> {
         // A set, not a list searched per fingerprint: a batch touches up to every
         // partition.
@@ -216,7 +217,7 @@ impl<I: IndexIo> Owner<I> {
                 self.metrics.moved_acks += 1;
                 continue;
             };
-            part.covered.cover(&location);
+            part.covered.cover(location.container);
             let result = if part.index.is_pending(&fp) {
                 self.metrics.acks += 1;
                 part.locks.remove(&fp);

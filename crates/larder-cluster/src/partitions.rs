@@ -42,11 +42,13 @@ pub struct Covered {
 }
 
 impl Covered {
-    /// Records that `location`'s container is in the index.
-    pub fn cover(&mut self, location: &ChunkLocation) {
-        let writer = container_writer(location.container);
-        let high = self.containers.entry(writer).or_insert(0);
-        *high = (*high).max(location.container);
+    /// Records that container `container`'s entries are in the index.
+    pub fn cover(&mut self, container: u64) {
+        let high = self
+            .containers
+            .entry(container_writer(container))
+            .or_insert(0);
+        *high = (*high).max(container);
     }
 
     fn covers(&self, container: u64) -> bool {
@@ -156,26 +158,17 @@ impl PartitionStore {
                     if covered.covers(id) {
                         continue;
                     }
-                    let location = ChunkLocation {
-                        container: id,
-                        offset: entry.offset,
-                        length: entry.stored_len,
-                    };
-                    if insert_if_absent(index, entry.fingerprint, location).map_err(|source| {
-                        ClusterError::Index {
+                    if insert_if_absent(index, entry.fingerprint, entry.location(id)).map_err(
+                        |source| ClusterError::Index {
                             partition: p,
                             source,
-                        }
-                    })? {
+                        },
+                    )? {
                         replay.inserted += 1;
                     }
                 }
                 for (_, _, covered) in opened.iter_mut() {
-                    covered.cover(&ChunkLocation {
-                        container: id,
-                        offset: 0,
-                        length: 0,
-                    });
+                    covered.cover(id);
                 }
             }
         }
@@ -292,19 +285,7 @@ impl PartitionStore {
             source,
         };
         match DiskIndex::open(io, self.index.clone(), self.lookup) {
-            Ok(index) => {
-                let covered = match std::fs::read(dir.join(COVERED)) {
-                    Ok(bytes) => {
-                        serde_json::from_slice(&bytes).map_err(|e| ClusterError::Corrupt {
-                            what: dir.join(COVERED).display().to_string(),
-                            reason: e.to_string(),
-                        })?
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Covered::default(),
-                    Err(e) => return Err(io_err("read the record of", e)),
-                };
-                Ok((index, covered, false))
-            }
+            Ok(index) => Ok((index, self.read_covered(p)?.unwrap_or_default(), false)),
             Err(IndexError::Missing(_) | IndexError::NeedsRebuild | IndexError::Corrupt { .. }) => {
                 let io = DirIo::open(&dir, false).map_err(|e| io_err("open", e))?;
                 let index =

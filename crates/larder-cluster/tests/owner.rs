@@ -152,8 +152,7 @@ proptest! {
         let lookup = if lazy { Lookup::Lazy } else { Lookup::Eager };
         let mut owner = owner(lookup, &[0, 1, 2]);
         let mut model = Model { owned: vec![0, 1, 2], ..Model::default() };
-        let start = Instant::now();
-        let mut now = start;
+        let mut now = Instant::now();
         let mut next_id = 0u64;
         // What each ticket asked for, and every fingerprint answered `New` so far.
         let mut asked: HashMap<u64, Fingerprint> = HashMap::new();

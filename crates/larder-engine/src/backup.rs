@@ -909,25 +909,13 @@ type SyncResult = (
     Vec<u64>,
 );
 
-/// Where container `id`'s chunks are, for the remote index: all but the zero chunk,
-/// which each repository keeps to itself ([`Indexer::zero_chunk`]).
-fn locations(
-    id: u64,
-    entries: &[larder_store::ChunkEntry],
+/// What a remote index is told of a written container: where its chunks are, all but
+/// the zero chunk, which each repository keeps to itself ([`Indexer::zero_chunk`]).
+fn to_acknowledge(
+    c: &SegmentContainer,
     zero_chunk: &Fingerprint,
 ) -> Vec<(Fingerprint, ChunkLocation)> {
-    entries
-        .iter()
-        .filter(|e| e.fingerprint != *zero_chunk)
-        .map(|e| {
-            let at = ChunkLocation {
-                container: id,
-                offset: e.offset,
-                length: e.stored_len,
-            };
-            (e.fingerprint, at)
-        })
-        .collect()
+    c.locations().filter(|(fp, _)| fp != zero_chunk).collect()
 }
 
 /// The syncers: write each sealed container durably. With a remote index, each also
@@ -965,15 +953,16 @@ fn spawn_syncers<'s>(
                         return (done, busy, Some(e.into()), acked);
                     }
                     let _ = reuse.try_send(bytes);
+                    let written = SegmentContainer { id, entries };
                     if let Some(remote) = &remote {
                         if remote
-                            .acknowledge(&locations(id, &entries, &zero_chunk))
+                            .acknowledge(&to_acknowledge(&written, &zero_chunk))
                             .is_ok()
                         {
                             acked.push(id);
                         }
                     }
-                    done.push(SegmentContainer { id, entries });
+                    done.push(written);
                 }
                 (done, busy, None, acked)
             })
@@ -1202,13 +1191,12 @@ pub fn backup(
         .sum::<u64>()
         + 56;
     let containers_written = written.len() as u64;
-    // What the syncers did not acknowledge: the tree's containers, and those whose
-    // acknowledgement failed.
+    // What the syncers could not acknowledge (the remote index failed them): again.
     let acknowledgements: Vec<(Fingerprint, ChunkLocation)> = match &opts.remote {
         Some(_) => written
             .iter()
             .filter(|c| !acked.contains(&c.id))
-            .flat_map(|c| locations(c.id, &c.entries, &zero_chunk))
+            .flat_map(|c| to_acknowledge(c, &zero_chunk))
             .collect(),
         None => Vec::new(),
     };

@@ -2,6 +2,7 @@
 //! "Container").
 
 use larder_hash::{Fingerprint, HashAlgo};
+use larder_index::ChunkLocation;
 
 use crate::backend::{Backend, FileKind};
 use crate::compression::{ChunkDecoder, ChunkEncoding, MAX_COMPRESSED_RAW_LEN};
@@ -65,6 +66,16 @@ pub struct ChunkEntry {
 }
 
 impl ChunkEntry {
+    /// Where this entry's chunk is, as an index records it: container `container`, the
+    /// stored bytes' range.
+    pub fn location(&self, container: u64) -> ChunkLocation {
+        ChunkLocation {
+            container,
+            offset: self.offset,
+            length: self.stored_len,
+        }
+    }
+
     /// The encoding the flags name; `None` for flags this larder does not know (never
     /// for an entry of a [`ParsedContainer`], whose parse refuses them).
     pub fn encoding(&self) -> Option<ChunkEncoding> {

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use larder_chunk::ChunkerConfig;
 use larder_hash::HashAlgo;
-use larder_index::{ChunkLocation, CuckooIndex};
+use larder_index::CuckooIndex;
 
 use serde::{Deserialize, Serialize};
 
@@ -354,14 +354,7 @@ impl Repository {
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         let mut batch = Vec::with_capacity(LOAD_BATCH);
         for c in new {
-            batch.extend(c.entries.iter().map(|e| {
-                let loc = ChunkLocation {
-                    container: c.id,
-                    offset: e.offset,
-                    length: e.stored_len,
-                };
-                (e.fingerprint, loc)
-            }));
+            batch.extend(c.locations());
             if batch.len() >= LOAD_BATCH {
                 index.insert_batch(&batch, threads);
                 batch.clear();

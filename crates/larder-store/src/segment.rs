@@ -1,7 +1,8 @@
 //! Index segments: cached copies of container tables (docs/design/format.md, "Index
 //! segment").
 
-use larder_hash::HashAlgo;
+use larder_hash::{Fingerprint, HashAlgo};
+use larder_index::ChunkLocation;
 
 use crate::container::{le_u32, le_u64, ChunkEntry, ENTRY_LEN};
 use crate::error::{Result, StoreError};
@@ -14,6 +15,15 @@ const VERSION: u32 = 1;
 pub struct SegmentContainer {
     pub id: u64,
     pub entries: Vec<ChunkEntry>,
+}
+
+impl SegmentContainer {
+    /// Every chunk of the container with its location, in table order.
+    pub fn locations(&self) -> impl Iterator<Item = (Fingerprint, ChunkLocation)> + '_ {
+        self.entries
+            .iter()
+            .map(|e| (e.fingerprint, e.location(self.id)))
+    }
 }
 
 pub fn encode_segment(algo: HashAlgo, containers: &[SegmentContainer]) -> Vec<u8> {

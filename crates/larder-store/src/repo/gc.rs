@@ -20,7 +20,6 @@ use std::collections::{BTreeMap, HashSet};
 use std::fs;
 
 use larder_hash::Fingerprint;
-use larder_index::ChunkLocation;
 use serde::Serialize;
 
 use super::{ChunkBytes, DiskState, RepoIndex, Repository};
@@ -156,11 +155,7 @@ impl Repository {
             // Live: a snapshot uses it, and this copy is the one the index names.
             let mut live_entries: Vec<ChunkEntry> = Vec::new();
             for e in entries {
-                let canonical = Some(ChunkLocation {
-                    container: id,
-                    offset: e.offset,
-                    length: e.stored_len,
-                });
+                let canonical = Some(e.location(id));
                 if live.contains(&e.fingerprint) && self.index.get(&e.fingerprint)? == canonical {
                     live_entries.push(*e);
                 }

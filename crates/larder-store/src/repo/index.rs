@@ -185,20 +185,6 @@ impl ContainerRuns {
     }
 }
 
-/// Chunk locations of a container's entries.
-fn entries(c: &SegmentContainer) -> impl Iterator<Item = (Fingerprint, ChunkLocation)> + '_ {
-    c.entries.iter().map(move |e| {
-        (
-            e.fingerprint,
-            ChunkLocation {
-                container: c.id,
-                offset: e.offset,
-                length: e.stored_len,
-            },
-        )
-    })
-}
-
 /// The disk index with the record of the containers it holds.
 pub struct DiskState {
     index: RepoDiskIndex,
@@ -307,7 +293,10 @@ impl DiskState {
         // metadata array keeps the containers' order; then opened as configured.
         let config = disk_config(lookup, memory, 2 * chunks);
         let mut eager = DiskIndex::create(io, config.clone(), Lookup::Eager)?;
-        let all: Vec<_> = containers.iter().flat_map(entries).collect();
+        let all: Vec<_> = containers
+            .iter()
+            .flat_map(SegmentContainer::locations)
+            .collect();
         fill(&mut eager, &all)?;
         let index = DiskIndex::open(eager.close()?, config, lookup.lookup())?;
         let mut state = Self {
@@ -352,7 +341,10 @@ impl DiskState {
     /// canonical), then syncs and records them in `held` (rule 2 of "Disk index").
     /// Idempotent: a container already held costs lookups only.
     pub(crate) fn catch_up(&mut self, containers: &[SegmentContainer]) -> Result<()> {
-        let all: Vec<_> = containers.iter().flat_map(entries).collect();
+        let all: Vec<_> = containers
+            .iter()
+            .flat_map(SegmentContainer::locations)
+            .collect();
         fill(&mut self.index, &all)?;
         self.record(containers.iter().map(|c| c.id))
     }
@@ -362,7 +354,7 @@ impl DiskState {
     /// other (not submitted by this process) is caught up. Then syncs and records.
     pub(crate) fn add_committed(&mut self, containers: &[SegmentContainer]) -> Result<()> {
         let mut others = Vec::new();
-        for (fp, location) in containers.iter().flat_map(entries) {
+        for (fp, location) in containers.iter().flat_map(SegmentContainer::locations) {
             match self.index.insert(fp, location) {
                 Ok(()) => {}
                 Err(IndexError::NotPending(_)) => others.push((fp, location)),
