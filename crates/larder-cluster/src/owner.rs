@@ -167,32 +167,45 @@ impl<I: IndexIo> Owner<I> {
         debug_assert_ne!(from, OWN);
         self.metrics.requests += 1;
         self.metrics.fingerprints += fps.len() as u64;
-        // A set, not a list searched per fingerprint: a batch touches up to every
-        // partition.
-        let mut touched = BTreeSet::new();
+        // Partition by partition, each partition's fingerprints in request order (so
+        // of the copies of a new fingerprint the first is answered `New`): a batch
+        // spreads over up to every partition, and one partition's index and cache
+        // stay in the processor's cache for its whole group instead of being fetched
+        // again for each fingerprint.
+        let mut order: Vec<(u32, u32)> = fps
+            .iter()
+            .enumerate()
+            .map(|(i, fp)| (partition_of(fp, self.partitions).0, i as u32))
+            .collect();
+        order.sort_unstable();
         let mut failure = None;
-        for (i, fp) in fps.iter().enumerate() {
-            let ticket = Ticket {
+        for group in order.chunk_by(|a, b| a.0 == b.0) {
+            let p = PartitionId(group[0].0);
+            let ticket = |i: u32| Ticket {
                 node: from,
-                id: first_id + i as u64,
+                id: first_id + u64::from(i),
             };
-            let p = partition_of(fp, self.partitions);
             let Some(part) = self.parts.get_mut(&p) else {
-                self.answer(ticket, Answer::Moved);
+                for &(_, i) in group {
+                    self.answer(ticket(i), Answer::Moved);
+                }
                 continue;
             };
-            if part.index.is_pending(fp) {
-                self.metrics.waited += 1;
+            for &(_, i) in group {
+                part.index.prefetch_cache(&fps[i as usize]);
             }
-            if let Err(source) = part.index.submit(*fp, ticket) {
-                failure.get_or_insert(ClusterError::Index {
-                    partition: p,
-                    source,
-                });
+            for &(_, i) in group {
+                let fp = &fps[i as usize];
+                if part.index.is_pending(fp) {
+                    self.metrics.waited += 1;
+                }
+                if let Err(source) = part.index.submit(*fp, ticket(i)) {
+                    failure.get_or_insert(ClusterError::Index {
+                        partition: p,
+                        source,
+                    });
+                }
             }
-            touched.insert(p);
-        }
-        for p in touched {
             if let Err(e) = self.settle(p, now) {
                 failure.get_or_insert(e);
             }

@@ -9,7 +9,6 @@
 
 mod layout;
 mod partition;
-mod prefetch;
 
 use larder_hash::Fingerprint;
 
@@ -18,7 +17,7 @@ use self::layout::{
     StoredLocation, PARTITIONS,
 };
 use self::partition::Partition;
-use self::prefetch::{prefetch_line, prefetch_lines};
+use crate::prefetch::{prefetch_line, prefetch_lines};
 use crate::{ChunkLocation, FingerprintIndex};
 
 /// Keys between two stages of `get_batch`'s pipeline: each stage fetches what a

@@ -8,7 +8,7 @@ use super::layout::{
     bucket_of, entry_of, slot_has_tag, slot_of, tag_of, Entry, Key, PackedLocation, ENTRY_LEN,
     MAX_ENTRIES,
 };
-use super::prefetch::prefetch_line;
+use crate::prefetch::prefetch_line;
 use crate::ChunkLocation;
 
 pub(crate) const SLOTS_PER_BUCKET: usize = 4;
