@@ -7,10 +7,12 @@
 //! their [`Ticket`]s. Storage ([`crate::partitions`]) and the network are the node's.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::time::{Duration, Instant};
 
 use larder_hash::Fingerprint;
 use larder_index::disk::{Answer as IndexAnswer, DiskIndex, IndexIo};
+use larder_index::prefetch::prefetch_value;
 use larder_index::{ChunkLocation, IndexError};
 
 use crate::error::{ClusterError, Result};
@@ -65,11 +67,32 @@ struct Part<I> {
     covered: Covered,
 }
 
+/// Hashes a partition id by one multiplication: ids are small and dense, and SipHash
+/// cost a twentieth of a small request's lookups (one partition per fingerprint).
+#[derive(Default)]
+struct PartitionHasher(u64);
+
+impl Hasher for PartitionHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.0 = (self.0 ^ u64::from(n)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u32(u32::from(b));
+        }
+    }
+}
+
 /// The partitions this node owns, with their locks.
 pub struct Owner<I> {
     partitions: u32,
     lock_timeout: Duration,
-    parts: HashMap<PartitionId, Part<I>>,
+    parts: HashMap<PartitionId, Part<I>, BuildHasherDefault<PartitionHasher>>,
     /// Lock deadlines in the order they were set (so in deadline order, the timeout
     /// being fixed): an entry whose lock is gone or was set again later is skipped.
     expiries: VecDeque<(Instant, PartitionId, Fingerprint)>,
@@ -84,7 +107,7 @@ impl<I: IndexIo> Owner<I> {
         Self {
             partitions,
             lock_timeout,
-            parts: HashMap::new(),
+            parts: HashMap::default(),
             expiries: VecDeque::new(),
             output: VecDeque::new(),
             metrics: OwnerMetrics::default(),
@@ -178,8 +201,10 @@ impl<I: IndexIo> Owner<I> {
             .map(|(i, fp)| (partition_of(fp, self.partitions).0, i as u32))
             .collect();
         order.sort_unstable();
+        let groups: Vec<&[(u32, u32)]> = order.chunk_by(|a, b| a.0 == b.0).collect();
         let mut failure = None;
-        for group in order.chunk_by(|a, b| a.0 == b.0) {
+        for (g, &group) in groups.iter().enumerate() {
+            self.prefetch_ahead(&groups, g, fps);
             let p = PartitionId(group[0].0);
             let ticket = |i: u32| Ticket {
                 node: from,
@@ -191,9 +216,6 @@ impl<I: IndexIo> Owner<I> {
                 }
                 continue;
             };
-            for &(_, i) in group {
-                part.index.prefetch_cache(&fps[i as usize]);
-            }
             for &(_, i) in group {
                 let fp = &fps[i as usize];
                 if part.index.is_pending(fp) {
@@ -211,6 +233,31 @@ impl<I: IndexIo> Owner<I> {
             }
         }
         failure.map_or(Ok(()), Err)
+    }
+
+    /// Starts loading what the groups after group `g` of a lookup will read, in two
+    /// stages: a partition's own fields (its index's, spread over many lines)
+    /// `PART_AHEAD` groups ahead, then its fingerprints' Bloom words and cache slots
+    /// (found through those fields) `LOOKUP_AHEAD` groups ahead. A batch spread over
+    /// many partitions touches each partition's cold fields once or a few times;
+    /// waiting for them one partition at a time made most of a small request's cost.
+    fn prefetch_ahead(&self, groups: &[&[(u32, u32)]], g: usize, fps: &[Fingerprint]) {
+        const PART_AHEAD: usize = 4;
+        const LOOKUP_AHEAD: usize = 2;
+        // Bloom words are several lines per fingerprint: worth loading ahead only for
+        // groups of one or two (small requests); larger groups overlap them anyway.
+        let bloom = fps.len() <= 2 * groups.len();
+        let part = |group: &&[(u32, u32)]| self.parts.get(&PartitionId(group[0].0));
+        if let Some(part) = groups.get(g + PART_AHEAD).and_then(part) {
+            prefetch_value(part);
+        }
+        if let Some(group) = groups.get(g + LOOKUP_AHEAD) {
+            if let Some(part) = part(group) {
+                for &(_, i) in *group {
+                    part.index.prefetch_lookup(&fps[i as usize], bloom);
+                }
+            }
+        }
     }
 
     /// Records where a writer stored chunks it was answered `New` for: each unlocks its
@@ -360,7 +407,6 @@ impl<I: IndexIo> Owner<I> {
             .parts
             .get_mut(&p)
             .expect("drained partitions are owned");
-        let mut answers = Vec::new();
         // Inserting a late acknowledgement answers the copies that waited behind the
         // owner's own lookup: they come out of this same loop.
         while let Some(r) = part.index.poll() {
@@ -381,10 +427,7 @@ impl<I: IndexIo> Owner<I> {
                     Answer::New
                 }
             };
-            answers.push((r.token, reply));
-        }
-        for (ticket, reply) in answers {
-            self.answer(ticket, reply);
+            answer(&mut self.metrics, &mut self.output, r.token, reply);
         }
         failure.map_or(Ok(()), |source| {
             Err(ClusterError::Index {
@@ -395,11 +438,22 @@ impl<I: IndexIo> Owner<I> {
     }
 
     fn answer(&mut self, ticket: Ticket, reply: Answer) {
-        match reply {
-            Answer::Known(_) => self.metrics.known += 1,
-            Answer::New => self.metrics.new += 1,
-            Answer::Moved => self.metrics.moved += 1,
-        }
-        self.output.push_back((ticket, reply));
+        answer(&mut self.metrics, &mut self.output, ticket, reply);
     }
+}
+
+/// Counts `reply` and queues it for [`Owner::poll`]; apart from `Owner` so that it
+/// borrows only these two fields while a partition is borrowed too.
+fn answer(
+    metrics: &mut OwnerMetrics,
+    output: &mut VecDeque<(Ticket, Answer)>,
+    ticket: Ticket,
+    reply: Answer,
+) {
+    match reply {
+        Answer::Known(_) => metrics.known += 1,
+        Answer::New => metrics.new += 1,
+        Answer::Moved => metrics.moved += 1,
+    }
+    output.push_back((ticket, reply));
 }

@@ -349,10 +349,16 @@ impl<I: IndexIo, T> DiskIndex<I, T> {
         self.store.io_mut()
     }
 
-    /// Starts loading the memory a lookup of `fp` reads first (its cache slot), so
-    /// that a caller submitting a batch overlaps its lookups' memory misses by
-    /// prefetching a few fingerprints ahead. A hint: no effect on answers.
-    pub fn prefetch_cache(&self, fp: &Fingerprint) {
+    /// Starts loading the memory an eager lookup of `fp` reads first (its cache slot,
+    /// and with `bloom` its Bloom filter words), so that a caller submitting a batch overlaps its
+    /// lookups' memory misses by prefetching ahead. The index's own fields must be in
+    /// the processor's cache first, or this waits for them (see
+    /// [`larder_index::prefetch::prefetch_value`](crate::prefetch::prefetch_value)).
+    /// A hint: no effect on answers.
+    pub fn prefetch_lookup(&self, fp: &Fingerprint, bloom: bool) {
+        if bloom {
+            self.store.prefetch_bloom(fp);
+        }
         self.cache.prefetch(fp);
     }
 
@@ -589,12 +595,12 @@ mod budget_tests {
             (16 << 20) / (80 + 16 * 3)
         );
         let rest = (256u64 << 20) - bloom - (16 << 20);
-        assert_eq!(eager.cache_entries as u64, rest / 112);
-        assert_eq!(lazy.cache_entries as u64, (rest - rest / 2) / 112);
+        assert_eq!(eager.cache_entries as u64, rest / 128);
+        assert_eq!(lazy.cache_entries as u64, (rest - rest / 2) / 128);
         assert_eq!(lazy.buffer_buckets, (rest / 2) / (32 * (96 + 8192)));
         let used = bloom
             + eager.insert_buffer_entries as u64 * (80 + 16 * 3)
-            + lazy.cache_entries as u64 * 112
+            + lazy.cache_entries as u64 * 128
             + lazy.buffer_buckets * 32 * (96 + 8192);
         assert!(used <= 256 << 20);
     }

@@ -10,7 +10,7 @@
 mod cuckoo;
 pub mod disk;
 mod error;
-mod prefetch;
+pub mod prefetch;
 
 pub use cuckoo::{CuckooIndex, IndexStats};
 pub use error::{IndexError, Result};

@@ -3,6 +3,8 @@
 
 use larder_hash::Fingerprint;
 
+use crate::prefetch::prefetch_line;
+
 use super::format::BLOOM_BITS_PER_PAGE;
 
 /// A Bloom filter over fingerprints with `k` probes `h1 + j * h2` (double hashing on
@@ -79,6 +81,16 @@ impl BloomFilter {
             self.words[(bit / 64) as usize] |= 1 << (bit % 64);
         }
         self.added += 1;
+    }
+
+    /// Starts loading the words a `may_contain(fp)` reads. A hint.
+    pub fn prefetch(&self, fp: &Fingerprint) {
+        let (h1, h2) = Self::probe_base(fp);
+        let bits = self.bits();
+        for j in 0..u64::from(self.hashes) {
+            let bit = h1.wrapping_add(j.wrapping_mul(h2)) % bits;
+            prefetch_line(&self.words[(bit / 64) as usize..]);
+        }
     }
 
     /// `false` only if `fp` was never inserted.

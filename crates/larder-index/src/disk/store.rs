@@ -292,6 +292,10 @@ impl<I: IndexIo> DiskStore<I> {
         self.insert_buffer.get(fp).copied()
     }
 
+    pub fn prefetch_bloom(&self, fp: &Fingerprint) {
+        self.bloom.prefetch(fp);
+    }
+
     pub fn may_contain(&self, fp: &Fingerprint) -> bool {
         self.bloom.may_contain(fp)
     }
