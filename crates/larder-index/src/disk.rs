@@ -595,12 +595,12 @@ mod budget_tests {
             (16 << 20) / (80 + 16 * 3)
         );
         let rest = (256u64 << 20) - bloom - (16 << 20);
-        assert_eq!(eager.cache_entries as u64, rest / 128);
-        assert_eq!(lazy.cache_entries as u64, (rest - rest / 2) / 128);
+        assert_eq!(eager.cache_entries as u64, rest / 96);
+        assert_eq!(lazy.cache_entries as u64, (rest - rest / 2) / 96);
         assert_eq!(lazy.buffer_buckets, (rest / 2) / (32 * (96 + 8192)));
         let used = bloom
             + eager.insert_buffer_entries as u64 * (80 + 16 * 3)
-            + lazy.cache_entries as u64 * 128
+            + lazy.cache_entries as u64 * 96
             + lazy.buffer_buckets * 32 * (96 + 8192);
         assert!(used <= 256 << 20);
     }

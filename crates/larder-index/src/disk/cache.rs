@@ -53,8 +53,8 @@ const EMPTY: Slot = Slot {
 /// (`capacity` in a strict LRU), and a hit in the newer half writes no list links
 /// (moving an entry touches its two neighbours' lines and the old head's).
 ///
-/// Invariants: the table has twice `capacity` slots (at most half full, so probes are
-/// short); linear probing from a fingerprint's home slot finds it before any empty
+/// Invariants: the table has 3/2 of `capacity` slots (at most two thirds full: a hit
+/// probes two slots on average, one more line that is usually the next); linear probing from a fingerprint's home slot finds it before any empty
 /// slot; the list from `newest` through `older` links visits every full slot once.
 pub struct LruCache {
     slots: Vec<Slot>,
@@ -69,14 +69,14 @@ pub struct LruCache {
 }
 
 impl LruCache {
-    /// Bytes of memory per cached fingerprint, counted for the budget: two slots of a
-    /// cache line each.
-    pub const BYTES_PER_ENTRY: u64 = 2 * size_of::<Slot>() as u64;
+    /// Bytes of memory per cached fingerprint, counted for the budget: one and a half
+    /// slots of a cache line each.
+    pub const BYTES_PER_ENTRY: u64 = 3 * size_of::<Slot>() as u64 / 2;
 
     pub fn new(capacity: usize) -> Self {
         let capacity = capacity.clamp(1, (NIL as usize - 1) / 2);
         Self {
-            slots: vec![EMPTY; 2 * capacity],
+            slots: vec![EMPTY; capacity + capacity.div_ceil(2)],
             len: 0,
             newest: NIL,
             oldest: NIL,
