@@ -56,6 +56,35 @@ impl Covered {
             .get(&container_writer(container))
             .is_some_and(|&high| container <= high)
     }
+
+    /// The bytes of `covered.json` (docs/design/cluster.md, "Shared storage layout").
+    pub fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("a map of integers serializes")
+    }
+
+    /// A `covered.json` read back from shared storage. Refuses, as
+    /// [`ClusterError::Corrupt`], bytes that are not the record's JSON, and a record
+    /// naming a container of another writer than its key: [`Covered::cover`] never
+    /// writes one, and trusting it would skip the replay of that writer's containers.
+    /// Never panics (fuzz target `covered`, docs/design/fuzzing.md).
+    pub fn decode(bytes: &[u8]) -> Result<Covered> {
+        let corrupt = |reason| ClusterError::Corrupt {
+            what: COVERED.to_string(),
+            reason,
+        };
+        let covered: Covered = serde_json::from_slice(bytes).map_err(|e| corrupt(e.to_string()))?;
+        if let Some((node, high)) = covered
+            .containers
+            .iter()
+            .find(|&(&node, &high)| container_writer(high) != node)
+        {
+            return Err(corrupt(format!(
+                "container {high:#x} of node {node} was written by node {}",
+                container_writer(*high)
+            )));
+        }
+        Ok(covered)
+    }
 }
 
 /// What a takeover found and did, for the log and the tests.
@@ -207,14 +236,14 @@ impl PartitionStore {
     fn read_covered(&self, p: PartitionId) -> Result<Option<Covered>> {
         let path = self.dir(p).join(COVERED);
         match std::fs::read(&path) {
-            Ok(bytes) => {
-                serde_json::from_slice(&bytes)
-                    .map(Some)
-                    .map_err(|e| ClusterError::Corrupt {
-                        what: path.display().to_string(),
-                        reason: e.to_string(),
-                    })
-            }
+            Ok(bytes) => match Covered::decode(&bytes) {
+                Ok(covered) => Ok(Some(covered)),
+                Err(ClusterError::Corrupt { reason, .. }) => Err(ClusterError::Corrupt {
+                    what: path.display().to_string(),
+                    reason,
+                }),
+                Err(e) => Err(e),
+            },
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(source) => Err(ClusterError::Io {
                 what: format!("read {}", path.display()),
@@ -255,7 +284,7 @@ impl PartitionStore {
             source,
         })?;
         let dir = self.dir(p);
-        let bytes = serde_json::to_vec(covered).expect("a map of integers serializes");
+        let bytes = covered.encode();
         let tmp = dir.join(format!("{COVERED}.tmp"));
         let io = |what: &str, source| ClusterError::Io {
             what: format!("{what} {}", dir.join(COVERED).display()),

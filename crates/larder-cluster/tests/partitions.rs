@@ -7,11 +7,12 @@ mod support;
 use std::collections::HashMap;
 
 use larder_cluster::partition::first_container;
-use larder_cluster::partitions::{Opened, PartitionStore};
-use larder_cluster::{partition_of, PartitionId};
+use larder_cluster::partitions::{Covered, Opened, PartitionStore};
+use larder_cluster::{partition_of, ClusterError, PartitionId};
 use larder_hash::{Fingerprint, HashAlgo};
 use larder_index::disk::{DiskIndexConfig, Lookup};
 use larder_index::ChunkLocation;
+use proptest::prelude::*;
 use support::containers::write_container;
 
 const PARTITIONS: u32 = 8;
@@ -126,4 +127,105 @@ fn a_takeover_waits_for_the_partitions_writer_lock() {
     );
     drop(held);
     assert_eq!(taker.join().unwrap().unwrap(), 2);
+}
+
+/// `covered.json`'s bytes as cluster.md draws them, and back.
+#[test]
+fn covered_json_is_the_documented_record_and_decodes_back() {
+    let mut covered = Covered {
+        epoch: 9,
+        ..Covered::default()
+    };
+    covered.cover(first_container(3));
+    covered.cover(first_container(1) + 5);
+    covered.cover(first_container(1) + 2);
+    let bytes = covered.encode();
+    assert_eq!(
+        std::str::from_utf8(&bytes).unwrap(),
+        format!(
+            r#"{{"epoch":9,"containers":{{"1":{},"3":{}}}}}"#,
+            first_container(1) + 5,
+            first_container(3)
+        )
+    );
+    assert_eq!(Covered::decode(&bytes).unwrap(), covered);
+    for bad in [
+        &b""[..],
+        b"{}",
+        b"{\"epoch\":1}",
+        b"{\"epoch\":-1,\"containers\":{}}",
+        b"{\"epoch\":1,\"containers\":{\"65536\":0}}",
+        b"{\"epoch\":1,\"containers\":[]}",
+    ] {
+        assert!(
+            matches!(Covered::decode(bad), Err(ClusterError::Corrupt { .. })),
+            "{}",
+            String::from_utf8_lossy(bad)
+        );
+    }
+}
+
+/// A record naming a container of another writer than its key is refused: trusted,
+/// `{"2": u64::MAX}` would cover every container of node 2 and skip their replay.
+#[test]
+fn covered_json_naming_another_writers_container_is_corrupt() {
+    let other = format!(
+        r#"{{"epoch":1,"containers":{{"2":{}}}}}"#,
+        first_container(3)
+    );
+    for bytes in [
+        other.as_bytes(),
+        br#"{"epoch":1,"containers":{"2":18446744073709551615}}"#,
+        br#"{"epoch":1,"containers":{"2":5}}"#,
+    ] {
+        let err = Covered::decode(bytes).unwrap_err();
+        assert!(err.to_string().contains("was written by node"), "{err}");
+    }
+
+    // At a takeover the error names the file.
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    write_container(root, 2, 0, 0..300);
+    let store = store(root, Lookup::Eager);
+    let p = PartitionId(1);
+    drop(store.take_over(&[p], 1).unwrap());
+    std::fs::write(store.dir(p).join("covered.json"), other).unwrap();
+    let err = store.take_over(&[p], 2).map(|_| ()).unwrap_err();
+    assert!(
+        matches!(&err, ClusterError::Corrupt { what, .. } if what.ends_with("covered.json")),
+        "{err}"
+    );
+}
+
+/// The fuzz target `covered`'s committed seed is a record the encoder writes.
+#[test]
+fn the_covered_fuzz_seed_is_an_encoded_record() {
+    let seed = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../fuzz/seeds/covered/seed-covered"
+    ))
+    .unwrap();
+    let covered = Covered::decode(&seed).unwrap();
+    assert_eq!(covered.containers.len(), 2);
+    assert_eq!(covered.encode(), seed);
+}
+
+proptest! {
+    /// The fuzz target `covered`'s twin: arbitrary bytes never panic, and what decodes
+    /// encodes and decodes back to itself.
+    #[test]
+    fn covered_json_from_arbitrary_bytes_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..96)) {
+        if let Ok(covered) = Covered::decode(&bytes) {
+            prop_assert_eq!(Covered::decode(&covered.encode()).unwrap(), covered);
+        }
+    }
+
+    #[test]
+    fn covered_json_round_trips(epoch in any::<u64>(), containers in proptest::collection::vec(any::<u64>(), 0..16)) {
+        let mut covered = Covered { epoch, ..Covered::default() };
+        for c in containers {
+            covered.cover(c);
+        }
+        prop_assert_eq!(Covered::decode(&covered.encode()).unwrap(), covered);
+    }
 }
