@@ -6,7 +6,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -27,6 +26,7 @@ use crate::partitions::PartitionStore;
 use crate::router::{MapView, Router};
 use crate::rpc::LookupServer;
 use crate::service::OwnerService;
+use crate::storage::SharedStorage;
 
 /// Fingerprints a node's router remembers (the paper's per-node LRU cache of
 /// fingerprints looked up): 1 M, about 80 MB.
@@ -41,8 +41,8 @@ pub struct NodeOptions {
     /// etcd endpoints (`http://host:port`) and the cluster's key prefix.
     pub etcd: Vec<String>,
     pub prefix: String,
-    /// The cluster's shared directory (partitions and every node's repository).
-    pub storage: PathBuf,
+    /// The cluster's shared storage (partitions and every node's repository).
+    pub storage: SharedStorage,
     /// A lock on new not acknowledged within this passes to the next requester.
     pub lock_timeout: Duration,
     /// The member lease's TTL: a node silent this long is taken for dead.
@@ -56,14 +56,19 @@ pub struct NodeOptions {
 
 impl NodeOptions {
     /// Defaults for node `id` of the cluster under `prefix` in `etcd`, sharing
-    /// `storage`.
-    pub fn new(id: NodeId, etcd: Vec<String>, prefix: &str, storage: PathBuf) -> Self {
+    /// `storage` (a directory, or a [`SharedStorage`]).
+    pub fn new(
+        id: NodeId,
+        etcd: Vec<String>,
+        prefix: &str,
+        storage: impl Into<SharedStorage>,
+    ) -> Self {
         Self {
             id,
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             etcd,
             prefix: prefix.to_string(),
-            storage,
+            storage: storage.into(),
             lock_timeout: Duration::from_secs(30),
             member_ttl_secs: 5,
             checkpoint_every: Duration::from_secs(5),
@@ -117,20 +122,21 @@ impl Node {
             what: "cluster config".into(),
             reason: format!("unknown hash {}", config.hash),
         })?;
-        let store = PartitionStore::new(
-            &options.storage,
+        let store = PartitionStore::with_storage(
+            options.storage.clone(),
             config.partitions,
             algo,
             options.index.clone(),
             options.lookup,
         );
         let service = OwnerService::new(store, config.partitions, options.lock_timeout);
-        crate::jobs::ensure_repository(&options.storage, options.id, algo).map_err(|e| {
-            ClusterError::Corrupt {
+        options
+            .storage
+            .ensure_repository(options.id, algo)
+            .map_err(|e| ClusterError::Corrupt {
                 what: format!("node {}'s repository", options.id),
                 reason: e.to_string(),
-            }
-        })?;
+            })?;
         let view = Arc::new(RwLock::new(MapView {
             owners: vec![0; config.partitions as usize],
             addrs: HashMap::new(),

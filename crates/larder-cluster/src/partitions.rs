@@ -4,20 +4,28 @@
 //! container written since from the writers' own containers. The containers are the
 //! write-ahead log: a writer acknowledges a chunk only once its container is durable,
 //! and a container's table lists its chunks' fingerprints.
+//!
+//! On object storage each partition's index lives in the owner's cache directory and
+//! its checkpoints are put as immutable objects (`chain`; docs/design/cluster.md,
+//! "Partitions on object storage"), from which a takeover rebuilds the index.
 
-use std::collections::{BTreeMap, BTreeSet};
+mod chain;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use larder_hash::{Fingerprint, HashAlgo};
-use larder_index::disk::{Answer, DirIo, DiskIndex, DiskIndexConfig, Lookup};
+use larder_index::disk::{Answer, DirIo, DiskIndex, DiskIndexConfig, IndexFile, IndexIo, Lookup};
 use larder_index::{ChunkLocation, IndexError};
-use larder_store::{read_container_table, Backend, FileKind, LocalBackend};
+use larder_store::{read_container_table, FileKind};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ClusterError, Result};
 use crate::owner::Ticket;
 use crate::partition::{container_writer, partition_of, NodeId, PartitionId};
+use crate::storage::SharedStorage;
 
 /// The name of a partition's checkpoint record, beside its index files.
 const COVERED: &str = "covered.json";
@@ -68,16 +76,20 @@ pub struct Replay {
     pub inserted: u64,
 }
 
-/// A cluster's partitions in its shared directory: `partitions/<p>/` holds partition
-/// `p`'s disk index files and its [`Covered`] record; `nodes/<id>/` is node `id`'s
-/// repository, whose containers the replay reads.
+/// A cluster's partitions in its shared storage. In a shared directory,
+/// `partitions/<p>/` holds partition `p`'s disk index files and its [`Covered`]
+/// record; on object storage the index files are in this node's cache and
+/// `partitions/<p>/` holds its objects. `nodes/<id>/` is node `id`'s repository,
+/// whose containers the replay reads.
 #[derive(Debug, Clone)]
 pub struct PartitionStore {
-    root: PathBuf,
+    storage: SharedStorage,
     partitions: u32,
     algo: HashAlgo,
     index: DiskIndexConfig,
     lookup: Lookup,
+    /// On object storage: what this node put of each partition it took over.
+    chains: Arc<Mutex<HashMap<PartitionId, chain::Chain>>>,
 }
 
 /// A partition's open index, ready for its owner.
@@ -96,22 +108,40 @@ impl PartitionStore {
         index: DiskIndexConfig,
         lookup: Lookup,
     ) -> Self {
+        Self::with_storage(SharedStorage::from(root), partitions, algo, index, lookup)
+    }
+
+    /// The partitions of the cluster whose shared storage is `storage`.
+    pub fn with_storage(
+        storage: SharedStorage,
+        partitions: u32,
+        algo: HashAlgo,
+        index: DiskIndexConfig,
+        lookup: Lookup,
+    ) -> Self {
         Self {
-            root: root.to_path_buf(),
+            storage,
             partitions,
             algo,
             index,
             lookup,
+            chains: Arc::default(),
         }
     }
 
+    /// Where partition `p`'s disk index files are (the shared directory, or this
+    /// node's cache).
     pub fn dir(&self, p: PartitionId) -> PathBuf {
-        self.root.join("partitions").join(format!("{:05}", p.0))
+        self.storage.partition_dir(p.0)
     }
 
-    /// Node `node`'s repository in the shared directory.
+    /// The local directory of node `node`'s repository.
     pub fn node_dir(&self, node: NodeId) -> PathBuf {
-        node_dir(&self.root, node)
+        self.storage.node_root(node)
+    }
+
+    fn chains(&self) -> std::sync::MutexGuard<'_, HashMap<PartitionId, chain::Chain>> {
+        self.chains.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Opens `parts` for a new owner under `epoch`: each index as last checkpointed
@@ -131,8 +161,18 @@ impl PartitionStore {
             .collect::<Result<Vec<_>>>()?;
         let mut replay = Replay::default();
         let mut opened = Vec::with_capacity(parts.len());
+        let mut listed = Vec::with_capacity(parts.len());
         for &p in parts {
-            let (index, covered, rebuilt) = self.open(p)?;
+            let (index, covered, rebuilt) = match self.storage.partition_objects() {
+                None => self.open(p)?,
+                Some(objects) => {
+                    let objects_of_p = chain::list(&objects, p)?;
+                    chain::check_fence(p, &objects_of_p, epoch)?;
+                    let loaded = self.open_from_objects(&objects, p, &objects_of_p)?;
+                    listed.push(objects_of_p);
+                    loaded
+                }
+            };
             replay.rebuilt += u32::from(rebuilt);
             opened.push((p, index, covered));
         }
@@ -142,12 +182,12 @@ impl PartitionStore {
             .map(|(i, (p, _, _))| (*p, i))
             .collect();
         for (writer, ids) in self.containers()? {
-            let backend = LocalBackend::new(self.node_dir(writer));
+            let backend = self.storage.node_backend(writer);
             for id in ids {
                 if opened.iter().all(|(_, _, covered)| covered.covers(id)) {
                     continue;
                 }
-                let Ok((entries, _)) = read_container_table(&backend, id, self.algo) else {
+                let Ok((entries, _)) = read_container_table(&*backend, id, self.algo) else {
                     continue;
                 };
                 replay.containers_read += 1;
@@ -172,11 +212,100 @@ impl PartitionStore {
                 }
             }
         }
-        for (p, index, covered) in opened.iter_mut() {
-            covered.epoch = epoch;
-            self.write_checkpoint(*p, index, covered)?;
+        match self.storage.partition_objects() {
+            None => {
+                for (p, index, covered) in opened.iter_mut() {
+                    covered.epoch = epoch;
+                    self.write_checkpoint(*p, index, covered)?;
+                }
+            }
+            Some(objects) => {
+                for ((p, index, covered), objects_of_p) in opened.iter_mut().zip(&listed) {
+                    covered.epoch = epoch;
+                    index.checkpoint().map_err(|source| ClusterError::Index {
+                        partition: *p,
+                        source,
+                    })?;
+                    let mut state = chain::Chain {
+                        epoch,
+                        next_seq: objects_of_p
+                            .iter()
+                            .filter(|l| l.epoch == epoch)
+                            .map(|l| l.seq + 1)
+                            .max()
+                            .unwrap_or(0),
+                        ..chain::Chain::default()
+                    };
+                    chain::checkpoint(
+                        &objects,
+                        *p,
+                        index,
+                        covered,
+                        &mut state,
+                        objects_of_p,
+                        true,
+                    )?;
+                    self.chains().insert(*p, state);
+                }
+            }
         }
         Ok((opened, replay))
+    }
+
+    /// Partition `p`'s index rebuilt in this node's cache from its objects (`listed`):
+    /// a fresh index holding the entries of the newest full object and the deltas
+    /// after it, and the covered record of the last of them; `true` when there was
+    /// none (then everything is replayed). The cache's old files are never trusted:
+    /// they may be from an earlier ownership.
+    fn open_from_objects(
+        &self,
+        objects: &larder_store::ObjectBackend,
+        p: PartitionId,
+        listed: &[chain::Listed],
+    ) -> Result<(PartitionIndex, Covered, bool)> {
+        let dir = self.dir(p);
+        let io_err = |what: &str, source| ClusterError::Io {
+            what: format!("{what} {}", dir.display()),
+            source,
+        };
+        for file in [
+            IndexFile::Table,
+            IndexFile::Meta,
+            IndexFile::Bloom,
+            IndexFile::Runs,
+        ] {
+            let path = DirIo::open(&dir, false)
+                .map_err(|e| io_err("open", e))?
+                .path(file);
+            match std::fs::remove_file(&path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(io_err("clear", e))
+                }
+                _ => {}
+            }
+        }
+        let io = DirIo::open(&dir, false).map_err(|e| io_err("open", e))?;
+        let mut index =
+            DiskIndex::create(io, self.index.clone(), self.lookup).map_err(|source| {
+                ClusterError::Index {
+                    partition: p,
+                    source,
+                }
+            })?;
+        let loaded = chain::load(objects, p, listed);
+        let mut covered = Covered::default();
+        for object in &loaded {
+            for &(fp, location) in &object.entries {
+                insert_if_absent(&mut index, fp, location).map_err(|source| {
+                    ClusterError::Index {
+                        partition: p,
+                        source,
+                    }
+                })?;
+            }
+            covered.containers = object.covered.clone();
+        }
+        Ok((index, covered, loaded.is_empty()))
     }
 
     /// Makes partition `p`'s index durable, then records what it covers, under its
@@ -191,6 +320,9 @@ impl PartitionStore {
         index: &mut PartitionIndex,
         covered: &Covered,
     ) -> Result<()> {
+        if let Some(objects) = self.storage.partition_objects() {
+            return self.checkpoint_objects(&objects, p, index, covered);
+        }
         let _lock = self.lock_writer(p)?;
         let on_disk = self.read_covered(p)?.map_or(0, |c| c.epoch);
         if on_disk > covered.epoch {
@@ -201,6 +333,32 @@ impl PartitionStore {
             });
         }
         self.write_checkpoint(p, index, covered)
+    }
+
+    /// The object-storage checkpoint: the index made durable in the cache, then,
+    /// unless an object of a newer epoch exists (fenced), the partition's next object.
+    fn checkpoint_objects(
+        &self,
+        objects: &larder_store::ObjectBackend,
+        p: PartitionId,
+        index: &mut PartitionIndex,
+        covered: &Covered,
+    ) -> Result<()> {
+        index.checkpoint().map_err(|source| ClusterError::Index {
+            partition: p,
+            source,
+        })?;
+        let listed = chain::list(objects, p)?;
+        chain::check_fence(p, &listed, covered.epoch)?;
+        let mut state = self
+            .chains()
+            .get(&p)
+            .filter(|c| c.epoch == covered.epoch)
+            .cloned()
+            .ok_or(ClusterError::NotOwner(p))?;
+        chain::checkpoint(objects, p, index, covered, &mut state, &listed, false)?;
+        self.chains().insert(p, state);
+        Ok(())
     }
 
     /// Partition `p`'s record of what its index covers, if it has one.
@@ -298,27 +456,16 @@ impl PartitionStore {
 
     /// Every node's container ids, per node, in order.
     fn containers(&self) -> Result<BTreeMap<NodeId, BTreeSet<u64>>> {
-        let nodes = self.root.join("nodes");
         let mut out = BTreeMap::new();
-        let listing = match std::fs::read_dir(&nodes) {
-            Ok(listing) => listing,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
-            Err(source) => {
-                return Err(ClusterError::Io {
-                    what: format!("list {}", nodes.display()),
-                    source,
-                })
-            }
-        };
-        for entry in listing.flatten() {
-            let Some(node) = entry
-                .file_name()
-                .to_str()
-                .and_then(|n| n.parse::<NodeId>().ok())
-            else {
-                continue;
-            };
-            let backend = LocalBackend::new(entry.path());
+        let nodes = self
+            .storage
+            .nodes(false)
+            .map_err(|e| ClusterError::Corrupt {
+                what: "the node repositories".into(),
+                reason: larder_store::error_chain(&e),
+            })?;
+        for node in nodes {
+            let backend = self.storage.node_backend(node);
             let names = backend
                 .list(FileKind::Container)
                 .map_err(|e| ClusterError::Corrupt {
@@ -336,7 +483,7 @@ impl PartitionStore {
     }
 }
 
-/// Node `node`'s repository in the cluster directory `root`.
+/// Node `node`'s repository in the shared cluster directory `root`.
 pub fn node_dir(root: &Path, node: NodeId) -> PathBuf {
     root.join("nodes").join(node.to_string())
 }
