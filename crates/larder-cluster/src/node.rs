@@ -89,6 +89,9 @@ pub struct Node {
     /// Where its lookup service listens.
     pub addr: SocketAddr,
     pub service: OwnerService,
+    /// Its partitions on shared storage (the service's own; on object storage it puts
+    /// the objects checkpoints queue).
+    store: PartitionStore,
     /// The map and members as this node last saw them.
     pub view: Arc<RwLock<MapView>>,
     /// This node's lookups at the owners (its own partitions in process).
@@ -129,7 +132,7 @@ impl Node {
             options.index.clone(),
             options.lookup,
         );
-        let service = OwnerService::new(store, config.partitions, options.lock_timeout);
+        let service = OwnerService::new(store.clone(), config.partitions, options.lock_timeout);
         options
             .storage
             .ensure_repository(options.id, algo)
@@ -189,6 +192,7 @@ impl Node {
         tasks.spawn(checkpoint(
             maps.clone(),
             service.clone(),
+            store.clone(),
             options.checkpoint_every,
             stopped.clone(),
         ));
@@ -207,6 +211,7 @@ impl Node {
             id: options.id,
             addr,
             service,
+            store,
             view,
             router,
             stop,
@@ -247,6 +252,17 @@ impl Node {
         for (p, _) in self.service.owned() {
             if let Err(e) = self.service.release(p, true) {
                 result = Err(e);
+            }
+        }
+        let store = self.store.clone();
+        match tokio::task::spawn_blocking(move || store.upload()).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => result = Err(e),
+            Err(e) => {
+                result = Err(ClusterError::Corrupt {
+                    what: "the last upload".into(),
+                    reason: e.to_string(),
+                })
             }
         }
         if let Some(server) = self.server.take() {
@@ -436,10 +452,14 @@ async fn expire_locks(service: OwnerService, mut stopped: watch::Receiver<bool>)
 }
 
 /// Checkpoints the partitions acknowledged into, after dropping those whose epoch was
-/// overtaken (the fencing check: a fenced owner writes nothing more).
+/// overtaken (the fencing check: a fenced owner writes nothing more); on object storage
+/// then puts the objects the checkpoints queued, outside the service's lock, and drops
+/// the partitions a newer epoch's objects fence. A failed put is tried again next
+/// time (the replay covers what no object holds).
 async fn checkpoint(
     maps: PartitionMapStore,
     service: OwnerService,
+    store: PartitionStore,
     every: Duration,
     mut stopped: watch::Receiver<bool>,
 ) -> Result<()> {
@@ -457,13 +477,28 @@ async fn checkpoint(
             tracing::warn!(partition = p, "fenced: dropping the partition");
             service.release(PartitionId(p), false)?;
         }
-        let service = service.clone();
-        tokio::task::spawn_blocking(move || service.checkpoint())
-            .await
-            .map_err(|e| ClusterError::Corrupt {
-                what: "checkpoint".into(),
-                reason: e.to_string(),
-            })??;
+        let (service, store) = (service.clone(), store.clone());
+        tokio::task::spawn_blocking(move || {
+            service.checkpoint()?;
+            match store.upload() {
+                Ok(fenced) => {
+                    for p in fenced {
+                        tracing::warn!(
+                            partition = p.0,
+                            "fenced by a newer owner's objects: dropping the partition"
+                        );
+                        service.release(p, false)?;
+                    }
+                }
+                Err(e) => tracing::warn!("putting partition objects (tried again next time): {e}"),
+            }
+            Ok::<_, ClusterError>(())
+        })
+        .await
+        .map_err(|e| ClusterError::Corrupt {
+            what: "checkpoint".into(),
+            reason: e.to_string(),
+        })??;
     }
 }
 

@@ -11,7 +11,7 @@
 
 mod chain;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use larder_hash::{Fingerprint, HashAlgo};
 use larder_index::disk::{Answer, DirIo, DiskIndex, DiskIndexConfig, IndexFile, IndexIo, Lookup};
 use larder_index::{ChunkLocation, IndexError};
-use larder_store::{read_container_table, FileKind};
+use larder_store::{read_container_table, FileKind, PartitionObject};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ClusterError, Result};
@@ -90,6 +90,8 @@ pub struct PartitionStore {
     lookup: Lookup,
     /// On object storage: what this node put of each partition it took over.
     chains: Arc<Mutex<HashMap<PartitionId, chain::Chain>>>,
+    /// On object storage: objects checkpoints made and `upload` has not put yet.
+    uploads: Arc<Mutex<BTreeMap<PartitionId, VecDeque<PartitionObject>>>>,
 }
 
 /// A partition's open index, ready for its owner.
@@ -126,6 +128,7 @@ impl PartitionStore {
             index,
             lookup,
             chains: Arc::default(),
+            uploads: Arc::default(),
         }
     }
 
@@ -144,12 +147,19 @@ impl PartitionStore {
         self.chains.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    fn uploads(
+        &self,
+    ) -> std::sync::MutexGuard<'_, BTreeMap<PartitionId, VecDeque<PartitionObject>>> {
+        self.uploads.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Opens `parts` for a new owner under `epoch`: each index as last checkpointed
     /// (empty, and replayed in full, when it is missing or was not closed cleanly), then
     /// the entries of every container its checkpoint does not cover, read once from the
     /// writers' containers for all of `parts`, then a checkpoint of each. Containers that
     /// do not verify are skipped (`check` reports them; their chunks were never
-    /// acknowledged).
+    /// acknowledged). On object storage a partition with objects of a newer epoch is
+    /// left out of the result: a newer owner has it.
     pub fn take_over(&self, parts: &[PartitionId], epoch: u64) -> Result<(Vec<Opened>, Replay)> {
         // In ascending order, as every node takes them: two takeovers never wait on
         // each other in a cycle.
@@ -167,7 +177,12 @@ impl PartitionStore {
                 None => self.open(p)?,
                 Some(objects) => {
                     let objects_of_p = chain::list(&objects, p)?;
-                    chain::check_fence(p, &objects_of_p, epoch)?;
+                    // The map moved on while this node was catching up: a newer owner
+                    // holds the partition; it is not this node's to open.
+                    if let Err(e) = chain::check_fence(p, &objects_of_p, epoch) {
+                        tracing::warn!(partition = p.0, epoch, "takeover skipped: {e}");
+                        continue;
+                    }
                     let loaded = self.open_from_objects(&objects, p, &objects_of_p)?;
                     listed.push(objects_of_p);
                     loaded
@@ -236,15 +251,12 @@ impl PartitionStore {
                             .unwrap_or(0),
                         ..chain::Chain::default()
                     };
-                    chain::checkpoint(
-                        &objects,
-                        *p,
-                        index,
-                        covered,
-                        &mut state,
-                        objects_of_p,
-                        true,
-                    )?;
+                    // Objects a previous ownership of this node left unput are
+                    // dropped: the full object below holds their entries.
+                    self.uploads().remove(p);
+                    if let Some(full) = chain::next_object(*p, index, covered, &mut state, true)? {
+                        chain::upload(&objects, *p, &full, objects_of_p)?;
+                    }
                     self.chains().insert(*p, state);
                 }
             }
@@ -313,15 +325,17 @@ impl PartitionStore {
     /// record on disk carries a newer epoch than `covered`'s: a newer owner took the
     /// partition over (epochs are etcd revisions, which only grow), and this owner's
     /// index is stale. With the writer lock this closes the window between an owner's
-    /// epoch check in etcd and its write.
+    /// epoch check in etcd and its write. On object storage the index is made durable
+    /// in the cache and the partition's next object queued: [`PartitionStore::upload`]
+    /// puts it, and finds the fencing there.
     pub fn checkpoint(
         &self,
         p: PartitionId,
         index: &mut PartitionIndex,
         covered: &Covered,
     ) -> Result<()> {
-        if let Some(objects) = self.storage.partition_objects() {
-            return self.checkpoint_objects(&objects, p, index, covered);
+        if self.storage.partition_objects().is_some() {
+            return self.checkpoint_objects(p, index, covered);
         }
         let _lock = self.lock_writer(p)?;
         let on_disk = self.read_covered(p)?.map_or(0, |c| c.epoch);
@@ -335,11 +349,13 @@ impl PartitionStore {
         self.write_checkpoint(p, index, covered)
     }
 
-    /// The object-storage checkpoint: the index made durable in the cache, then,
-    /// unless an object of a newer epoch exists (fenced), the partition's next object.
+    /// The object-storage checkpoint: the index made durable in the cache and the
+    /// partition's next object queued for [`PartitionStore::upload`]. No request to the
+    /// object store: the owner holds its service lock across this call, and lookups
+    /// wait on that lock on the runtime's threads (where a stall of a few seconds
+    /// loses the node's lease).
     fn checkpoint_objects(
         &self,
-        objects: &larder_store::ObjectBackend,
         p: PartitionId,
         index: &mut PartitionIndex,
         covered: &Covered,
@@ -348,17 +364,69 @@ impl PartitionStore {
             partition: p,
             source,
         })?;
-        let listed = chain::list(objects, p)?;
-        chain::check_fence(p, &listed, covered.epoch)?;
-        let mut state = self
-            .chains()
-            .get(&p)
+        let mut chains = self.chains();
+        let state = chains
+            .get_mut(&p)
             .filter(|c| c.epoch == covered.epoch)
-            .cloned()
             .ok_or(ClusterError::NotOwner(p))?;
-        chain::checkpoint(objects, p, index, covered, &mut state, &listed, false)?;
-        self.chains().insert(p, state);
+        if let Some(object) = chain::next_object(p, index, covered, state, false)? {
+            self.uploads().entry(p).or_default().push_back(object);
+        }
         Ok(())
+    }
+
+    /// Puts the objects checkpoints queued, in order per partition, each partition's
+    /// after a check that no newer epoch's object exists. Returns the partitions found
+    /// fenced (their queues dropped: the caller must stop serving them). A partition
+    /// whose put fails keeps its queue from that object on, for the next call: an
+    /// object is never put before the ones it follows. Nothing to do on a shared
+    /// directory.
+    pub fn upload(&self) -> Result<Vec<PartitionId>> {
+        let Some(objects) = self.storage.partition_objects() else {
+            return Ok(Vec::new());
+        };
+        let pending: Vec<PartitionId> = self.uploads().keys().copied().collect();
+        let mut fenced = Vec::new();
+        let mut failure = None;
+        for p in pending {
+            let Some(epoch) = self
+                .uploads()
+                .get(&p)
+                .and_then(|q| q.front())
+                .map(|o| o.epoch)
+            else {
+                continue;
+            };
+            let listed = match chain::list(&objects, p) {
+                Ok(listed) => listed,
+                Err(e) => {
+                    failure.get_or_insert(e);
+                    continue;
+                }
+            };
+            if chain::check_fence(p, &listed, epoch).is_err() {
+                self.uploads().remove(&p);
+                fenced.push(p);
+                continue;
+            }
+            loop {
+                let Some(object) = self.uploads().get(&p).and_then(|q| q.front().cloned()) else {
+                    break;
+                };
+                if let Err(e) = chain::upload(&objects, p, &object, &listed) {
+                    failure.get_or_insert(e);
+                    break;
+                }
+                let mut uploads = self.uploads();
+                if let Some(queue) = uploads.get_mut(&p) {
+                    queue.pop_front();
+                    if queue.is_empty() {
+                        uploads.remove(&p);
+                    }
+                }
+            }
+        }
+        failure.map_or(Ok(fenced), Err)
     }
 
     /// Partition `p`'s record of what its index covers, if it has one.

@@ -62,7 +62,8 @@ async fn settled(nodes: &[&Node], live: &[NodeId]) {
 }
 
 async fn job(node: &Node, job: Job) -> serde_json::Value {
-    let client = NodeClient::connect(&node.addr.to_string(), 0)
+    // Node id 1 as the asker: a job does not look anything up under it.
+    let client = NodeClient::connect(&node.addr.to_string(), 1)
         .await
         .unwrap();
     serde_json::from_str(&client.job(&job).await.unwrap()).unwrap()
@@ -156,6 +157,10 @@ fn one_repository(base: &Path, sources: &[&Path]) -> (u64, u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_on_s3_is_exact_survives_a_dead_node_and_restores() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
     let etcd = EtcdCluster::start(1).await;
     let server = S3sServer::start(&["larder"]);
     let dir = tempfile::tempdir().unwrap();

@@ -193,24 +193,23 @@ pub(super) fn put(objects: &ObjectBackend, p: PartitionId, object: &PartitionObj
     }
 }
 
-/// Puts the partition's next object: a delta of the records not yet uploaded, or a
-/// full object when `force_full` (a takeover) or when the deltas since the last full
-/// one would hold more entries than it (then the older objects are deleted). Without
-/// `force_full`, nothing is put when neither the entries nor the covered record
-/// changed. The caller made the index durable (`DiskIndex::checkpoint`) first.
-pub(super) fn checkpoint(
-    objects: &ObjectBackend,
+/// The partition's next object, its state advanced past it: a delta of the records not
+/// yet in an object, or a full object when `force_full` (a takeover) or when the deltas
+/// since the last full one would hold more entries than it. Without `force_full`,
+/// `None` when neither the entries nor the covered record changed. The caller made the
+/// index durable (`DiskIndex::checkpoint`) first. No request to the object store: the
+/// owner calls this under its service lock, and [`upload`] puts the object after.
+pub(super) fn next_object(
     p: PartitionId,
     index: &mut PartitionIndex,
     covered: &Covered,
     chain: &mut Chain,
-    listed: &[Listed],
     force_full: bool,
-) -> Result<()> {
+) -> Result<Option<PartitionObject>> {
     let len = index.len();
     let new = len.saturating_sub(chain.uploaded);
     if !force_full && new == 0 && chain.covered == covered.containers {
-        return Ok(());
+        return Ok(None);
     }
     let full = force_full || chain.delta_entries + new > chain.full_entries;
     let (kind, range) = if full {
@@ -226,14 +225,29 @@ pub(super) fn checkpoint(
         covered: covered.containers.clone(),
         entries: read_records(index, p, range)?,
     };
-    put(objects, p, &object)?;
     chain.next_seq += 1;
     chain.uploaded = len;
     chain.covered = covered.containers.clone();
     if full {
         chain.full_entries = len;
         chain.delta_entries = 0;
-        let this = object_name(object.epoch, object.seq, kind);
+    } else {
+        chain.delta_entries += new;
+    }
+    Ok(Some(object))
+}
+
+/// Puts `object` (create-only); after a full object, deletes every object of `listed`
+/// named before it.
+pub(super) fn upload(
+    objects: &ObjectBackend,
+    p: PartitionId,
+    object: &PartitionObject,
+    listed: &[Listed],
+) -> Result<()> {
+    put(objects, p, object)?;
+    if object.kind == PartitionObjectKind::Full {
+        let this = object_name(object.epoch, object.seq, object.kind);
         for old in listed {
             if old
                 .key
@@ -244,8 +258,6 @@ pub(super) fn checkpoint(
                 objects.delete(&old.key).map_err(|e| store_error(p, e))?;
             }
         }
-    } else {
-        chain.delta_entries += new;
     }
     Ok(())
 }
