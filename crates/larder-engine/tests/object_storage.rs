@@ -97,7 +97,7 @@ fn backup_to_object_storage_restores_byte_identical() {
     );
     assert_eq!(
         backend.list(FileKind::Snapshot).unwrap(),
-        [first.snapshot_id.clone()]
+        std::slice::from_ref(&first.snapshot_id)
     );
 
     // The same data again: every chunk is found through the segments on the server.

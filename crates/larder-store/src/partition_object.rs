@@ -236,7 +236,7 @@ mod tests {
 
     fn object(seed: u64, entries: usize, writers: u16) -> PartitionObject {
         PartitionObject {
-            kind: if seed % 2 == 0 {
+            kind: if seed.is_multiple_of(2) {
                 PartitionObjectKind::Full
             } else {
                 PartitionObjectKind::Delta
@@ -284,7 +284,7 @@ mod tests {
 
     #[test]
     fn names_sort_in_write_order() {
-        let mut names = vec![
+        let mut names = [
             object_name(0x1_0000, 2, PartitionObjectKind::Delta),
             object_name(0xff, 9, PartitionObjectKind::Full),
             object_name(0x1_0000, 0, PartitionObjectKind::Full),

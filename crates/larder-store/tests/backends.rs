@@ -97,7 +97,11 @@ fn conformance(backend: &dyn Backend) {
             "range {range:?}"
         );
     }
-    let past_end = backend.read_ranges(FileKind::Container, "000000000000000a", &[990..1010]);
+    let past_end = backend.read_ranges(
+        FileKind::Container,
+        "000000000000000a",
+        std::slice::from_ref(&(990..1010)),
+    );
     assert!(
         past_end.is_err(),
         "a range past the end must fail: {past_end:?}"
@@ -156,7 +160,11 @@ fn conformance(backend: &dyn Backend) {
             .file_len(FileKind::Container, "000000000000000a")
             .unwrap_err(),
         backend
-            .read_ranges(FileKind::Container, "000000000000000a", &[0..1])
+            .read_ranges(
+                FileKind::Container,
+                "000000000000000a",
+                std::slice::from_ref(&(0..1)),
+            )
             .unwrap_err(),
         backend
             .read(FileKind::IndexSegment, "never-written")
