@@ -103,6 +103,12 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 
 /// Runs a node until SIGINT or SIGTERM, then leaves the cluster in good order.
 pub fn node(args: NodeArgs, out: &Output) -> Result<ExitCode> {
+    if args.storage.starts_with("s3://") && args.cache.is_none() {
+        return Ok(out.usage(&format!(
+            "--storage {} needs --cache DIR: the node's local directory for its partitions' indexes and its repository's config and lock",
+            args.storage
+        )));
+    }
     let storage = SharedStorage::parse(&args.storage, args.cache.as_deref())?;
     if let SharedStorage::Dir(dir) = &storage {
         if !dir.join("partitions").is_dir() {
