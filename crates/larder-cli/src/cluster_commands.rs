@@ -15,6 +15,7 @@ use larder_cluster::coord::{
 };
 use larder_cluster::node::{init_cluster, Node, NodeOptions};
 use larder_cluster::rpc::{Job, NodeClient, NodeStats};
+use larder_cluster::SharedStorage;
 use larder_index::disk::Lookup;
 use serde_json::json;
 
@@ -42,9 +43,15 @@ pub struct NodeArgs {
     listen: SocketAddr,
     #[command(flatten)]
     etcd: EtcdArgs,
-    /// The shared storage: a directory every node mounts (file://PATH or PATH)
+    /// The shared storage: a directory every node mounts (file://PATH or PATH), or
+    /// s3://BUCKET/PREFIX (endpoint and credentials from the AWS_* environment
+    /// variables: AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, ...)
     #[arg(long)]
     storage: String,
+    /// With s3:// storage: this node's local directory for its partitions' disk
+    /// indexes and its repository's config, lock and temporary files
+    #[arg(long)]
+    cache: Option<PathBuf>,
     /// A new chunk's lock passes to the next requester when its writer does not
     /// acknowledge it within this (e.g. 30s)
     #[arg(long, default_value = "30s", value_parser = crate::gc_commands::parse_duration)]
@@ -67,7 +74,7 @@ pub enum ClusterCommand {
     Init {
         #[command(flatten)]
         etcd: EtcdArgs,
-        /// The shared storage (file://PATH or PATH)
+        /// The shared storage (file://PATH, PATH or s3://BUCKET/PREFIX)
         #[arg(long)]
         storage: String,
         /// Fingerprint partitions: fixed for the cluster's life, far more than nodes
@@ -87,17 +94,6 @@ pub enum ClusterCommand {
     },
 }
 
-/// The directory behind a `--storage` URL; only shared directories exist so far.
-fn storage_dir(url: &str) -> Result<PathBuf> {
-    if let Some(path) = url.strip_prefix("file://") {
-        return Ok(PathBuf::from(path));
-    }
-    if url.contains("://") {
-        bail!("storage {url}: only a shared directory (file://PATH or PATH) is supported; object storage is not built yet");
-    }
-    Ok(PathBuf::from(url))
-}
-
 fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -107,12 +103,20 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 
 /// Runs a node until SIGINT or SIGTERM, then leaves the cluster in good order.
 pub fn node(args: NodeArgs, out: &Output) -> Result<ExitCode> {
-    let storage = storage_dir(&args.storage)?;
-    if !storage.join("partitions").is_dir() {
-        bail!(
-            "{} is not a cluster's shared storage (no partitions/ in it): run `larder cluster init` first",
-            storage.display()
-        );
+    if args.storage.starts_with("s3://") && args.cache.is_none() {
+        return Ok(out.usage(&format!(
+            "--storage {} needs --cache DIR: the node's local directory for its partitions' indexes and its repository's config and lock",
+            args.storage
+        )));
+    }
+    let storage = SharedStorage::parse(&args.storage, args.cache.as_deref())?;
+    if let SharedStorage::Dir(dir) = &storage {
+        if !dir.join("partitions").is_dir() {
+            bail!(
+                "{} is not a cluster's shared storage (no partitions/ in it): run `larder cluster init` first",
+                dir.display()
+            );
+        }
     }
     let mut options = NodeOptions::new(args.id, args.etcd.etcd, &args.etcd.prefix, storage);
     options.listen = args.listen;
@@ -151,11 +155,20 @@ pub fn cluster(command: ClusterCommand, out: &Output) -> Result<ExitCode> {
             if larder_hash::HashAlgo::from_name(&hash).is_none() {
                 return Ok(out.usage(&format!("unknown hash {hash}: blake3, sha256 or sha1")));
             }
-            let dir = storage_dir(&storage)?;
-            for sub in ["partitions", "nodes"] {
-                std::fs::create_dir_all(dir.join(sub))
-                    .with_context(|| format!("creating {}", dir.join(sub).display()))?;
-            }
+            let dir = if storage.starts_with("s3://") {
+                // Nothing to create in a bucket: only check that it answers.
+                let root = larder_store::ObjectBackend::from_url(&storage)?;
+                root.list_dirs("partitions")
+                    .with_context(|| format!("listing {storage}"))?;
+                PathBuf::from(&storage)
+            } else {
+                let dir = larder_cluster::storage::parse_dir(&storage)?;
+                for sub in ["partitions", "nodes"] {
+                    std::fs::create_dir_all(dir.join(sub))
+                        .with_context(|| format!("creating {}", dir.join(sub).display()))?;
+                }
+                dir
+            };
             let config = ClusterConfig {
                 format_version: COORD_FORMAT_VERSION,
                 partitions,

@@ -7,22 +7,21 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use larder_chunk::ChunkerConfig;
 use larder_engine::{
     backup, restore, BackupOptions, NoProgress, PatternList, RemoteIndex, RestoreOptions,
     DEFAULT_RESTORE_CACHE,
 };
-use larder_hash::{Fingerprint, HashAlgo};
+use larder_hash::Fingerprint;
 use larder_index::ChunkLocation;
-use larder_store::{LockMode, RepoConfig, Repository, SegmentContainer, StoreError};
+use larder_store::{LockMode, SegmentContainer, StoreError};
 use serde_json::json;
 use tokio::runtime::Handle;
 
-use crate::partition::{first_container, NodeId};
-use crate::partitions::node_dir;
+use crate::partition::NodeId;
 use crate::router::Router;
 use crate::rpc::{Answer, GetAnswer, Job, LookupHandler, RpcError};
 use crate::service::OwnerService;
+use crate::storage::SharedStorage;
 use crate::view::ClusterView;
 
 /// The cluster's index as a backup on this node sees it: the router, called from the
@@ -59,21 +58,9 @@ impl RemoteIndex for ClusterIndex {
 #[derive(Clone)]
 pub struct NodeHandler {
     id: NodeId,
-    storage: PathBuf,
+    storage: SharedStorage,
     service: OwnerService,
     router: Arc<Router>,
-}
-
-/// Creates node `id`'s repository in the shared storage if it has none: the cluster's
-/// fingerprint, containers numbered from the node's range.
-pub fn ensure_repository(storage: &Path, id: NodeId, algo: HashAlgo) -> Result<(), StoreError> {
-    let dir = node_dir(storage, id);
-    if dir.join("config").is_file() {
-        return Ok(());
-    }
-    let mut config = RepoConfig::new(ChunkerConfig::default(), algo);
-    config.container_base = first_container(id);
-    Repository::init(&dir, &config)
 }
 
 /// Where node `id`'s repository holds chunks of a killed backup: containers sealed and
@@ -81,14 +68,10 @@ pub fn ensure_repository(storage: &Path, id: NodeId, algo: HashAlgo) -> Result<(
 /// adopts them; the node acknowledges them to the cluster at its start, so that a
 /// later backup of the same data finds them instead of storing them again.
 pub fn adopted_chunks(
-    storage: &Path,
+    storage: &SharedStorage,
     id: NodeId,
 ) -> Result<Vec<(Fingerprint, ChunkLocation)>, StoreError> {
-    let repo = Repository::open_waiting(
-        &node_dir(storage, id),
-        LockMode::Exclusive,
-        Duration::from_secs(60),
-    )?;
+    let repo = storage.open_repository(id, LockMode::Exclusive, Duration::from_secs(60))?;
     let mut entries = Vec::new();
     for &id in &repo.report().adopted_containers {
         let (table, _) = repo.load_container_table(id)?;
@@ -105,7 +88,12 @@ fn failed(what: &str, e: impl std::fmt::Display) -> RpcError {
 }
 
 impl NodeHandler {
-    pub fn new(id: NodeId, storage: PathBuf, service: OwnerService, router: Arc<Router>) -> Self {
+    pub fn new(
+        id: NodeId,
+        storage: SharedStorage,
+        service: OwnerService,
+        router: Arc<Router>,
+    ) -> Self {
         Self {
             id,
             storage,
@@ -124,8 +112,8 @@ impl NodeHandler {
                     runtime: Handle::current(),
                 });
                 let summary = tokio::task::spawn_blocking(move || {
-                    let mut repo = Repository::open_waiting(
-                        &node_dir(&storage, id),
+                    let mut repo = storage.open_repository(
+                        id,
                         LockMode::Exclusive,
                         Duration::from_secs(60),
                     )?;

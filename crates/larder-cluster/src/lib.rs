@@ -15,9 +15,11 @@ pub mod partitions;
 pub mod router;
 pub mod rpc;
 pub mod service;
+pub mod storage;
 pub mod view;
 
 pub use error::{ClusterError, Result};
 pub use owner::{Owner, OwnerMetrics, Ticket};
 pub use partition::{partition_of, NodeId, PartitionId, DEFAULT_PARTITIONS};
 pub use rpc::Answer;
+pub use storage::SharedStorage;

@@ -6,7 +6,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -27,6 +26,7 @@ use crate::partitions::PartitionStore;
 use crate::router::{MapView, Router};
 use crate::rpc::LookupServer;
 use crate::service::OwnerService;
+use crate::storage::SharedStorage;
 
 /// Fingerprints a node's router remembers (the paper's per-node LRU cache of
 /// fingerprints looked up): 1 M, about 80 MB.
@@ -41,8 +41,8 @@ pub struct NodeOptions {
     /// etcd endpoints (`http://host:port`) and the cluster's key prefix.
     pub etcd: Vec<String>,
     pub prefix: String,
-    /// The cluster's shared directory (partitions and every node's repository).
-    pub storage: PathBuf,
+    /// The cluster's shared storage (partitions and every node's repository).
+    pub storage: SharedStorage,
     /// A lock on new not acknowledged within this passes to the next requester.
     pub lock_timeout: Duration,
     /// The member lease's TTL: a node silent this long is taken for dead.
@@ -56,14 +56,19 @@ pub struct NodeOptions {
 
 impl NodeOptions {
     /// Defaults for node `id` of the cluster under `prefix` in `etcd`, sharing
-    /// `storage`.
-    pub fn new(id: NodeId, etcd: Vec<String>, prefix: &str, storage: PathBuf) -> Self {
+    /// `storage` (a directory, or a [`SharedStorage`]).
+    pub fn new(
+        id: NodeId,
+        etcd: Vec<String>,
+        prefix: &str,
+        storage: impl Into<SharedStorage>,
+    ) -> Self {
         Self {
             id,
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             etcd,
             prefix: prefix.to_string(),
-            storage,
+            storage: storage.into(),
             lock_timeout: Duration::from_secs(30),
             member_ttl_secs: 5,
             checkpoint_every: Duration::from_secs(5),
@@ -84,6 +89,9 @@ pub struct Node {
     /// Where its lookup service listens.
     pub addr: SocketAddr,
     pub service: OwnerService,
+    /// Its partitions on shared storage (the service's own; on object storage it puts
+    /// the objects checkpoints queue).
+    store: PartitionStore,
     /// The map and members as this node last saw them.
     pub view: Arc<RwLock<MapView>>,
     /// This node's lookups at the owners (its own partitions in process).
@@ -117,20 +125,21 @@ impl Node {
             what: "cluster config".into(),
             reason: format!("unknown hash {}", config.hash),
         })?;
-        let store = PartitionStore::new(
-            &options.storage,
+        let store = PartitionStore::with_storage(
+            options.storage.clone(),
             config.partitions,
             algo,
             options.index.clone(),
             options.lookup,
         );
-        let service = OwnerService::new(store, config.partitions, options.lock_timeout);
-        crate::jobs::ensure_repository(&options.storage, options.id, algo).map_err(|e| {
-            ClusterError::Corrupt {
+        let service = OwnerService::new(store.clone(), config.partitions, options.lock_timeout);
+        options
+            .storage
+            .ensure_repository(options.id, algo)
+            .map_err(|e| ClusterError::Corrupt {
                 what: format!("node {}'s repository", options.id),
                 reason: e.to_string(),
-            }
-        })?;
+            })?;
         let view = Arc::new(RwLock::new(MapView {
             owners: vec![0; config.partitions as usize],
             addrs: HashMap::new(),
@@ -183,6 +192,7 @@ impl Node {
         tasks.spawn(checkpoint(
             maps.clone(),
             service.clone(),
+            store.clone(),
             options.checkpoint_every,
             stopped.clone(),
         ));
@@ -201,6 +211,7 @@ impl Node {
             id: options.id,
             addr,
             service,
+            store,
             view,
             router,
             stop,
@@ -241,6 +252,17 @@ impl Node {
         for (p, _) in self.service.owned() {
             if let Err(e) = self.service.release(p, true) {
                 result = Err(e);
+            }
+        }
+        let store = self.store.clone();
+        match tokio::task::spawn_blocking(move || store.upload()).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => result = Err(e),
+            Err(e) => {
+                result = Err(ClusterError::Corrupt {
+                    what: "the last upload".into(),
+                    reason: e.to_string(),
+                })
             }
         }
         if let Some(server) = self.server.take() {
@@ -430,10 +452,14 @@ async fn expire_locks(service: OwnerService, mut stopped: watch::Receiver<bool>)
 }
 
 /// Checkpoints the partitions acknowledged into, after dropping those whose epoch was
-/// overtaken (the fencing check: a fenced owner writes nothing more).
+/// overtaken (the fencing check: a fenced owner writes nothing more); on object storage
+/// then puts the objects the checkpoints queued, outside the service's lock, and drops
+/// the partitions a newer epoch's objects fence. A failed put is tried again next
+/// time (the replay covers what no object holds).
 async fn checkpoint(
     maps: PartitionMapStore,
     service: OwnerService,
+    store: PartitionStore,
     every: Duration,
     mut stopped: watch::Receiver<bool>,
 ) -> Result<()> {
@@ -451,13 +477,28 @@ async fn checkpoint(
             tracing::warn!(partition = p, "fenced: dropping the partition");
             service.release(PartitionId(p), false)?;
         }
-        let service = service.clone();
-        tokio::task::spawn_blocking(move || service.checkpoint())
-            .await
-            .map_err(|e| ClusterError::Corrupt {
-                what: "checkpoint".into(),
-                reason: e.to_string(),
-            })??;
+        let (service, store) = (service.clone(), store.clone());
+        tokio::task::spawn_blocking(move || {
+            service.checkpoint()?;
+            match store.upload() {
+                Ok(fenced) => {
+                    for p in fenced {
+                        tracing::warn!(
+                            partition = p.0,
+                            "fenced by a newer owner's objects: dropping the partition"
+                        );
+                        service.release(p, false)?;
+                    }
+                }
+                Err(e) => tracing::warn!("putting partition objects (tried again next time): {e}"),
+            }
+            Ok::<_, ClusterError>(())
+        })
+        .await
+        .map_err(|e| ClusterError::Corrupt {
+            what: "checkpoint".into(),
+            reason: e.to_string(),
+        })??;
     }
 }
 

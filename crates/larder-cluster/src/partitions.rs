@@ -4,20 +4,28 @@
 //! container written since from the writers' own containers. The containers are the
 //! write-ahead log: a writer acknowledges a chunk only once its container is durable,
 //! and a container's table lists its chunks' fingerprints.
+//!
+//! On object storage each partition's index lives in the owner's cache directory and
+//! its checkpoints are put as immutable objects (`chain`; docs/design/cluster.md,
+//! "Partitions on object storage"), from which a takeover rebuilds the index.
 
-use std::collections::{BTreeMap, BTreeSet};
+mod chain;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use larder_hash::{Fingerprint, HashAlgo};
-use larder_index::disk::{Answer, DirIo, DiskIndex, DiskIndexConfig, Lookup};
+use larder_index::disk::{Answer, DirIo, DiskIndex, DiskIndexConfig, IndexFile, IndexIo, Lookup};
 use larder_index::{ChunkLocation, IndexError};
-use larder_store::{read_container_table, Backend, FileKind, LocalBackend};
+use larder_store::{read_container_table, FileKind, PartitionObject};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ClusterError, Result};
 use crate::owner::Ticket;
 use crate::partition::{container_writer, partition_of, NodeId, PartitionId};
+use crate::storage::SharedStorage;
 
 /// The name of a partition's checkpoint record, beside its index files.
 const COVERED: &str = "covered.json";
@@ -97,16 +105,22 @@ pub struct Replay {
     pub inserted: u64,
 }
 
-/// A cluster's partitions in its shared directory: `partitions/<p>/` holds partition
-/// `p`'s disk index files and its [`Covered`] record; `nodes/<id>/` is node `id`'s
-/// repository, whose containers the replay reads.
+/// A cluster's partitions in its shared storage. In a shared directory,
+/// `partitions/<p>/` holds partition `p`'s disk index files and its [`Covered`]
+/// record; on object storage the index files are in this node's cache and
+/// `partitions/<p>/` holds its objects. `nodes/<id>/` is node `id`'s repository,
+/// whose containers the replay reads.
 #[derive(Debug, Clone)]
 pub struct PartitionStore {
-    root: PathBuf,
+    storage: SharedStorage,
     partitions: u32,
     algo: HashAlgo,
     index: DiskIndexConfig,
     lookup: Lookup,
+    /// On object storage: what this node put of each partition it took over.
+    chains: Arc<Mutex<HashMap<PartitionId, chain::Chain>>>,
+    /// On object storage: objects checkpoints made and `upload` has not put yet.
+    uploads: Arc<Mutex<BTreeMap<PartitionId, VecDeque<PartitionObject>>>>,
 }
 
 /// A partition's open index, ready for its owner.
@@ -125,22 +139,47 @@ impl PartitionStore {
         index: DiskIndexConfig,
         lookup: Lookup,
     ) -> Self {
+        Self::with_storage(SharedStorage::from(root), partitions, algo, index, lookup)
+    }
+
+    /// The partitions of the cluster whose shared storage is `storage`.
+    pub fn with_storage(
+        storage: SharedStorage,
+        partitions: u32,
+        algo: HashAlgo,
+        index: DiskIndexConfig,
+        lookup: Lookup,
+    ) -> Self {
         Self {
-            root: root.to_path_buf(),
+            storage,
             partitions,
             algo,
             index,
             lookup,
+            chains: Arc::default(),
+            uploads: Arc::default(),
         }
     }
 
+    /// Where partition `p`'s disk index files are (the shared directory, or this
+    /// node's cache).
     pub fn dir(&self, p: PartitionId) -> PathBuf {
-        self.root.join("partitions").join(format!("{:05}", p.0))
+        self.storage.partition_dir(p.0)
     }
 
-    /// Node `node`'s repository in the shared directory.
+    /// The local directory of node `node`'s repository.
     pub fn node_dir(&self, node: NodeId) -> PathBuf {
-        node_dir(&self.root, node)
+        self.storage.node_root(node)
+    }
+
+    fn chains(&self) -> std::sync::MutexGuard<'_, HashMap<PartitionId, chain::Chain>> {
+        self.chains.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn uploads(
+        &self,
+    ) -> std::sync::MutexGuard<'_, BTreeMap<PartitionId, VecDeque<PartitionObject>>> {
+        self.uploads.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Opens `parts` for a new owner under `epoch`: each index as last checkpointed
@@ -148,7 +187,8 @@ impl PartitionStore {
     /// the entries of every container its checkpoint does not cover, read once from the
     /// writers' containers for all of `parts`, then a checkpoint of each. Containers that
     /// do not verify are skipped (`check` reports them; their chunks were never
-    /// acknowledged).
+    /// acknowledged). On object storage a partition with objects of a newer epoch is
+    /// left out of the result: a newer owner has it.
     pub fn take_over(&self, parts: &[PartitionId], epoch: u64) -> Result<(Vec<Opened>, Replay)> {
         // In ascending order, as every node takes them: two takeovers never wait on
         // each other in a cycle.
@@ -160,8 +200,23 @@ impl PartitionStore {
             .collect::<Result<Vec<_>>>()?;
         let mut replay = Replay::default();
         let mut opened = Vec::with_capacity(parts.len());
+        let mut listed = Vec::with_capacity(parts.len());
         for &p in parts {
-            let (index, covered, rebuilt) = self.open(p)?;
+            let (index, covered, rebuilt) = match self.storage.partition_objects() {
+                None => self.open(p)?,
+                Some(objects) => {
+                    let objects_of_p = chain::list(&objects, p)?;
+                    // The map moved on while this node was catching up: a newer owner
+                    // holds the partition; it is not this node's to open.
+                    if let Err(e) = chain::check_fence(p, &objects_of_p, epoch) {
+                        tracing::warn!(partition = p.0, epoch, "takeover skipped: {e}");
+                        continue;
+                    }
+                    let loaded = self.open_from_objects(&objects, p, &objects_of_p)?;
+                    listed.push(objects_of_p);
+                    loaded
+                }
+            };
             replay.rebuilt += u32::from(rebuilt);
             opened.push((p, index, covered));
         }
@@ -171,12 +226,12 @@ impl PartitionStore {
             .map(|(i, (p, _, _))| (*p, i))
             .collect();
         for (writer, ids) in self.containers()? {
-            let backend = LocalBackend::new(self.node_dir(writer));
+            let backend = self.storage.node_backend(writer);
             for id in ids {
                 if opened.iter().all(|(_, _, covered)| covered.covers(id)) {
                     continue;
                 }
-                let Ok((entries, _)) = read_container_table(&backend, id, self.algo) else {
+                let Ok((entries, _)) = read_container_table(&*backend, id, self.algo) else {
                     continue;
                 };
                 replay.containers_read += 1;
@@ -201,11 +256,97 @@ impl PartitionStore {
                 }
             }
         }
-        for (p, index, covered) in opened.iter_mut() {
-            covered.epoch = epoch;
-            self.write_checkpoint(*p, index, covered)?;
+        match self.storage.partition_objects() {
+            None => {
+                for (p, index, covered) in opened.iter_mut() {
+                    covered.epoch = epoch;
+                    self.write_checkpoint(*p, index, covered)?;
+                }
+            }
+            Some(objects) => {
+                for ((p, index, covered), objects_of_p) in opened.iter_mut().zip(&listed) {
+                    covered.epoch = epoch;
+                    index.checkpoint().map_err(|source| ClusterError::Index {
+                        partition: *p,
+                        source,
+                    })?;
+                    let mut state = chain::Chain {
+                        epoch,
+                        next_seq: objects_of_p
+                            .iter()
+                            .filter(|l| l.epoch == epoch)
+                            .map(|l| l.seq + 1)
+                            .max()
+                            .unwrap_or(0),
+                        ..chain::Chain::default()
+                    };
+                    // Objects a previous ownership of this node left unput are
+                    // dropped: the full object below holds their entries.
+                    self.uploads().remove(p);
+                    if let Some(full) = chain::next_object(*p, index, covered, &mut state, true)? {
+                        chain::upload(&objects, *p, &full, objects_of_p)?;
+                    }
+                    self.chains().insert(*p, state);
+                }
+            }
         }
         Ok((opened, replay))
+    }
+
+    /// Partition `p`'s index rebuilt in this node's cache from its objects (`listed`):
+    /// a fresh index holding the entries of the newest full object and the deltas
+    /// after it, and the covered record of the last of them; `true` when there was
+    /// none (then everything is replayed). The cache's old files are never trusted:
+    /// they may be from an earlier ownership.
+    fn open_from_objects(
+        &self,
+        objects: &larder_store::ObjectBackend,
+        p: PartitionId,
+        listed: &[chain::Listed],
+    ) -> Result<(PartitionIndex, Covered, bool)> {
+        let dir = self.dir(p);
+        let io_err = |what: &str, source| ClusterError::Io {
+            what: format!("{what} {}", dir.display()),
+            source,
+        };
+        for file in [
+            IndexFile::Table,
+            IndexFile::Meta,
+            IndexFile::Bloom,
+            IndexFile::Runs,
+        ] {
+            let path = DirIo::open(&dir, false)
+                .map_err(|e| io_err("open", e))?
+                .path(file);
+            match std::fs::remove_file(&path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(io_err("clear", e))
+                }
+                _ => {}
+            }
+        }
+        let io = DirIo::open(&dir, false).map_err(|e| io_err("open", e))?;
+        let mut index =
+            DiskIndex::create(io, self.index.clone(), self.lookup).map_err(|source| {
+                ClusterError::Index {
+                    partition: p,
+                    source,
+                }
+            })?;
+        let loaded = chain::load(objects, p, listed);
+        let mut covered = Covered::default();
+        for object in &loaded {
+            for &(fp, location) in &object.entries {
+                insert_if_absent(&mut index, fp, location).map_err(|source| {
+                    ClusterError::Index {
+                        partition: p,
+                        source,
+                    }
+                })?;
+            }
+            covered.containers = object.covered.clone();
+        }
+        Ok((index, covered, loaded.is_empty()))
     }
 
     /// Makes partition `p`'s index durable, then records what it covers, under its
@@ -213,13 +354,18 @@ impl PartitionStore {
     /// record on disk carries a newer epoch than `covered`'s: a newer owner took the
     /// partition over (epochs are etcd revisions, which only grow), and this owner's
     /// index is stale. With the writer lock this closes the window between an owner's
-    /// epoch check in etcd and its write.
+    /// epoch check in etcd and its write. On object storage the index is made durable
+    /// in the cache and the partition's next object queued: [`PartitionStore::upload`]
+    /// puts it, and finds the fencing there.
     pub fn checkpoint(
         &self,
         p: PartitionId,
         index: &mut PartitionIndex,
         covered: &Covered,
     ) -> Result<()> {
+        if self.storage.partition_objects().is_some() {
+            return self.checkpoint_objects(p, index, covered);
+        }
         let _lock = self.lock_writer(p)?;
         let on_disk = self.read_covered(p)?.map_or(0, |c| c.epoch);
         if on_disk > covered.epoch {
@@ -230,6 +376,86 @@ impl PartitionStore {
             });
         }
         self.write_checkpoint(p, index, covered)
+    }
+
+    /// The object-storage checkpoint: the index made durable in the cache and the
+    /// partition's next object queued for [`PartitionStore::upload`]. No request to the
+    /// object store: the owner holds its service lock across this call, and lookups
+    /// wait on that lock on the runtime's threads (where a stall of a few seconds
+    /// loses the node's lease).
+    fn checkpoint_objects(
+        &self,
+        p: PartitionId,
+        index: &mut PartitionIndex,
+        covered: &Covered,
+    ) -> Result<()> {
+        index.checkpoint().map_err(|source| ClusterError::Index {
+            partition: p,
+            source,
+        })?;
+        let mut chains = self.chains();
+        let state = chains
+            .get_mut(&p)
+            .filter(|c| c.epoch == covered.epoch)
+            .ok_or(ClusterError::NotOwner(p))?;
+        if let Some(object) = chain::next_object(p, index, covered, state, false)? {
+            self.uploads().entry(p).or_default().push_back(object);
+        }
+        Ok(())
+    }
+
+    /// Puts the objects checkpoints queued, in order per partition, each partition's
+    /// after a check that no newer epoch's object exists. Returns the partitions found
+    /// fenced (their queues dropped: the caller must stop serving them). A partition
+    /// whose put fails keeps its queue from that object on, for the next call: an
+    /// object is never put before the ones it follows. Nothing to do on a shared
+    /// directory.
+    pub fn upload(&self) -> Result<Vec<PartitionId>> {
+        let Some(objects) = self.storage.partition_objects() else {
+            return Ok(Vec::new());
+        };
+        let pending: Vec<PartitionId> = self.uploads().keys().copied().collect();
+        let mut fenced = Vec::new();
+        let mut failure = None;
+        for p in pending {
+            let Some(epoch) = self
+                .uploads()
+                .get(&p)
+                .and_then(|q| q.front())
+                .map(|o| o.epoch)
+            else {
+                continue;
+            };
+            let listed = match chain::list(&objects, p) {
+                Ok(listed) => listed,
+                Err(e) => {
+                    failure.get_or_insert(e);
+                    continue;
+                }
+            };
+            if chain::check_fence(p, &listed, epoch).is_err() {
+                self.uploads().remove(&p);
+                fenced.push(p);
+                continue;
+            }
+            loop {
+                let Some(object) = self.uploads().get(&p).and_then(|q| q.front().cloned()) else {
+                    break;
+                };
+                if let Err(e) = chain::upload(&objects, p, &object, &listed) {
+                    failure.get_or_insert(e);
+                    break;
+                }
+                let mut uploads = self.uploads();
+                if let Some(queue) = uploads.get_mut(&p) {
+                    queue.pop_front();
+                    if queue.is_empty() {
+                        uploads.remove(&p);
+                    }
+                }
+            }
+        }
+        failure.map_or(Ok(fenced), Err)
     }
 
     /// Partition `p`'s record of what its index covers, if it has one.
@@ -327,27 +553,16 @@ impl PartitionStore {
 
     /// Every node's container ids, per node, in order.
     fn containers(&self) -> Result<BTreeMap<NodeId, BTreeSet<u64>>> {
-        let nodes = self.root.join("nodes");
         let mut out = BTreeMap::new();
-        let listing = match std::fs::read_dir(&nodes) {
-            Ok(listing) => listing,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
-            Err(source) => {
-                return Err(ClusterError::Io {
-                    what: format!("list {}", nodes.display()),
-                    source,
-                })
-            }
-        };
-        for entry in listing.flatten() {
-            let Some(node) = entry
-                .file_name()
-                .to_str()
-                .and_then(|n| n.parse::<NodeId>().ok())
-            else {
-                continue;
-            };
-            let backend = LocalBackend::new(entry.path());
+        let nodes = self
+            .storage
+            .nodes(false)
+            .map_err(|e| ClusterError::Corrupt {
+                what: "the node repositories".into(),
+                reason: larder_store::error_chain(&e),
+            })?;
+        for node in nodes {
+            let backend = self.storage.node_backend(node);
             let names = backend
                 .list(FileKind::Container)
                 .map_err(|e| ClusterError::Corrupt {
@@ -365,7 +580,7 @@ impl PartitionStore {
     }
 }
 
-/// Node `node`'s repository in the cluster directory `root`.
+/// Node `node`'s repository in the shared cluster directory `root`.
 pub fn node_dir(root: &Path, node: NodeId) -> PathBuf {
     root.join("nodes").join(node.to_string())
 }

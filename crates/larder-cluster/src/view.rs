@@ -1,28 +1,30 @@
 //! Every node's repository seen as one (docs/design/cluster.md, "Restores"): a
-//! read-only [`Backend`] over the shared storage's `nodes/<id>/` repositories, so that
+//! read-only [`Backend`] over the shared storage's `nodes/<id>/` repositories (in the
+//! shared directory or on object storage), so that
 //! any node restores, lists and checks any node's snapshots with the engine's own code.
 //! A container is read from its writer's repository (its id names the writer); segments
 //! and snapshots are the union of all nodes'.
 
 use std::collections::BTreeMap;
 use std::ops::Range;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use larder_store::{Backend, FileKind, LocalBackend, LockMode, Repository, StoreError};
+use larder_store::{Backend, FileKind, LockMode, Repository, StoreError};
 
 use crate::partition::{container_writer, NodeId};
-use crate::partitions::node_dir;
+use crate::storage::SharedStorage;
 
 /// The shared storage's node repositories, read-only.
 pub struct ClusterView {
+    /// Names the storage in errors.
     storage: PathBuf,
-    nodes: BTreeMap<NodeId, LocalBackend>,
+    nodes: BTreeMap<NodeId, Arc<dyn Backend>>,
 }
 
 /// Writes through a view are refused: it only reads.
-fn read_only(storage: &Path) -> StoreError {
+fn read_only(storage: &std::path::Path) -> StoreError {
     StoreError::io(
         storage,
         std::io::Error::new(
@@ -39,35 +41,25 @@ fn segment_name(node: NodeId, name: &str) -> String {
 }
 
 impl ClusterView {
-    /// The repositories under `storage/nodes/` now.
-    pub fn new(storage: &Path) -> Result<Self, StoreError> {
-        let dir = storage.join("nodes");
-        let mut nodes = BTreeMap::new();
-        for entry in std::fs::read_dir(&dir).map_err(|e| StoreError::io(&dir, e))? {
-            let entry = entry.map_err(|e| StoreError::io(&dir, e))?;
-            let Some(id) = entry
-                .file_name()
-                .to_str()
-                .and_then(|n| n.parse::<NodeId>().ok())
-            else {
-                continue;
-            };
-            if entry.path().join("config").is_file() {
-                nodes.insert(id, LocalBackend::new(node_dir(storage, id)));
-            }
-        }
+    /// The repositories of `storage` now (those with a config).
+    pub fn new(storage: &SharedStorage) -> Result<Self, StoreError> {
+        let nodes = storage
+            .nodes(true)?
+            .into_iter()
+            .map(|id| (id, storage.node_backend(id)))
+            .collect();
         Ok(Self {
-            storage: storage.to_path_buf(),
+            storage: storage.nodes_location(),
             nodes,
         })
     }
 
     /// Opens every node's snapshots and chunks as one repository, under node `me`'s
     /// config and shared lock.
-    pub fn open(storage: &Path, me: NodeId) -> Result<Repository, StoreError> {
+    pub fn open(storage: &SharedStorage, me: NodeId) -> Result<Repository, StoreError> {
         let view = Arc::new(Self::new(storage)?);
         Repository::open_with_backend(
-            &node_dir(storage, me),
+            &storage.node_root(me),
             LockMode::Shared,
             Duration::from_secs(60),
             view,
@@ -75,10 +67,10 @@ impl ClusterView {
     }
 
     /// The backend holding file `name` of `kind`.
-    fn route(&self, kind: FileKind, name: &str) -> Result<(&LocalBackend, String), StoreError> {
+    fn route(&self, kind: FileKind, name: &str) -> Result<(&Arc<dyn Backend>, String), StoreError> {
         let missing = || {
             StoreError::io(
-                self.storage.join("nodes"),
+                &self.storage,
                 std::io::Error::new(
                     std::io::ErrorKind::NotFound,
                     format!("no node's repository holds {} {name}", kind.dir()),

@@ -9,6 +9,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::{Result, StoreError};
 
+#[cfg(feature = "object-store")]
+mod object;
+
+#[cfg(feature = "object-store")]
+pub use object::{parse_s3_url, ObjectBackend};
+
 /// The kinds of immutable files a repository holds, each in its own directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FileKind {

@@ -9,11 +9,14 @@ mod direct;
 mod error;
 mod gc_plan;
 mod lock;
+mod partition_object;
 mod repo;
 mod segment;
 mod snapshot;
 mod tree;
 
+#[cfg(feature = "object-store")]
+pub use backend::{parse_s3_url, ObjectBackend};
 pub use backend::{Backend, FileKind, LocalBackend};
 pub use compression::{
     ChunkCompressor, ChunkDecoder, ChunkEncoding, Compression, DEFAULT_ZSTD_LEVEL,
@@ -26,6 +29,7 @@ pub use container::{
 pub use error::{error_chain, Result, StoreError};
 pub use gc_plan::GcPlan;
 pub use lock::{LockHolder, LockMode, RepoLock};
+pub use partition_object::{object_name, parse_object_name, PartitionObject, PartitionObjectKind};
 pub use repo::{
     ChunkBytes, ContainerRuns, DiskLookup, DiskShape, DiskState, GcOptions, GcReport,
     IdentifiedSnapshot, IndexSettings, OpenReport, RepoConfig, RepoDiskIndex, RepoIndex,

@@ -1,4 +1,4 @@
-//! Containers written into a cluster's shared directory the way a node's stage 4
+//! Containers written into a cluster's shared storage the way a node's stage 4
 //! writes them, for tests of acknowledgement and replay.
 
 use larder_cluster::partition::first_container;
@@ -25,6 +25,20 @@ pub fn write_container(
     seq: u64,
     ids: std::ops::Range<u64>,
 ) -> Vec<(Fingerprint, ChunkLocation)> {
+    for sub in ["containers", "tmp"] {
+        std::fs::create_dir_all(node_dir(root, node).join(sub)).unwrap();
+    }
+    write_container_to(&LocalBackend::new(node_dir(root, node)), node, seq, ids)
+}
+
+/// Writes container `seq` of `node` holding chunks `ids` through `backend` (the node's
+/// repository), and returns where each chunk is.
+pub fn write_container_to(
+    backend: &dyn Backend,
+    node: NodeId,
+    seq: u64,
+    ids: std::ops::Range<u64>,
+) -> Vec<(Fingerprint, ChunkLocation)> {
     let id = first_container(node) + seq;
     let mut builder = ContainerBuilder::new(id, HashAlgo::Blake3, 1 << 16);
     let mut out = Vec::new();
@@ -42,10 +56,6 @@ pub fn write_container(
         ));
     }
     let (bytes, _) = builder.seal();
-    let backend = LocalBackend::new(node_dir(root, node));
-    for sub in ["containers", "tmp"] {
-        std::fs::create_dir_all(node_dir(root, node).join(sub)).unwrap();
-    }
     backend
         .write(FileKind::Container, &format!("{id:016x}"), &bytes)
         .unwrap();

@@ -4,3 +4,5 @@
 
 pub mod containers;
 pub mod etcd;
+#[path = "../../../larder-store/tests/support/s3s.rs"]
+pub mod s3s;

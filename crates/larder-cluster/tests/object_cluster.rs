@@ -1,0 +1,270 @@
+//! A cluster whose shared storage is a real S3 server (s3s-fs), end to end: nodes
+//! with their own cache directories back up through the cluster's index into their
+//! repositories on the server, storing exactly the unique chunks one repository
+//! stores; a node dropped without a checkpoint has its partitions taken over from
+//! their objects and the replay of its containers, with exact answers after; every
+//! snapshot restores byte for byte through any node.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use larder_chunk::ChunkerConfig;
+use larder_cluster::coord::{ClusterConfig, COORD_FORMAT_VERSION};
+use larder_cluster::node::{init_cluster, Node, NodeOptions};
+use larder_cluster::rpc::{Job, NodeClient};
+use larder_cluster::{NodeId, SharedStorage};
+use larder_engine::{backup, BackupOptions, NoProgress, PatternList};
+use larder_hash::HashAlgo;
+use larder_store::{LockMode, ObjectBackend, RepoConfig, Repository};
+use support::etcd::EtcdCluster;
+use support::s3s::S3sServer;
+
+const PARTITIONS: u32 = 32;
+const TTL: i64 = 3;
+
+fn bytes(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+fn options(id: NodeId, etcd: &EtcdCluster, storage: SharedStorage) -> NodeOptions {
+    let mut options = NodeOptions::new(id, etcd.endpoints(), "/larder-s3", storage);
+    options.member_ttl_secs = TTL;
+    options.checkpoint_every = Duration::from_millis(500);
+    options
+}
+
+async fn settled(nodes: &[&Node], live: &[NodeId]) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let served: usize = nodes.iter().map(|n| n.service.owned().len()).sum();
+        let views_agree = nodes.iter().all(|n| {
+            let view = n.view.read().unwrap();
+            view.owners.iter().all(|o| live.contains(o))
+        });
+        if served == PARTITIONS as usize && views_agree {
+            return;
+        }
+        assert!(Instant::now() < deadline, "not settled: {served} served");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn job(node: &Node, job: Job) -> serde_json::Value {
+    // Node id 1 as the asker: a job does not look anything up under it.
+    let client = NodeClient::connect(&node.addr.to_string(), 1)
+        .await
+        .unwrap();
+    serde_json::from_str(&client.job(&job).await.unwrap()).unwrap()
+}
+
+async fn backup_through(node: &Node, src: &Path) -> serde_json::Value {
+    let summary = job(
+        node,
+        Job::Backup {
+            paths: vec![src.display().to_string()],
+        },
+    )
+    .await;
+    assert!(
+        summary["warnings"].as_array().unwrap().is_empty(),
+        "{summary}"
+    );
+    summary
+}
+
+/// Every regular file under `root`, by relative path, with its content.
+fn files(root: &Path) -> BTreeMap<String, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                let rel = path.strip_prefix(root).unwrap().display().to_string();
+                out.insert(rel, std::fs::read(&path).unwrap());
+            }
+        }
+    }
+    out
+}
+
+/// Two sources sharing a large file and parts of others, no zero runs.
+fn make_sources(base: &Path) -> [std::path::PathBuf; 2] {
+    let (a, b) = (base.join("a"), base.join("b"));
+    std::fs::create_dir_all(a.join("sub")).unwrap();
+    std::fs::create_dir_all(&b).unwrap();
+    let shared = bytes(1, 3 << 20);
+    std::fs::write(a.join("shared.bin"), &shared).unwrap();
+    std::fs::write(b.join("shared-copy.bin"), &shared).unwrap();
+    for i in 0..20u64 {
+        std::fs::write(
+            a.join(format!("sub/a-{i}")),
+            bytes(10 + i, 5000 + 3001 * i as usize),
+        )
+        .unwrap();
+        std::fs::write(
+            b.join(format!("b-{i}")),
+            bytes(100 + i % 7, 7000 + 1000 * i as usize),
+        )
+        .unwrap();
+    }
+    let mut mixed = bytes(2, 1 << 20);
+    mixed.extend_from_slice(&shared[..1 << 20]);
+    std::fs::write(b.join("mixed.bin"), mixed).unwrap();
+    [a, b]
+}
+
+/// One repository holding the same backups: the oracle of exactness.
+struct OneRepository(Repository);
+
+impl OneRepository {
+    fn new(root: &Path) -> Self {
+        Repository::init(
+            root,
+            &RepoConfig::new(ChunkerConfig::default(), HashAlgo::Blake3),
+        )
+        .unwrap();
+        Self(Repository::open(root, LockMode::Exclusive).unwrap())
+    }
+
+    /// The new chunks and bytes of a backup of `src`.
+    fn backup(&mut self, src: &Path) -> (u64, u64) {
+        let options = BackupOptions {
+            threads: 2,
+            hostname: "oracle".into(),
+            username: "test".into(),
+            exclude: PatternList::default(),
+            progress: Arc::new(NoProgress),
+            serial: false,
+            remote: None,
+        };
+        let summary = backup(&mut self.0, &[src.to_path_buf()], &options).unwrap();
+        (summary.chunks_new, summary.bytes_new)
+    }
+}
+
+fn new_of(run: &serde_json::Value) -> (u64, u64) {
+    (
+        run["chunks_new"].as_u64().unwrap(),
+        run["bytes_new"].as_u64().unwrap(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_on_s3_is_exact_survives_a_dead_node_and_restores() {
+    let etcd = EtcdCluster::start(1).await;
+    let server = S3sServer::start(&["larder"]);
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path();
+    let [a, b] = make_sources(base);
+    let config = ClusterConfig {
+        format_version: COORD_FORMAT_VERSION,
+        partitions: PARTITIONS,
+        chunking: "fastcdc2020".into(),
+        hash: "blake3".into(),
+    };
+    init_cluster(&etcd.endpoints(), "/larder-s3", &config)
+        .await
+        .unwrap();
+    let root =
+        Arc::new(ObjectBackend::new(server.store("larder"), "cluster", "s3://larder").unwrap());
+    let storage = |id: NodeId| SharedStorage::Object {
+        root: root.clone(),
+        cache: base.join(format!("cache-{id}")),
+    };
+    let one = Node::start(options(1, &etcd, storage(1))).await.unwrap();
+    let two = Node::start(options(2, &etcd, storage(2))).await.unwrap();
+    // Node 3 never checkpoints after its takeovers: its partitions' later entries can
+    // only come back from the replay of the containers.
+    let mut lazy = options(3, &etcd, storage(3));
+    lazy.checkpoint_every = Duration::from_secs(3600);
+    let three = Node::start(lazy).await.unwrap();
+    settled(&[&one, &two, &three], &[1, 2, 3]).await;
+
+    // The same data through different nodes: exactly one repository's new chunks,
+    // backup by backup (each oracle backup right after its cluster twin, so that both
+    // see the same tree: a snapshot records the directories above its paths, whose
+    // mtimes change as the test creates files beside them).
+    let mut oracle = OneRepository::new(&base.join("oracle"));
+    let mut runs = Vec::new();
+    for (node, src) in [(&one, &a), (&two, &b), (&three, &a)] {
+        let run = backup_through(node, src).await;
+        assert_eq!(new_of(&run), oracle.backup(src), "{run}");
+        runs.push(run);
+    }
+    assert!(
+        new_of(&runs[0]).0 > 100 && new_of(&runs[1]).0 > 100,
+        "{runs:?}"
+    );
+    // The repositories' files are objects; the caches hold only config, lock, tmp and
+    // partition indexes.
+    assert!(server
+        .bucket_dir("larder")
+        .join("cluster/nodes/1/config")
+        .is_file());
+    assert!(std::fs::read_dir(base.join("cache-1/nodes/1/containers"))
+        .unwrap()
+        .next()
+        .is_none());
+
+    // Node 3 dies without leaving or checkpointing: its partitions are taken over
+    // from their objects and the replay, and every chunk is still found.
+    drop(three);
+    settled(&[&one, &two], &[1, 2]).await;
+    let replayed: u64 = [&one, &two]
+        .iter()
+        .map(|n| n.service.replayed().inserted)
+        .sum();
+    assert!(
+        replayed > 0,
+        "node 3's acknowledged entries came back from the replay"
+    );
+    for (node, src) in [(&one, &b), (&two, &a)] {
+        let again = backup_through(node, src).await;
+        assert_eq!(new_of(&again), oracle.backup(src), "{again}");
+        assert!(
+            new_of(&again).0 <= 1,
+            "at most the tree stream is new: {again}"
+        );
+        runs.push(again);
+    }
+
+    // Every snapshot restores byte for byte, through either node.
+    for (n, run) in runs.iter().enumerate() {
+        let node = if n % 2 == 0 { &one } else { &two };
+        let src = if n == 1 || n == 3 { &b } else { &a };
+        let target = base.join(format!("restored-{n}"));
+        let id = run["snapshot_id"].as_str().unwrap().to_string();
+        job(
+            node,
+            Job::Restore {
+                snapshot: id,
+                target: target.display().to_string(),
+            },
+        )
+        .await;
+        let restored = target.join(src.strip_prefix("/").unwrap());
+        assert!(
+            files(&restored) == files(src),
+            "snapshot {n} restores byte for byte"
+        );
+    }
+    let mut one = one;
+    let mut two = two;
+    one.stop().await.unwrap();
+    two.stop().await.unwrap();
+}

@@ -1,0 +1,268 @@
+//! Partitions on object storage (docs/design/cluster.md, "Partitions on object
+//! storage"): a takeover rebuilds each index from the newest full object and the
+//! deltas after it, then replays only the containers they do not cover; checkpoints put
+//! deltas, compacted into a full object when they outgrow it; a stale owner is fenced
+//! by a newer epoch's objects. Run against object_store's in-memory store and a real
+//! S3 server (s3s-fs).
+
+mod support;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use larder_cluster::partitions::{Opened, PartitionStore};
+use larder_cluster::{partition_of, PartitionId, SharedStorage, Ticket};
+use larder_hash::{Fingerprint, HashAlgo};
+use larder_index::disk::{Answer, DiskIndexConfig, Lookup};
+use larder_index::ChunkLocation;
+use larder_store::{ObjectBackend, PartitionObject};
+use object_store::memory::InMemory;
+use object_store::ObjectStore;
+use support::containers::write_container_to;
+use support::s3s::S3sServer;
+
+const PARTITIONS: u32 = 4;
+
+fn config() -> DiskIndexConfig {
+    DiskIndexConfig {
+        memory_budget: 64 << 10,
+        expected_fingerprints: 2000,
+        buffered_chunk_bytes: 64,
+        ..DiskIndexConfig::default()
+    }
+}
+
+/// A node's view of the cluster in `bucket`, with its own cache directory.
+fn storage(store: &Arc<dyn ObjectStore>, cache: &std::path::Path) -> SharedStorage {
+    SharedStorage::Object {
+        root: Arc::new(ObjectBackend::new(store.clone(), "cluster", "test://").unwrap()),
+        cache: cache.to_path_buf(),
+    }
+}
+
+fn partition_store(storage: SharedStorage) -> PartitionStore {
+    PartitionStore::with_storage(
+        storage,
+        PARTITIONS,
+        HashAlgo::Blake3,
+        config(),
+        Lookup::Eager,
+    )
+}
+
+/// What an owner does with an acknowledgement: insert unless present.
+fn insert(opened: &mut Opened, fp: Fingerprint, location: ChunkLocation) {
+    let (_, index, covered) = opened;
+    index.submit(fp, Ticket { node: 0, id: 0 }).unwrap();
+    index.finish().unwrap();
+    if index.poll().unwrap().answer == Answer::New {
+        index.insert(fp, location).unwrap();
+    }
+    covered.cover(location.container);
+}
+
+/// Every partition of `opened` answers exactly `all`'s entries of it.
+fn assert_exact(opened: &mut [Opened], all: &HashMap<Fingerprint, ChunkLocation>) {
+    for (fp, location) in all {
+        let p = partition_of(fp, PARTITIONS);
+        for (q, index, _) in opened.iter_mut() {
+            let expected = (*q == p).then_some(*location);
+            assert_eq!(index.get(fp).unwrap(), expected, "partition {}", q.0);
+        }
+    }
+}
+
+/// The names of partition `p`'s objects.
+fn objects(storage: &SharedStorage, p: PartitionId) -> Vec<String> {
+    let SharedStorage::Object { root, .. } = storage else {
+        unreachable!()
+    };
+    root.list_keys(&format!("partitions/{:05}", p.0)).unwrap()
+}
+
+fn chain_round_trip(store: Arc<dyn ObjectStore>) {
+    let caches: Vec<tempfile::TempDir> = (0..4).map(|_| tempfile::tempdir().unwrap()).collect();
+    let a = storage(&store, caches[0].path());
+    let mut all: HashMap<Fingerprint, ChunkLocation> = HashMap::new();
+    for (node, seq, ids) in [(1, 0, 0..300), (1, 1, 300..600), (2, 0, 600..900)] {
+        all.extend(write_container_to(&*a.node_backend(node), node, seq, ids));
+    }
+    let parts: Vec<PartitionId> = (0..PARTITIONS).map(PartitionId).collect();
+
+    // A first owner: no objects yet, so everything is replayed; a full object each.
+    let store_a = partition_store(a.clone());
+    let (mut opened, replay) = store_a.take_over(&parts, 7).unwrap();
+    assert_eq!(
+        (replay.rebuilt, replay.containers_read, replay.inserted),
+        (4, 3, 900)
+    );
+    assert_exact(&mut opened, &all);
+    for &p in &parts {
+        assert_eq!(objects(&a, p), ["0000000000000007-00000000.full"]);
+    }
+
+    // Acknowledgements into partition 0, then a checkpoint: a delta of exactly them.
+    let p0 = PartitionId(0);
+    let written = write_container_to(&*a.node_backend(2), 2, 1, 900..1200);
+    let of_p0: Vec<_> = written
+        .iter()
+        .filter(|(fp, _)| partition_of(fp, PARTITIONS) == p0)
+        .copied()
+        .collect();
+    for &(fp, location) in &of_p0 {
+        insert(&mut opened[0], fp, location);
+    }
+    all.extend(of_p0.iter().copied());
+    let (p, index, covered) = &mut opened[0];
+    store_a.checkpoint(*p, index, covered).unwrap();
+    // Queued by the checkpoint, put by the upload (outside the owner's lock).
+    assert_eq!(objects(&a, p0), ["0000000000000007-00000000.full"]);
+    assert_eq!(store_a.upload().unwrap(), []);
+    assert_eq!(
+        objects(&a, p0),
+        [
+            "0000000000000007-00000000.full",
+            "0000000000000007-00000001.delta"
+        ]
+    );
+    let SharedStorage::Object { root, .. } = &a else {
+        unreachable!()
+    };
+    let delta = PartitionObject::decode(
+        &root
+            .get("partitions/00000/0000000000000007-00000001.delta")
+            .unwrap(),
+        "delta",
+    )
+    .unwrap();
+    assert_eq!(delta.entries, of_p0);
+    assert_eq!(delta.covered, covered.containers);
+    // Nothing new: nothing put.
+    store_a.checkpoint(*p, index, covered).unwrap();
+    assert_eq!(store_a.upload().unwrap(), []);
+    assert_eq!(objects(&a, p0).len(), 2);
+
+    // A new owner with an empty cache: the full object and the delta give partition
+    // 0 every entry; only the container no object covers is read (for the other
+    // partitions, whose objects do not cover container 2/1).
+    let b = storage(&store, caches[1].path());
+    let store_b = partition_store(b.clone());
+    let (mut opened_b, replay) = store_b.take_over(&parts, 9).unwrap();
+    assert_eq!(replay.rebuilt, 0);
+    assert_eq!(
+        replay.containers_read, 1,
+        "only container 2/1 is uncovered somewhere"
+    );
+    let others = written
+        .iter()
+        .filter(|(fp, _)| partition_of(fp, PARTITIONS) != p0)
+        .count() as u64;
+    assert_eq!(
+        replay.inserted, others,
+        "partition 0's entries came from its delta"
+    );
+    all.extend(written.iter().copied());
+    assert_exact(&mut opened_b, &all);
+    // Its full objects replaced every older object.
+    for &p in &parts {
+        assert_eq!(objects(&b, p), ["0000000000000009-00000000.full"]);
+    }
+
+    // The stale owner is fenced at its next upload and puts nothing.
+    let more = write_container_to(&*a.node_backend(1), 1, 2, 1200..1210);
+    for &(fp, location) in &more {
+        if partition_of(&fp, PARTITIONS) == p0 {
+            insert(&mut opened[0], fp, location);
+        }
+    }
+    let (p, index, covered) = &mut opened[0];
+    store_a.checkpoint(*p, index, covered).unwrap();
+    assert_eq!(store_a.upload().unwrap(), [p0], "fenced");
+    assert_eq!(objects(&a, p0), ["0000000000000009-00000000.full"]);
+    // Container 1/2's entries of the other partitions were acknowledged to no one:
+    // a later takeover replays them. Its partition-0 entries went to the fenced owner
+    // only, and the new owner's record will cover container 1/2 once it covers a later
+    // container of node 1: an index without them costs deduplication, never data.
+    let more_others: Vec<_> = more
+        .iter()
+        .filter(|(fp, _)| partition_of(fp, PARTITIONS) != p0)
+        .copied()
+        .collect();
+    all.extend(more_others.iter().copied());
+
+    // Small checkpoints pile deltas up until they hold more entries than the full
+    // object; then one full object replaces them all.
+    let full_len = opened_b[0].1.len();
+    let mut next = 2000u64;
+    let mut seq = 3u64;
+    let mut deltas_seen = 0;
+    let mut loop_others = 0u64;
+    loop {
+        let chunk = write_container_to(&*b.node_backend(1), 1, seq, next..next + 40);
+        seq += 1;
+        next += 40;
+        for &(fp, location) in &chunk {
+            if partition_of(&fp, PARTITIONS) == p0 {
+                insert(&mut opened_b[0], fp, location);
+                all.insert(fp, location);
+            }
+        }
+        for &(fp, location) in &chunk {
+            if partition_of(&fp, PARTITIONS) != p0 {
+                all.insert(fp, location);
+                loop_others += 1;
+            }
+        }
+        let (p, index, covered) = &mut opened_b[0];
+        store_b.checkpoint(*p, index, covered).unwrap();
+        assert_eq!(store_b.upload().unwrap(), []);
+        let names = objects(&b, p0);
+        if names.len() == 1 {
+            assert!(names[0].ends_with(".full"), "{names:?}");
+            assert!(deltas_seen > 0);
+            assert!(
+                index.len() > 2 * full_len,
+                "compacted once the deltas outgrew the full object"
+            );
+            break;
+        }
+        deltas_seen = names.len() - 1;
+        assert!(
+            names.iter().skip(1).all(|n| n.ends_with(".delta")),
+            "{names:?}"
+        );
+        assert!(next < 20_000, "never compacted: {names:?}");
+    }
+
+    // A node dies without a checkpoint: its last acknowledgements come back from the
+    // replay of the containers no object covers, exactly (the other partitions' objects
+    // never covered the loop's containers either: their entries are replayed too).
+    let late = write_container_to(&*b.node_backend(2), 2, 2, 5000..5300);
+    for &(fp, location) in &late {
+        if partition_of(&fp, PARTITIONS) == p0 {
+            insert(&mut opened_b[0], fp, location);
+        }
+    }
+    all.extend(late.iter().copied());
+    drop(opened_b);
+    let c = storage(&store, caches[2].path());
+    let (mut opened_c, replay) = partition_store(c).take_over(&parts, 11).unwrap();
+    assert_eq!(replay.rebuilt, 0);
+    assert!(replay.containers_read >= 1);
+    assert_eq!(
+        replay.inserted,
+        late.len() as u64 + loop_others + more_others.len() as u64
+    );
+    assert_exact(&mut opened_c, &all);
+}
+
+#[test]
+fn partition_chains_in_memory() {
+    chain_round_trip(Arc::new(InMemory::new()));
+}
+
+#[test]
+fn partition_chains_on_s3s() {
+    let server = S3sServer::start(&["larder"]);
+    chain_round_trip(server.store("larder"));
+}

@@ -1,0 +1,342 @@
+//! A repository's immutable files in S3-compatible object storage (docs/design/format.md,
+//! "Object storage"): `<prefix>/<kind dir>/<name>.<ext>`, the local layout's paths as
+//! keys, through the `object_store` crate.
+//!
+//! [`Backend`] is synchronous and its callers are plain threads and tokio blocking
+//! threads of other runtimes, so the backend owns a small runtime of its own: every
+//! request is spawned there and the caller waits on the task's handle with
+//! `futures::executor::block_on`, never with `Runtime::block_on` (which panics inside
+//! another runtime).
+
+use std::future::Future;
+use std::io;
+use std::ops::Range;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use futures::TryStreamExt;
+use object_store::aws::AmazonS3Builder;
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
+use tokio::runtime::Runtime;
+
+use super::{Backend, FileKind};
+use crate::error::{Result, StoreError};
+
+/// Threads of the backend's runtime: requests are I/O-bound, two keep several in
+/// flight.
+const RUNTIME_THREADS: usize = 2;
+
+/// Files under a key prefix of an object store. A put is atomic (an object is visible
+/// complete or not at all) and durable once acknowledged, so `sync` has nothing to do.
+pub struct ObjectBackend {
+    store: Arc<dyn ObjectStore>,
+    /// Keys start with this prefix and a `/`, unless it is empty.
+    prefix: String,
+    /// `s3://bucket` (or another store's name), for error messages.
+    location: String,
+    /// Shared by the backends [`ObjectBackend::sub`] makes.
+    runtime: Arc<OwnRuntime>,
+}
+
+/// The backend's runtime. Dropped without waiting for its tasks: dropping a runtime
+/// inside another runtime's task would panic, and a request still running when its
+/// caller gave up has no one to answer.
+struct OwnRuntime(Option<Runtime>);
+
+impl Drop for OwnRuntime {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+impl std::fmt::Debug for ObjectBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ObjectBackend")
+            .field("location", &self.location)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An `s3://bucket/prefix` URL's bucket and prefix (without slashes at its ends).
+pub fn parse_s3_url(url: &str) -> Result<(String, String)> {
+    let invalid = |why: &str| StoreError::Config(format!("storage URL {url:?}: {why}"));
+    let rest = url
+        .strip_prefix("s3://")
+        .ok_or_else(|| invalid("expected s3://bucket/prefix"))?;
+    let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    if bucket.is_empty() {
+        return Err(invalid("no bucket"));
+    }
+    Ok((bucket.to_string(), prefix.trim_matches('/').to_string()))
+}
+
+impl ObjectBackend {
+    /// Files under `prefix` (no leading or trailing `/`; empty for the whole store) of
+    /// `store`; `location` names the store in error messages.
+    pub fn new(store: Arc<dyn ObjectStore>, prefix: &str, location: &str) -> Result<Self> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(RUNTIME_THREADS)
+            .thread_name("larder-object-store")
+            .enable_all()
+            .build()
+            .map_err(|e| StoreError::io(location, e))?;
+        Ok(Self {
+            store,
+            prefix: prefix.trim_matches('/').to_string(),
+            location: location.trim_end_matches('/').to_string(),
+            runtime: Arc::new(OwnRuntime(Some(runtime))),
+        })
+    }
+
+    /// The S3 bucket and prefix of `url` (`s3://bucket/prefix`), with the endpoint,
+    /// region and credentials from the standard AWS environment variables
+    /// (`AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`, `AWS_REGION`, `AWS_ACCESS_KEY_ID`,
+    /// `AWS_SECRET_ACCESS_KEY`, ...).
+    pub fn from_url(url: &str) -> Result<Self> {
+        let (bucket, prefix) = parse_s3_url(url)?;
+        let store = AmazonS3Builder::from_env()
+            .with_bucket_name(&bucket)
+            .build()
+            .map_err(|e| StoreError::Config(format!("storage URL {url:?}: {e}")))?;
+        Self::new(Arc::new(store), &prefix, &format!("s3://{bucket}"))
+    }
+
+    /// A backend on the same store and runtime for the keys under `sub` (relative to
+    /// this backend's prefix).
+    pub fn sub(&self, sub: &str) -> Self {
+        Self {
+            store: self.store.clone(),
+            prefix: self.key(sub.trim_matches('/')),
+            location: self.location.clone(),
+            runtime: self.runtime.clone(),
+        }
+    }
+
+    /// The object store and the prefix this backend's keys start with.
+    pub fn store(&self) -> (&Arc<dyn ObjectStore>, &str) {
+        (&self.store, &self.prefix)
+    }
+
+    /// The full key of `relative` (a `/`-separated path below the prefix).
+    fn key(&self, relative: &str) -> String {
+        if self.prefix.is_empty() {
+            relative.to_string()
+        } else {
+            format!("{}/{relative}", self.prefix)
+        }
+    }
+
+    fn path(&self, relative: &str) -> ObjectPath {
+        ObjectPath::from(self.key(relative))
+    }
+
+    /// How errors name `relative`: the store's URL and the full key.
+    pub fn describe(&self, relative: &str) -> PathBuf {
+        PathBuf::from(format!("{}/{}", self.location, self.key(relative)))
+    }
+
+    fn error(&self, relative: &str, e: object_store::Error) -> StoreError {
+        let kind = match &e {
+            object_store::Error::NotFound { .. } => io::ErrorKind::NotFound,
+            object_store::Error::AlreadyExists { .. }
+            | object_store::Error::Precondition { .. } => io::ErrorKind::AlreadyExists,
+            _ => io::ErrorKind::Other,
+        };
+        StoreError::io(
+            self.describe(relative),
+            io::Error::new(kind, crate::error::error_chain(&e)),
+        )
+    }
+
+    /// Runs `request` on the backend's runtime and waits for it on this thread.
+    fn run<T: Send + 'static>(
+        &self,
+        relative: &str,
+        request: impl Future<Output = object_store::Result<T>> + Send + 'static,
+    ) -> Result<T> {
+        let runtime = self.runtime.0.as_ref().expect("taken only by drop");
+        let task = runtime.spawn(request);
+        match futures::executor::block_on(task) {
+            Ok(outcome) => outcome.map_err(|e| self.error(relative, e)),
+            Err(join) => Err(StoreError::io(
+                self.describe(relative),
+                io::Error::other(format!("object store request failed: {join}")),
+            )),
+        }
+    }
+
+    /// The object at `relative`.
+    pub fn get(&self, relative: &str) -> Result<Vec<u8>> {
+        let (store, path) = (self.store.clone(), self.path(relative));
+        self.run(relative, async move {
+            let got = store.get(&path).await?;
+            got.bytes().await.map(|b| b.to_vec())
+        })
+    }
+
+    /// Stores `data` at `relative`, atomically: replacing any object there, or with
+    /// `create_only` refusing (`Ok(false)`) when one exists (a conditional put,
+    /// `If-None-Match: *`).
+    pub fn put(&self, relative: &str, data: &[u8], create_only: bool) -> Result<bool> {
+        let (store, path) = (self.store.clone(), self.path(relative));
+        let payload = PutPayload::from(data.to_vec());
+        let mode = if create_only {
+            PutMode::Create
+        } else {
+            PutMode::Overwrite
+        };
+        let outcome = self.run(relative, async move {
+            store
+                .put_opts(
+                    &path,
+                    payload,
+                    PutOptions {
+                        mode,
+                        ..PutOptions::default()
+                    },
+                )
+                .await
+        });
+        match outcome {
+            Ok(_) => Ok(true),
+            Err(StoreError::Io { source, .. })
+                if create_only && source.kind() == io::ErrorKind::AlreadyExists =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Deletes the object at `relative`; a missing one is no error.
+    pub fn delete(&self, relative: &str) -> Result<()> {
+        let (store, path) = (self.store.clone(), self.path(relative));
+        match self.run(relative, async move { store.delete(&path).await }) {
+            Err(StoreError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
+                Ok(())
+            }
+            outcome => outcome,
+        }
+    }
+
+    /// The keys below `dir` (relative to `dir`, at any depth), sorted.
+    pub fn list_keys(&self, dir: &str) -> Result<Vec<String>> {
+        let (store, path) = (self.store.clone(), self.path(dir));
+        let base = format!("{}/", self.key(dir));
+        let mut keys: Vec<String> = self
+            .run(dir, async move {
+                store
+                    .list(Some(&path))
+                    .map_ok(|meta| meta.location.to_string())
+                    .try_collect::<Vec<_>>()
+                    .await
+            })?
+            .into_iter()
+            .filter_map(|k| k.strip_prefix(&base).map(str::to_string))
+            .collect();
+        keys.sort();
+        Ok(keys)
+    }
+
+    /// The names of the "directories" directly below `dir` (common prefixes), sorted.
+    pub fn list_dirs(&self, dir: &str) -> Result<Vec<String>> {
+        let (store, path) = (self.store.clone(), self.path(dir));
+        let listing = self.run(
+            dir,
+            async move { store.list_with_delimiter(Some(&path)).await },
+        )?;
+        let mut names: Vec<String> = listing
+            .common_prefixes
+            .iter()
+            .filter_map(|p| p.filename().map(str::to_string))
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    fn relative(kind: FileKind, name: &str) -> String {
+        format!("{}/{name}.{}", kind.dir(), kind.extension())
+    }
+}
+
+impl Backend for ObjectBackend {
+    fn read(&self, kind: FileKind, name: &str) -> Result<Vec<u8>> {
+        self.get(&Self::relative(kind, name))
+    }
+
+    fn read_ranges(
+        &self,
+        kind: FileKind,
+        name: &str,
+        ranges: &[Range<u64>],
+    ) -> Result<Vec<Vec<u8>>> {
+        let relative = Self::relative(kind, name);
+        let (store, path) = (self.store.clone(), self.path(&relative));
+        // Empty ranges are not requested (object stores refuse them); they read as
+        // nothing, as locally.
+        let wanted: Vec<Range<u64>> = ranges.iter().filter(|r| !r.is_empty()).cloned().collect();
+        let mut got = self
+            .run(
+                &relative,
+                async move { store.get_ranges(&path, &wanted).await },
+            )?
+            .into_iter();
+        // A range past the end must fail, as a short local read does, whatever the
+        // server answered.
+        let mut out = Vec::with_capacity(ranges.len());
+        for range in ranges {
+            if range.is_empty() {
+                out.push(Vec::new());
+                continue;
+            }
+            let bytes = got.next().unwrap_or_default();
+            if bytes.len() as u64 != range.end - range.start {
+                return Err(StoreError::io(
+                    self.describe(&relative),
+                    io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        format!("range {range:?} ends past the object's end"),
+                    ),
+                ));
+            }
+            out.push(bytes.to_vec());
+        }
+        Ok(out)
+    }
+
+    fn file_len(&self, kind: FileKind, name: &str) -> Result<u64> {
+        let relative = Self::relative(kind, name);
+        let (store, path) = (self.store.clone(), self.path(&relative));
+        self.run(&relative, async move { store.head(&path).await })
+            .map(|meta| meta.size)
+    }
+
+    fn write(&self, kind: FileKind, name: &str, data: &[u8]) -> Result<()> {
+        self.put(&Self::relative(kind, name), data, false)
+            .map(|_| ())
+    }
+
+    /// Nothing left to do: every acknowledged put is durable.
+    fn sync(&self, _kind: FileKind) -> Result<()> {
+        Ok(())
+    }
+
+    fn list(&self, kind: FileKind) -> Result<Vec<String>> {
+        let suffix = format!(".{}", kind.extension());
+        let mut names: Vec<String> = self
+            .list_keys(kind.dir())?
+            .into_iter()
+            .filter(|k| !k.contains('/'))
+            .filter_map(|k| k.strip_suffix(&suffix).map(str::to_string))
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    fn remove(&self, kind: FileKind, name: &str) -> Result<()> {
+        self.delete(&Self::relative(kind, name))
+    }
+}
