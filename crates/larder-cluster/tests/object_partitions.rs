@@ -13,24 +13,16 @@ use std::sync::Arc;
 use larder_cluster::partitions::{Opened, PartitionStore};
 use larder_cluster::{partition_of, PartitionId, SharedStorage, Ticket};
 use larder_hash::{Fingerprint, HashAlgo};
-use larder_index::disk::{Answer, DiskIndexConfig, Lookup};
+use larder_index::disk::{Answer, Lookup};
 use larder_index::ChunkLocation;
 use larder_store::{ObjectBackend, PartitionObject};
 use object_store::memory::InMemory;
 use object_store::ObjectStore;
 use support::containers::write_container_to;
 use support::s3s::S3sServer;
+use support::small_index;
 
 const PARTITIONS: u32 = 4;
-
-fn config() -> DiskIndexConfig {
-    DiskIndexConfig {
-        memory_budget: 64 << 10,
-        expected_fingerprints: 2000,
-        buffered_chunk_bytes: 64,
-        ..DiskIndexConfig::default()
-    }
-}
 
 /// A node's view of the cluster in `bucket`, with its own cache directory.
 fn storage(store: &Arc<dyn ObjectStore>, cache: &std::path::Path) -> SharedStorage {
@@ -45,7 +37,7 @@ fn partition_store(storage: SharedStorage) -> PartitionStore {
         storage,
         PARTITIONS,
         HashAlgo::Blake3,
-        config(),
+        small_index(),
         Lookup::Eager,
     )
 }

@@ -10,24 +10,16 @@ use larder_cluster::partition::first_container;
 use larder_cluster::partitions::{Covered, Opened, PartitionStore};
 use larder_cluster::{partition_of, ClusterError, PartitionId};
 use larder_hash::{Fingerprint, HashAlgo};
-use larder_index::disk::{DiskIndexConfig, Lookup};
+use larder_index::disk::Lookup;
 use larder_index::ChunkLocation;
 use proptest::prelude::*;
 use support::containers::write_container;
+use support::small_index;
 
 const PARTITIONS: u32 = 8;
 
-fn config() -> DiskIndexConfig {
-    DiskIndexConfig {
-        memory_budget: 64 << 10,
-        expected_fingerprints: 2000,
-        buffered_chunk_bytes: 64,
-        ..DiskIndexConfig::default()
-    }
-}
-
 fn store(root: &std::path::Path, lookup: Lookup) -> PartitionStore {
-    PartitionStore::new(root, PARTITIONS, HashAlgo::Blake3, config(), lookup)
+    PartitionStore::new(root, PARTITIONS, HashAlgo::Blake3, small_index(), lookup)
 }
 
 #[test]
