@@ -12,10 +12,9 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use larder_chunk::{ChunkerConfig, ChunkerKind};
-use larder_engine::{backup, BackupOptions, NoProgress, PatternList};
+use larder_engine::{backup, BackupOptions, Parents};
 use larder_gen::{Config, Extent, Model, Source, Truth, Workload, BLOCK};
 use larder_hash::{Fingerprint, HashAlgo};
 use larder_store::{Compression, LockMode, RepoConfig, Repository};
@@ -352,14 +351,13 @@ pub fn run_gen_truth(
         &RepoConfig::new(config, HashAlgo::Blake3).with_compression(Compression::None),
     )?;
     let mut repo = Repository::open(&root, LockMode::Exclusive)?;
+    // Every byte read and no checkpoint: the experiments measure the papers' pipeline.
     let opts = BackupOptions {
-        threads: 0,
         hostname: "larder-bench".into(),
         username: "larder-bench".into(),
-        exclude: PatternList::default(),
-        progress: Arc::new(NoProgress),
-        serial: false,
-        remote: None,
+        parents: Parents::None,
+        checkpoint_interval: None,
+        ..BackupOptions::default()
     };
     let mut backup_new = Vec::new();
     for (i, file) in generated.files.iter().enumerate() {

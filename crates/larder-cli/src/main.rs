@@ -503,8 +503,7 @@ fn run(cli: Cli, out: &Output) -> Result<ExitCode> {
                 username: std::env::var("USER").unwrap_or_default(),
                 exclude,
                 progress: bar.clone() as Arc<dyn Progress>,
-                serial: false,
-                remote: None,
+                ..BackupOptions::default()
             };
             let summary = larder_engine::backup(&mut repo, &paths, &opts)?;
             bar.finish();

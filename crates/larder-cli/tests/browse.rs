@@ -332,26 +332,26 @@ fn craft_snapshot(repo_path: &Path, entries: &[(TreeEntry, &[u8])]) -> String {
             chunks: vec![tree_fp.to_hex()],
         },
         summary: SnapshotSummary::default(),
+        partial: false,
+        parents: Vec::new(),
     };
     repo.save_snapshot(&snapshot).expect("save snapshot")
 }
 
 fn hostile(kind: EntryKind, path: &[u8], size: u64) -> TreeEntry {
     TreeEntry {
-        kind,
-        path: path.to_vec(),
         mode: u32::MAX,
         mtime_sec: i64::MIN,
-        mtime_nsec: u32::MAX,
+        // The largest a version 2 tree takes (version 1 took any).
+        mtime_nsec: 999_999_999,
         uid: u32::MAX,
-        gid: 0,
         size,
-        chunks: Vec::new(),
         target: if kind == EntryKind::Symlink {
             b"\x1b]0;pwned\x07".to_vec()
         } else {
             Vec::new()
         },
+        ..TreeEntry::new(kind, path.to_vec())
     }
 }
 

@@ -41,16 +41,9 @@ fn craft_snapshot(repo_path: &Path, entries: &[Hostile<'_>]) -> String {
             Hostile::Symlink(p, _) => (EntryKind::Symlink, p, 0o120_777),
         };
         let mut entry = TreeEntry {
-            kind,
-            path: path.to_vec(),
             mode,
             mtime_sec: 1_000_000_000,
-            mtime_nsec: 0,
-            uid: 0,
-            gid: 0,
-            size: 0,
-            chunks: Vec::new(),
-            target: Vec::new(),
+            ..TreeEntry::new(kind, path.to_vec())
         };
         match e {
             Hostile::File(_, data) => {
@@ -86,6 +79,8 @@ fn craft_snapshot(repo_path: &Path, entries: &[Hostile<'_>]) -> String {
             chunks: vec![tree_fp.to_hex()],
         },
         summary: SnapshotSummary::default(),
+        partial: false,
+        parents: Vec::new(),
     };
     repo.save_snapshot(&snapshot).expect("save snapshot")
 }

@@ -118,13 +118,10 @@ impl NodeHandler {
                         Duration::from_secs(60),
                     )?;
                     let options = BackupOptions {
-                        threads: 0,
                         hostname: format!("larder-node-{id}"),
                         username: std::env::var("USER").unwrap_or_else(|_| "larder".into()),
-                        exclude: PatternList::default(),
-                        progress: Arc::new(NoProgress),
-                        serial: false,
                         remote: Some(remote),
+                        ..BackupOptions::default()
                     };
                     let paths: Vec<PathBuf> = paths.iter().map(PathBuf::from).collect();
                     backup(&mut repo, &paths, &options)

@@ -17,7 +17,7 @@ use larder_cluster::coord::{ClusterConfig, COORD_FORMAT_VERSION};
 use larder_cluster::node::{init_cluster, Node, NodeOptions};
 use larder_cluster::rpc::{Job, NodeClient};
 use larder_cluster::{NodeId, SharedStorage};
-use larder_engine::{backup, BackupOptions, NoProgress, PatternList};
+use larder_engine::{backup, BackupOptions};
 use larder_hash::HashAlgo;
 use larder_store::{LockMode, ObjectBackend, RepoConfig, Repository};
 use support::etcd::EtcdCluster;
@@ -147,10 +147,7 @@ impl OneRepository {
             threads: 2,
             hostname: "oracle".into(),
             username: "test".into(),
-            exclude: PatternList::default(),
-            progress: Arc::new(NoProgress),
-            serial: false,
-            remote: None,
+            ..BackupOptions::default()
         };
         let summary = backup(&mut self.0, &[src.to_path_buf()], &options).unwrap();
         (summary.chunks_new, summary.bytes_new)

@@ -9,8 +9,8 @@
 //! straight into a buffer's spare capacity, so they are never zero-filled in user space
 //! first.
 
-use std::fs::File;
 use std::io;
+use std::os::fd::AsRawFd;
 
 /// Bytes of a transparent huge page on x86-64 and most aarch64 kernels.
 const HUGE_PAGE: usize = 2 << 20;
@@ -47,11 +47,10 @@ fn advise_huge_pages(buf: &Vec<u8>) {
 #[cfg(not(target_os = "linux"))]
 fn advise_huge_pages(_buf: &Vec<u8>) {}
 
-/// Reads at most `max` bytes from `file`, appending them to `buf` without initializing
-/// the spare capacity first. Returns the count read, 0 at the end of the file; retries
-/// reads interrupted by a signal.
-pub(crate) fn read_append(file: &mut File, buf: &mut Vec<u8>, max: usize) -> io::Result<usize> {
-    use std::os::fd::AsRawFd;
+/// Reads at most `max` bytes from `file` (a file or a pipe), appending them to `buf`
+/// without initializing the spare capacity first. Returns the count read, 0 at the end
+/// of the file; retries reads interrupted by a signal.
+pub(crate) fn read_append(file: &impl AsRawFd, buf: &mut Vec<u8>, max: usize) -> io::Result<usize> {
     buf.reserve(max);
     let len = buf.len();
     loop {
@@ -81,6 +80,7 @@ pub(crate) fn read_append(file: &mut File, buf: &mut Vec<u8>, max: usize) -> io:
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs::File;
     use std::io::Write;
 
     #[test]
@@ -89,11 +89,11 @@ mod tests {
         let mut tmp = tempfile::NamedTempFile::new().unwrap();
         tmp.write_all(&data).unwrap();
         for step in [1, 4095, 65536, 1 << 20] {
-            let mut file = File::open(tmp.path()).unwrap();
+            let file = File::open(tmp.path()).unwrap();
             let mut buf = block_buffer(16);
             buf.extend_from_slice(b"prefix");
             loop {
-                match read_append(&mut file, &mut buf, step).unwrap() {
+                match read_append(&file, &mut buf, step).unwrap() {
                     0 => break,
                     n => assert!(n <= step),
                 }

@@ -114,6 +114,14 @@ impl SnapshotTree {
                     advice: "symlinks are not followed: give the path of the file it points to",
                 })
             }
+            EntryKind::Fifo | EntryKind::CharDevice | EntryKind::BlockDevice => {
+                return Err(EngineError::NotAFile {
+                    path: path.to_string(),
+                    snapshot,
+                    what: "a FIFO or device node".into(),
+                    advice: "it holds no data: restore it with `larder restore --include`",
+                })
+            }
         }
         let damaged = |reason: String| EngineError::DamagedEntry {
             path: path.to_string(),

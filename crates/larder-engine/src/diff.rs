@@ -268,16 +268,11 @@ mod tests {
 
     fn file(path: &str, chunks: &[u8]) -> TreeEntry {
         TreeEntry {
-            kind: EntryKind::File,
-            path: path.as_bytes().to_vec(),
             mode: 0o100644,
             mtime_sec: 1,
-            mtime_nsec: 0,
-            uid: 0,
-            gid: 0,
             size: 10 * chunks.len() as u64,
             chunks: chunks.iter().map(|&c| fp(c)).collect(),
-            target: Vec::new(),
+            ..TreeEntry::new(EntryKind::File, path.as_bytes().to_vec())
         }
     }
 

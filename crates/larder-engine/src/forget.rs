@@ -3,7 +3,9 @@
 //! keeps the N newest; `--keep-daily N` the newest snapshot of each of the N newest
 //! local calendar days that have one, and likewise for ISO weeks (Monday to Sunday)
 //! and months. Snapshots are grouped by host and paths first, as restic does by
-//! default, and each group is judged on its own.
+//! default, and each group is judged on its own. Checkpoints (partial snapshots of a
+//! backup that was killed or is running) are neither counted nor removed by a policy:
+//! the next complete backup of their paths removes them.
 
 use std::collections::BTreeMap;
 
@@ -41,6 +43,8 @@ pub enum KeepReason {
     NotNamed,
     /// Its time does not parse, so no rule can place it.
     UnknownTime,
+    /// A checkpoint: policies count complete snapshots only.
+    Checkpoint,
 }
 
 impl KeepReason {
@@ -55,6 +59,7 @@ impl KeepReason {
             Self::Monthly => "monthly",
             Self::NotNamed => "not named",
             Self::UnknownTime => "unknown time",
+            Self::Checkpoint => "checkpoint",
         }
     }
 
@@ -64,7 +69,7 @@ impl KeepReason {
             Self::Daily => policy.daily,
             Self::Weekly => policy.weekly,
             Self::Monthly => policy.monthly,
-            Self::NotNamed | Self::UnknownTime => 0,
+            Self::NotNamed | Self::UnknownTime | Self::Checkpoint => 0,
         }
     }
 
@@ -74,7 +79,7 @@ impl KeepReason {
     fn bucket(self, local: i64, index: usize) -> i64 {
         let day = local.div_euclid(86_400);
         match self {
-            Self::Last | Self::NotNamed | Self::UnknownTime => index as i64,
+            Self::Last | Self::NotNamed | Self::UnknownTime | Self::Checkpoint => index as i64,
             Self::Daily => day,
             Self::Weekly => (day + 3).div_euclid(7),
             Self::Monthly => {
@@ -123,8 +128,8 @@ pub struct ForgetDecision {
 
 /// Applies `policy` to `snapshots` (oldest first, as [`Repository::snapshots`] gives
 /// them), group by group, with `offset(utc)` the local zone's offset at a UTC time in
-/// seconds. A snapshot whose time does not parse is kept (and named so). Returns the
-/// decisions, oldest first.
+/// seconds. A snapshot whose time does not parse is kept (and named so), and so is a
+/// checkpoint, which no rule counts. Returns the decisions, oldest first.
 pub fn plan_forget(
     snapshots: &[IdentifiedSnapshot],
     policy: &RetentionPolicy,
@@ -135,16 +140,21 @@ pub fn plan_forget(
         .iter()
         .enumerate()
         .map(|(i, (id, s))| {
-            groups
-                .entry((s.hostname.as_str(), s.paths.as_slice()))
-                .or_default()
-                .push(i);
+            if !s.partial {
+                groups
+                    .entry((s.hostname.as_str(), s.paths.as_slice()))
+                    .or_default()
+                    .push(i);
+            }
             ForgetDecision {
                 id: id.clone(),
                 time: s.time.clone(),
                 hostname: s.hostname.clone(),
                 paths: s.paths.clone(),
-                reasons: Vec::new(),
+                reasons: match s.partial {
+                    true => vec![KeepReason::Checkpoint],
+                    false => Vec::new(),
+                },
             }
         })
         .collect();
@@ -283,6 +293,8 @@ mod tests {
                 chunks: Vec::new(),
             },
             summary: SnapshotSummary::default(),
+            partial: false,
+            parents: Vec::new(),
         };
         let snaps: Vec<IdentifiedSnapshot> = vec![
             ("a".into(), snap("2026-11-20T22:30:00Z", "h1")),
@@ -303,6 +315,22 @@ mod tests {
         // In UTC a and b fall on one day; an hour east, b is on the next day.
         assert_eq!(kept(0), ["b", "c"]);
         assert_eq!(kept(3600), ["a", "b", "c"]);
+        // A newer checkpoint is kept as a checkpoint and takes no rule's place.
+        let mut with_checkpoint = snaps.clone();
+        let mut partial = snap("2026-11-21T10:00:00Z", "h1");
+        partial.partial = true;
+        with_checkpoint.push(("d".into(), partial));
+        let decisions = plan_forget(&with_checkpoint, &daily, |_| 0);
+        let reasons: Vec<&[KeepReason]> = decisions.iter().map(|d| d.reasons.as_slice()).collect();
+        assert_eq!(
+            reasons,
+            [
+                &[][..],
+                &[KeepReason::Daily],
+                &[KeepReason::Daily],
+                &[KeepReason::Checkpoint]
+            ]
+        );
     }
 
     proptest! {

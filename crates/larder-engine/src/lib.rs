@@ -19,15 +19,18 @@ mod diff;
 mod error;
 mod forget;
 mod gc;
+mod meta;
 mod pattern;
 mod restore;
 mod select;
 mod time;
 mod tree_io;
-mod walk;
 
 pub use assembly::ReadStats;
-pub use backup::{backup, BackupOptions, BackupSummary, RemoteIndex, StageTimes};
+pub use backup::{
+    backup, backup_stdin, BackupOptions, BackupSummary, Parents, RemoteIndex, SkipRules,
+    StageTimes, RACY_WINDOW,
+};
 pub use browse::{display_path, escape_name, SnapshotPath, SnapshotTree};
 pub use check::{check, CheckOptions, CheckReport, Damage};
 pub use diff::{diff_snapshots, diff_trees, Change, ChangeKind, ChangedField, TreeDiff};

@@ -61,6 +61,8 @@ pub struct RestoreSummary {
     pub files: u64,
     pub dirs: u64,
     pub symlinks: u64,
+    /// FIFOs and device nodes.
+    pub specials: u64,
     pub bytes: u64,
     /// Entries of the snapshot left out by `include` and `exclude`.
     pub filtered_out: u64,
@@ -116,6 +118,7 @@ pub fn restore(
             files: 0,
             dirs: 0,
             symlinks: 0,
+            specials: 0,
             bytes: 0,
             filtered_out: (all_entries.len() - entries.len()) as u64,
             reads: ReadStats {
@@ -199,6 +202,9 @@ pub fn restore(
                     None => Err("the restore plan lost this file".into()),
                 },
                 EntryKind::Symlink => r.symlink(&dest, entry),
+                EntryKind::Fifo | EntryKind::CharDevice | EntryKind::BlockDevice => {
+                    r.special(&dest, entry)
+                }
             };
             if let Err(message) = result {
                 let w = Warning::error(&dest, message);
@@ -420,6 +426,31 @@ impl Restorer {
             .map_err(|e| e.to_string())?;
         set_times(dest, entry, true).map_err(|e| e.to_string())?;
         self.summary.symlinks += 1;
+        Ok(())
+    }
+}
+
+impl Restorer {
+    /// Creates a FIFO or device node (`mknod`; devices need privilege).
+    fn special(&mut self, dest: &Path, entry: &TreeEntry) -> Result<(), String> {
+        self.check_parents(dest)?;
+        self.make_room(dest)?;
+        let kind = match entry.kind {
+            EntryKind::Fifo => libc::S_IFIFO,
+            EntryKind::CharDevice => libc::S_IFCHR,
+            _ => libc::S_IFBLK,
+        };
+        let c = CString::new(dest.as_os_str().as_bytes()).map_err(|e| e.to_string())?;
+        // SAFETY: `c` is a valid NUL-terminated path; mknod retains nothing.
+        let rc = unsafe { libc::mknod(c.as_ptr(), kind | (entry.mode & 0o7777), entry.rdev) };
+        if rc != 0 {
+            return Err(format!(
+                "cannot create: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        set_times(dest, entry, true).map_err(|e| e.to_string())?;
+        self.summary.specials += 1;
         Ok(())
     }
 }

@@ -100,18 +100,7 @@ mod tests {
     use crate::pattern::Pattern;
 
     fn entry(kind: EntryKind, path: &str) -> TreeEntry {
-        TreeEntry {
-            kind,
-            path: path.as_bytes().to_vec(),
-            mode: 0,
-            mtime_sec: 0,
-            mtime_nsec: 0,
-            uid: 0,
-            gid: 0,
-            size: 0,
-            chunks: Vec::new(),
-            target: Vec::new(),
-        }
+        TreeEntry::new(kind, path.as_bytes().to_vec())
     }
 
     fn list(patterns: &[&str]) -> PatternList {

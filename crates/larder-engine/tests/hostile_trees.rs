@@ -23,7 +23,13 @@ fn tree_path() -> impl Strategy<Value = Vec<u8>> {
 
 fn entry() -> impl Strategy<Value = TreeEntry> {
     (
-        prop::sample::select(vec![EntryKind::File, EntryKind::Dir, EntryKind::Symlink]),
+        prop::sample::select(vec![
+            EntryKind::File,
+            EntryKind::Dir,
+            EntryKind::Symlink,
+            EntryKind::Fifo,
+            EntryKind::CharDevice,
+        ]),
         tree_path(),
         any::<u32>(),
         prop_oneof![Just(i64::MIN), Just(i64::MAX), any::<i64>(), 0..3i64],
@@ -34,16 +40,14 @@ fn entry() -> impl Strategy<Value = TreeEntry> {
     )
         .prop_map(
             |(kind, path, mode, mtime_sec, mtime_nsec, size, chunks, target)| TreeEntry {
-                kind,
-                path,
                 mode,
                 mtime_sec,
                 mtime_nsec,
                 uid: mode % 3,
-                gid: 0,
                 size,
                 chunks: chunks.into_iter().map(|c| Fingerprint([c; 32])).collect(),
                 target,
+                ..TreeEntry::new(kind, path)
             },
         )
 }
@@ -62,6 +66,8 @@ fn tree(entries: Vec<TreeEntry>) -> SnapshotTree {
                 chunks: Vec::new(),
             },
             summary: SnapshotSummary::default(),
+            partial: false,
+            parents: Vec::new(),
         },
         entries,
     }

@@ -35,6 +35,8 @@ pub use repo::{
     IdentifiedSnapshot, IndexSettings, OpenReport, RepoConfig, RepoDiskIndex, RepoIndex,
     Repository, MIN_INDEX_MEMORY,
 };
-pub use segment::{decode_segment, encode_segment, SegmentContainer};
+pub use segment::{decode_segment, encode_segment, segment_len, SegmentContainer};
 pub use snapshot::{Snapshot, SnapshotSummary, TreeRef};
-pub use tree::{encode_tree_header, is_safe_relative_path, EntryKind, TreeDecoder, TreeEntry};
+pub use tree::{
+    encode_tree_header, is_safe_relative_path, EntryKind, TreeDecoder, TreeEntry, Xattr,
+};

@@ -572,14 +572,14 @@ impl Repository {
         self.next_container.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Moves the index out, for a backup's index stage to own; give it back with
-    /// [`Repository::put_index`] before [`Repository::commit`].
-    pub fn take_index(&mut self) -> RepoIndex {
-        std::mem::take(&mut self.index)
-    }
-
-    pub fn put_index(&mut self, index: RepoIndex) {
+    /// Lends the index to `f` (a backup's index stage owns it while the repository is
+    /// shared with its writer threads) and takes it back when `f` returns, whatever
+    /// it returns. Inside `f`, the repository's own index is empty.
+    pub fn lend_index<T>(&mut self, f: impl FnOnce(&Self, &mut RepoIndex) -> T) -> T {
+        let mut index = std::mem::take(&mut self.index);
+        let out = f(self, &mut index);
         self.index = index;
+        out
     }
 
     /// Reads and verifies a container (not its chunk data).
@@ -785,12 +785,15 @@ impl Repository {
         Ok((good, bad))
     }
 
-    /// The snapshot named by `latest` or by a unique prefix of its id.
+    /// The snapshot named by `latest` (the newest complete one: never a checkpoint)
+    /// or by a unique prefix of its id.
     pub fn find_snapshot(&self, name: &str) -> Result<IdentifiedSnapshot> {
-        let (mut all, _) = self.snapshots()?;
+        let (all, _) = self.snapshots()?;
         if name == "latest" {
             return all
-                .pop()
+                .into_iter()
+                .rev()
+                .find(|(_, s)| !s.partial)
                 .ok_or_else(|| StoreError::NoSuchSnapshot(name.into()));
         }
         let mut matches = all.into_iter().filter(|(id, _)| id.starts_with(name));

@@ -24,11 +24,27 @@ impl SegmentContainer {
             .iter()
             .map(|e| (e.fingerprint, e.location(self.id)))
     }
+
+    /// The length of the container's file: header, stored chunk bytes, table and tail.
+    pub fn container_len(&self) -> u64 {
+        let stored: u64 = self.entries.iter().map(|e| u64::from(e.stored_len)).sum();
+        stored + (crate::container::CONTAINER_OVERHEAD + ENTRY_LEN * self.entries.len()) as u64
+    }
 }
 
-pub fn encode_segment(algo: HashAlgo, containers: &[SegmentContainer]) -> Vec<u8> {
+/// The length of the segment [`encode_segment`] writes for `containers`.
+pub fn segment_len(containers: &[SegmentContainer]) -> u64 {
     let entries: usize = containers.iter().map(|c| c.entries.len()).sum();
-    let mut out = Vec::with_capacity(24 + containers.len() * 16 + entries * ENTRY_LEN + 32);
+    (SEGMENT_HEADER_LEN + containers.len() * CONTAINER_HEADER_LEN + entries * ENTRY_LEN + 32) as u64
+}
+
+/// Bytes before a segment's first container: magic, version, algorithm, count.
+const SEGMENT_HEADER_LEN: usize = 24;
+/// Bytes before a container's entries in a segment: id, count, zero.
+const CONTAINER_HEADER_LEN: usize = 16;
+
+pub fn encode_segment(algo: HashAlgo, containers: &[SegmentContainer]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(segment_len(containers) as usize);
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&VERSION.to_le_bytes());
     out.push(algo.code());
@@ -131,6 +147,27 @@ mod tests {
                     .collect(),
             })
             .collect()
+    }
+
+    #[test]
+    fn lengths_are_those_of_the_files() {
+        let all = containers();
+        assert_eq!(
+            segment_len(&all),
+            encode_segment(HashAlgo::Blake3, &all).len() as u64
+        );
+        assert_eq!(
+            segment_len(&[]),
+            encode_segment(HashAlgo::Blake3, &[]).len() as u64
+        );
+        let mut builder = crate::ContainerBuilder::new(7, HashAlgo::Blake3, 1 << 16);
+        for i in 0..5u8 {
+            let data = vec![i; 100 + usize::from(i)];
+            builder.push(HashAlgo::Blake3.fingerprint(&data), &data);
+        }
+        let (bytes, entries) = builder.seal();
+        let c = SegmentContainer { id: 7, entries };
+        assert_eq!(c.container_len(), bytes.len() as u64);
     }
 
     #[test]

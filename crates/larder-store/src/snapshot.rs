@@ -27,16 +27,33 @@ impl TreeRef {
     }
 }
 
-/// Counts and byte totals of the backup that made a snapshot (informative).
+/// Counts and byte totals of the backup that made a snapshot (informative). Fields
+/// added after version 1 read as 0 from older snapshots.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SnapshotSummary {
     pub files: u64,
     pub dirs: u64,
     pub symlinks: u64,
+    /// FIFOs and device nodes.
+    #[serde(default)]
+    pub specials: u64,
+    /// Bytes of the files the snapshot holds, read or not.
     pub bytes_in: u64,
+    /// Bytes of file content actually read: files whose metadata showed them
+    /// unchanged were not.
+    #[serde(default)]
+    pub bytes_read: u64,
     pub bytes_new: u64,
     pub chunks: u64,
     pub chunks_new: u64,
+    /// Files no earlier snapshot held, files read again, and files whose recipe was
+    /// reused unread.
+    #[serde(default)]
+    pub files_new: u64,
+    #[serde(default)]
+    pub files_changed: u64,
+    #[serde(default)]
+    pub files_unchanged: u64,
     pub errors: u64,
 }
 
@@ -51,9 +68,20 @@ pub struct Snapshot {
     pub paths: Vec<String>,
     pub tree: TreeRef,
     pub summary: SnapshotSummary,
+    /// A checkpoint of a backup still running (or killed): its tree holds the entries
+    /// completed so far (docs/design/nightly.md). Version 2.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub partial: bool,
+    /// The snapshots whose entries the backup compared its files with, newest first.
+    /// Version 2, informative.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parents: Vec<String>,
 }
 
 impl Snapshot {
+    /// The version this larder writes; it reads 1 and 2.
+    pub const VERSION: u32 = 2;
+
     /// The file's bytes and its id (BLAKE3 of those bytes, in hex).
     pub fn encode(&self) -> (Vec<u8>, String) {
         let bytes = serde_json::to_vec_pretty(self).expect("a snapshot always serializes");
@@ -74,11 +102,11 @@ impl Snapshot {
         }
         let snap: Snapshot = serde_json::from_slice(bytes)
             .map_err(|e| StoreError::corrupt("snapshot", id, e.to_string()))?;
-        if snap.version != 1 {
+        if !(1..=Self::VERSION).contains(&snap.version) {
             return Err(StoreError::UnsupportedVersion {
                 what: "snapshot",
                 version: u64::from(snap.version),
-                supported: "version 1",
+                supported: "versions 1 and 2",
             });
         }
         Ok(snap)
@@ -111,11 +139,30 @@ mod tests {
                 chunks: vec!["00".repeat(32)],
             },
             summary: SnapshotSummary::default(),
+            partial: true,
+            parents: vec!["ab".repeat(32)],
         };
         let (bytes, id) = snap.encode();
         assert_eq!(Snapshot::decode(&bytes, &id).unwrap(), snap);
         let mut tampered = bytes.clone();
         tampered[10] ^= 1;
         assert!(Snapshot::decode(&tampered, &id).is_err());
+    }
+
+    #[test]
+    fn version_1_snapshots_read_and_unknown_versions_are_refused() {
+        let v1 = br#"{"version":1,"time":"2026-01-01T00:00:00Z","hostname":"h","username":"u",
+            "paths":["/x"],"tree":{"size":0,"chunks":[]},"summary":{"files":1,"dirs":0,
+            "symlinks":0,"bytes_in":5,"bytes_new":5,"chunks":1,"chunks_new":1,"errors":0}}"#;
+        let id = blake3::hash(v1).to_hex();
+        let snap = Snapshot::decode(v1, &id).unwrap();
+        assert!(!snap.partial && snap.parents.is_empty());
+        assert_eq!(snap.summary.bytes_read, 0);
+        let v3 = String::from_utf8_lossy(v1).replace(r#""version":1"#, r#""version":3"#);
+        let id = blake3::hash(v3.as_bytes()).to_hex();
+        assert!(matches!(
+            Snapshot::decode(v3.as_bytes(), &id),
+            Err(StoreError::UnsupportedVersion { version: 3, .. })
+        ));
     }
 }

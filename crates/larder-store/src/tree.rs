@@ -1,20 +1,24 @@
-//! The tree stream: a snapshot's directory tree with every file's recipe
-//! (docs/design/format.md, "Tree stream").
+//! The tree stream: a snapshot's directory tree with every file's recipe and metadata
+//! (docs/design/format.md, "Tree stream"). Version 2 is written; versions 1 and 2 are
+//! read.
 
 use larder_hash::Fingerprint;
 
 use crate::container::{le_u32, le_u64};
 use crate::error::{Result, StoreError};
 
-const MAGIC: &[u8; 8] = b"LARDERT1";
-/// Fixed part of an entry after the path: mode, mtime, uid, gid, size.
-const FIXED_LEN: usize = 4 + 8 + 4 + 4 + 4 + 8;
+const MAGIC_V1: &[u8; 8] = b"LARDERT1";
+const MAGIC_V2: &[u8; 8] = b"LARDERT2";
+const NANOS: u32 = 1_000_000_000;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum EntryKind {
     File,
     Dir,
     Symlink,
+    Fifo,
+    CharDevice,
+    BlockDevice,
 }
 
 impl EntryKind {
@@ -23,11 +27,39 @@ impl EntryKind {
             Self::File => 1,
             Self::Dir => 2,
             Self::Symlink => 3,
+            Self::Fifo => 4,
+            Self::CharDevice => 5,
+            Self::BlockDevice => 6,
         }
+    }
+
+    /// The kind of `code` in a stream of `version`; version 1 knew the first three.
+    fn from_code(code: u8, version: u8) -> Option<Self> {
+        Some(match (code, version) {
+            (1, _) => Self::File,
+            (2, _) => Self::Dir,
+            (3, _) => Self::Symlink,
+            (4, 2) => Self::Fifo,
+            (5, 2) => Self::CharDevice,
+            (6, 2) => Self::BlockDevice,
+            _ => return None,
+        })
+    }
+
+    /// Whether the entry records a device number (`rdev`).
+    pub fn is_device(self) -> bool {
+        matches!(self, Self::CharDevice | Self::BlockDevice)
     }
 }
 
-/// One file, directory or symlink of a snapshot.
+/// One extended attribute: its full name (with namespace) and value.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Xattr {
+    pub name: Vec<u8>,
+    pub value: Vec<u8>,
+}
+
+/// One entry of a snapshot: a file, directory, symlink, FIFO or device node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TreeEntry {
     pub kind: EntryKind,
@@ -36,26 +68,89 @@ pub struct TreeEntry {
     pub mode: u32,
     pub mtime_sec: i64,
     pub mtime_nsec: u32,
+    pub ctime_sec: i64,
+    pub ctime_nsec: u32,
     pub uid: u32,
     pub gid: u32,
     pub size: u64,
+    pub inode: u64,
+    pub device: u64,
+    pub nlink: u32,
+    /// The owner's user and group names; empty when unknown.
+    pub user: Vec<u8>,
+    pub group: Vec<u8>,
+    /// Extended attributes, names strictly ascending.
+    pub xattrs: Vec<Xattr>,
     /// The file's recipe (files only).
     pub chunks: Vec<Fingerprint>,
     /// The link target (symlinks only).
     pub target: Vec<u8>,
+    /// The device number (device nodes only).
+    pub rdev: u64,
 }
 
 impl TreeEntry {
+    /// An entry of `kind` at `path` with every other field zero or empty.
+    pub fn new(kind: EntryKind, path: Vec<u8>) -> Self {
+        Self {
+            kind,
+            path,
+            mode: 0,
+            mtime_sec: 0,
+            mtime_nsec: 0,
+            ctime_sec: 0,
+            ctime_nsec: 0,
+            uid: 0,
+            gid: 0,
+            size: 0,
+            inode: 0,
+            device: 0,
+            nlink: 0,
+            user: Vec::new(),
+            group: Vec::new(),
+            xattrs: Vec::new(),
+            chunks: Vec::new(),
+            target: Vec::new(),
+            rdev: 0,
+        }
+    }
+
+    /// Appends the entry in the version 2 layout. Owner names longer than 255 bytes
+    /// are written empty, and attributes whose names are empty or longer than 255
+    /// bytes are left out (Linux has none); attribute names must be strictly
+    /// ascending (the walk sorts them).
     pub fn encode(&self, out: &mut Vec<u8>) {
         out.push(self.kind.code());
-        out.extend_from_slice(&(self.path.len() as u32).to_le_bytes());
-        out.extend_from_slice(&self.path);
+        put_bytes32(out, &self.path);
         out.extend_from_slice(&self.mode.to_le_bytes());
         out.extend_from_slice(&self.mtime_sec.to_le_bytes());
         out.extend_from_slice(&self.mtime_nsec.to_le_bytes());
+        out.extend_from_slice(&self.ctime_sec.to_le_bytes());
+        out.extend_from_slice(&self.ctime_nsec.to_le_bytes());
         out.extend_from_slice(&self.uid.to_le_bytes());
         out.extend_from_slice(&self.gid.to_le_bytes());
         out.extend_from_slice(&self.size.to_le_bytes());
+        out.extend_from_slice(&self.inode.to_le_bytes());
+        out.extend_from_slice(&self.device.to_le_bytes());
+        out.extend_from_slice(&self.nlink.to_le_bytes());
+        put_name(out, &self.user);
+        put_name(out, &self.group);
+        let xattrs = || {
+            self.xattrs
+                .iter()
+                .filter(|x| (1..=255).contains(&x.name.len()))
+        };
+        out.extend_from_slice(&(xattrs().count() as u32).to_le_bytes());
+        for x in xattrs() {
+            out.push(x.name.len() as u8);
+            out.extend_from_slice(&x.name);
+            put_bytes32(out, &x.value);
+        }
+        self.encode_tail(out);
+    }
+
+    /// The kind's own fields, laid out alike in both versions (devices: version 2).
+    fn encode_tail(&self, out: &mut Vec<u8>) {
         match self.kind {
             EntryKind::File => {
                 out.extend_from_slice(&(self.chunks.len() as u64).to_le_bytes());
@@ -63,18 +158,30 @@ impl TreeEntry {
                     out.extend_from_slice(fp.as_bytes());
                 }
             }
-            EntryKind::Symlink => {
-                out.extend_from_slice(&(self.target.len() as u32).to_le_bytes());
-                out.extend_from_slice(&self.target);
+            EntryKind::Symlink => put_bytes32(out, &self.target),
+            EntryKind::CharDevice | EntryKind::BlockDevice => {
+                out.extend_from_slice(&self.rdev.to_le_bytes())
             }
-            EntryKind::Dir => {}
+            EntryKind::Dir | EntryKind::Fifo => {}
         }
     }
 }
 
-/// The bytes every tree stream starts with.
+fn put_bytes32(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+    out.extend_from_slice(bytes);
+}
+
+/// A user or group name: up to 255 bytes, else nothing.
+fn put_name(out: &mut Vec<u8>, name: &[u8]) {
+    let name = if name.len() <= 255 { name } else { &[] };
+    out.push(name.len() as u8);
+    out.extend_from_slice(name);
+}
+
+/// The bytes every tree stream this larder writes starts with.
 pub fn encode_tree_header(out: &mut Vec<u8>) {
-    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(MAGIC_V2);
 }
 
 /// True if `path` is a non-empty relative path of normal components: no empty
@@ -88,79 +195,142 @@ pub fn is_safe_relative_path(path: &[u8]) -> bool {
             .all(|c| !c.is_empty() && c != b"." && c != b"..")
 }
 
-/// Reads entries back from a whole tree stream. Yields an error (and then nothing) on
-/// malformed input or an unsafe path; never panics.
+/// Reads entries back from a whole tree stream of version 1 or 2. Yields an error
+/// (and then nothing) on malformed input or an unsafe path; never panics.
 pub struct TreeDecoder<'a> {
     data: &'a [u8],
     pos: usize,
+    version: u8,
     done: bool,
+}
+
+fn damaged(reason: impl Into<String>) -> StoreError {
+    StoreError::corrupt("tree", "", reason)
 }
 
 impl<'a> TreeDecoder<'a> {
     pub fn new(data: &'a [u8]) -> Result<Self> {
-        if data.get(..8) != Some(MAGIC.as_slice()) {
-            return Err(StoreError::corrupt("tree", "", "bad magic"));
-        }
+        let version = match data.get(..8) {
+            Some(m) if m == MAGIC_V2 => 2,
+            Some(m) if m == MAGIC_V1 => 1,
+            _ => return Err(damaged("bad magic")),
+        };
         Ok(Self {
             data,
             pos: 8,
+            version,
             done: false,
         })
     }
 
+    /// The stream's format version, 1 or 2.
+    pub fn version(&self) -> u8 {
+        self.version
+    }
+
     fn take(&mut self, n: usize) -> Result<&'a [u8]> {
         let end = self.pos.checked_add(n).filter(|&e| e <= self.data.len());
-        let end = end.ok_or_else(|| {
-            StoreError::corrupt("tree", "", format!("truncated at byte {}", self.pos))
-        })?;
+        let end = end.ok_or_else(|| damaged(format!("truncated at byte {}", self.pos)))?;
         let s = &self.data[self.pos..end];
         self.pos = end;
         Ok(s)
     }
 
-    fn entry(&mut self, code: u8) -> Result<TreeEntry> {
-        let kind = match code {
-            1 => EntryKind::File,
-            2 => EntryKind::Dir,
-            3 => EntryKind::Symlink,
-            k => {
-                return Err(StoreError::corrupt(
-                    "tree",
-                    "",
-                    format!("unknown entry kind {k}"),
-                ))
-            }
-        };
-        let path_len = le_u32(self.take(4)?) as usize;
-        let path = self.take(path_len)?.to_vec();
-        if !is_safe_relative_path(&path) {
-            return Err(StoreError::corrupt(
-                "tree",
-                "",
-                format!("unsafe path {:?}", String::from_utf8_lossy(&path)),
-            ));
+    fn u8(&mut self) -> Result<u8> {
+        Ok(self.take(1)?[0])
+    }
+
+    fn u32(&mut self) -> Result<u32> {
+        Ok(le_u32(self.take(4)?))
+    }
+
+    fn u64(&mut self) -> Result<u64> {
+        Ok(le_u64(self.take(8)?))
+    }
+
+    fn bytes32(&mut self) -> Result<Vec<u8>> {
+        let len = self.u32()? as usize;
+        Ok(self.take(len)?.to_vec())
+    }
+
+    fn bytes8(&mut self) -> Result<Vec<u8>> {
+        let len = usize::from(self.u8()?);
+        Ok(self.take(len)?.to_vec())
+    }
+
+    fn nanos(&mut self) -> Result<u32> {
+        let n = self.u32()?;
+        // Version 1 wrote nanoseconds unchecked; restore clamps them.
+        if n >= NANOS && self.version >= 2 {
+            return Err(damaged(format!("nanoseconds {n} out of range")));
         }
-        let f = self.take(FIXED_LEN)?;
-        let mut entry = TreeEntry {
-            kind,
-            path,
-            mode: le_u32(&f[0..4]),
-            mtime_sec: le_u64(&f[4..12]) as i64,
-            mtime_nsec: le_u32(&f[12..16]),
-            uid: le_u32(&f[16..20]),
-            gid: le_u32(&f[20..24]),
-            size: le_u64(&f[24..32]),
-            chunks: Vec::new(),
-            target: Vec::new(),
-        };
-        match kind {
+        Ok(n)
+    }
+
+    fn entry(&mut self, code: u8) -> Result<TreeEntry> {
+        let kind = EntryKind::from_code(code, self.version)
+            .ok_or_else(|| damaged(format!("unknown entry kind {code}")))?;
+        let path = self.bytes32()?;
+        if !is_safe_relative_path(&path) {
+            return Err(damaged(format!(
+                "unsafe path {:?}",
+                String::from_utf8_lossy(&path)
+            )));
+        }
+        let mut e = TreeEntry::new(kind, path);
+        e.mode = self.u32()?;
+        e.mtime_sec = self.u64()? as i64;
+        e.mtime_nsec = self.nanos()?;
+        if self.version >= 2 {
+            e.ctime_sec = self.u64()? as i64;
+            e.ctime_nsec = self.nanos()?;
+        }
+        e.uid = self.u32()?;
+        e.gid = self.u32()?;
+        e.size = self.u64()?;
+        if self.version >= 2 {
+            e.inode = self.u64()?;
+            e.device = self.u64()?;
+            e.nlink = self.u32()?;
+            e.user = self.bytes8()?;
+            e.group = self.bytes8()?;
+            e.xattrs = self.xattrs()?;
+        }
+        self.tail(&mut e)?;
+        Ok(e)
+    }
+
+    fn xattrs(&mut self) -> Result<Vec<Xattr>> {
+        let count = self.u32()?;
+        // Each attribute takes at least 6 bytes, so a count the rest cannot hold is
+        // refused before anything is allocated for it.
+        if count as usize > (self.data.len() - self.pos) / 6 {
+            return Err(damaged(format!("{count} extended attributes overflow")));
+        }
+        let mut xattrs: Vec<Xattr> = Vec::with_capacity(count as usize);
+        for _ in 0..count {
+            let name = self.bytes8()?;
+            if name.is_empty() {
+                return Err(damaged("empty extended attribute name"));
+            }
+            if xattrs.last().is_some_and(|last| last.name >= name) {
+                return Err(damaged("extended attribute names out of order"));
+            }
+            let value = self.bytes32()?;
+            xattrs.push(Xattr { name, value });
+        }
+        Ok(xattrs)
+    }
+
+    fn tail(&mut self, e: &mut TreeEntry) -> Result<()> {
+        match e.kind {
             EntryKind::File => {
-                let count = le_u64(self.take(8)?);
+                let count = self.u64()?;
                 let bytes = usize::try_from(count)
                     .ok()
                     .and_then(|c| c.checked_mul(Fingerprint::LEN))
-                    .ok_or_else(|| StoreError::corrupt("tree", "", "chunk count overflows"))?;
-                entry.chunks = self
+                    .ok_or_else(|| damaged("chunk count overflows"))?;
+                e.chunks = self
                     .take(bytes)?
                     .chunks_exact(Fingerprint::LEN)
                     .map(|c| {
@@ -170,13 +340,11 @@ impl<'a> TreeDecoder<'a> {
                     })
                     .collect();
             }
-            EntryKind::Symlink => {
-                let len = le_u32(self.take(4)?) as usize;
-                entry.target = self.take(len)?.to_vec();
-            }
-            EntryKind::Dir => {}
+            EntryKind::Symlink => e.target = self.bytes32()?,
+            EntryKind::CharDevice | EntryKind::BlockDevice => e.rdev = self.u64()?,
+            EntryKind::Dir | EntryKind::Fifo => {}
         }
-        Ok(entry)
+        Ok(())
     }
 }
 
@@ -190,13 +358,8 @@ impl Iterator for TreeDecoder<'_> {
         let result = match self.take(1) {
             Ok([0]) => {
                 self.done = true;
-                return (self.pos != self.data.len()).then(|| {
-                    Err(StoreError::corrupt(
-                        "tree",
-                        "",
-                        "bytes after the end marker",
-                    ))
-                });
+                return (self.pos != self.data.len())
+                    .then(|| Err(damaged("bytes after the end marker")));
             }
             Ok(code) => self.entry(code[0]),
             Err(e) => Err(e),
@@ -209,99 +372,4 @@ impl Iterator for TreeDecoder<'_> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    fn entry(kind: EntryKind, path: &[u8]) -> TreeEntry {
-        TreeEntry {
-            kind,
-            path: path.to_vec(),
-            mode: 0o100644,
-            mtime_sec: -5,
-            mtime_nsec: 999_999_999,
-            uid: 1000,
-            gid: 100,
-            size: 12,
-            chunks: if kind == EntryKind::File {
-                vec![Fingerprint([9; 32]); 3]
-            } else {
-                vec![]
-            },
-            target: if kind == EntryKind::Symlink {
-                b"../x".to_vec()
-            } else {
-                vec![]
-            },
-        }
-    }
-
-    fn stream(entries: &[TreeEntry]) -> Vec<u8> {
-        let mut out = Vec::new();
-        encode_tree_header(&mut out);
-        for e in entries {
-            e.encode(&mut out);
-        }
-        out.push(0);
-        out
-    }
-
-    #[test]
-    fn round_trips_every_kind_and_raw_names() {
-        let entries = vec![
-            entry(EntryKind::Dir, b"a"),
-            entry(EntryKind::File, b"a/\xff\xfe-not-utf8"),
-            entry(EntryKind::Symlink, b"a/link"),
-        ];
-        let bytes = stream(&entries);
-        let back: Vec<_> = TreeDecoder::new(&bytes)
-            .unwrap()
-            .collect::<Result<_>>()
-            .unwrap();
-        assert_eq!(back, entries);
-    }
-
-    #[test]
-    fn hostile_paths_are_rejected() {
-        for path in [
-            &b"../etc/passwd"[..],
-            b"/etc/passwd",
-            b"a/../../b",
-            b"a//b",
-            b"./a",
-            b"",
-            b"a/\0b",
-        ] {
-            let bytes = stream(&[entry(EntryKind::File, path)]);
-            let first = TreeDecoder::new(&bytes).unwrap().next().unwrap();
-            assert!(
-                first.is_err(),
-                "accepted {:?}",
-                String::from_utf8_lossy(path)
-            );
-        }
-    }
-
-    #[test]
-    fn truncation_is_an_error_not_a_short_tree() {
-        let bytes = stream(&[entry(EntryKind::File, b"f")]);
-        for cut in 8..bytes.len() {
-            let results: Vec<_> = TreeDecoder::new(&bytes[..cut]).unwrap().collect();
-            assert!(
-                results.iter().any(|r| r.is_err()),
-                "cut at {cut} decoded cleanly"
-            );
-        }
-    }
-
-    proptest! {
-        #[test]
-        fn arbitrary_bytes_never_panic(tail in proptest::collection::vec(any::<u8>(), 0..256)) {
-            let mut bytes = MAGIC.to_vec();
-            bytes.extend(tail);
-            for r in TreeDecoder::new(&bytes).unwrap() {
-                let _ = r;
-            }
-        }
-    }
-}
+mod tests;

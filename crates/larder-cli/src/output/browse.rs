@@ -140,6 +140,9 @@ fn kind_name(kind: EntryKind) -> &'static str {
         EntryKind::File => "file",
         EntryKind::Dir => "dir",
         EntryKind::Symlink => "symlink",
+        EntryKind::Fifo => "fifo",
+        EntryKind::CharDevice => "chardev",
+        EntryKind::BlockDevice => "blockdev",
     }
 }
 
@@ -184,7 +187,10 @@ fn entry_json(e: &TreeEntry) -> Value {
             v.insert("chunks".into(), json!(e.chunks.len()));
         }
         EntryKind::Symlink => insert_bytes(&mut v, "target", &e.target),
-        EntryKind::Dir => {}
+        EntryKind::CharDevice | EntryKind::BlockDevice => {
+            v.insert("device".into(), json!(e.rdev));
+        }
+        EntryKind::Dir | EntryKind::Fifo => {}
     }
     Value::Object(v)
 }
@@ -219,6 +225,9 @@ fn permissions(kind: EntryKind, mode: u32) -> String {
         EntryKind::File => '-',
         EntryKind::Dir => 'd',
         EntryKind::Symlink => 'l',
+        EntryKind::Fifo => 'p',
+        EntryKind::CharDevice => 'c',
+        EntryKind::BlockDevice => 'b',
     });
     for (shift, special_bit, special) in [(6, 0o4000, 's'), (3, 0o2000, 's'), (0, 0o1000, 't')] {
         let bits = (mode >> shift) & 7;

@@ -30,7 +30,9 @@ use larder_hash::Fingerprint;
 use larder_index::disk::{Answer, DiskIndexMetrics, FingerprintHasher};
 use larder_store::{DiskState, RepoDiskIndex, StoreError};
 
-use super::{recycle, Batch, Indexer, NewChunk, Piece, PieceInfo, StageOut, Turns, WriteBatch};
+use super::gate::SerialGate;
+use super::index_stage::{Indexer, NewChunk, PieceInfo, StageOut, WriteBatch};
+use super::read_stage::{recycle, Batch, Piece};
 use crate::error::{Result, Warning};
 use crate::Progress;
 
@@ -409,7 +411,7 @@ pub(super) fn run(
     state: &mut DiskState,
     rx: &Receiver<Batch>,
     out: &StageOut<'_>,
-    turns: &Turns,
+    gate: &SerialGate,
 ) -> Result<Duration> {
     let limit = usize::try_from(state.held_chunk_bytes()).unwrap_or(usize::MAX);
     let index = state.index_mut();
@@ -422,21 +424,21 @@ pub(super) fn run(
             reorder.insert(batch.seq, batch);
             while let Some(batch) = reorder.remove(&next) {
                 next += 1;
-                let spell = turns.begin();
+                let span = gate.begin();
                 let ready = waiting.take(indexer, index, batch, out.progress, out.warnings)?;
                 recycle(out.pool, waiting.freed.drain(..));
-                busy += spell.end();
+                busy += span.end();
                 if !ready.into_iter().all(|w| out.send(w)) {
                     return Ok(());
                 }
             }
         }
         // The end of the stream: everything still buffered is looked up and sent.
-        let spell = turns.begin();
+        let span = gate.begin();
         index.finish().map_err(StoreError::from)?;
         waiting.collect(indexer, index);
         let ready = waiting.emit_ready(indexer, out.progress, out.warnings);
-        busy += spell.end();
+        busy += span.end();
         for w in ready {
             if !out.send(w) {
                 break;
@@ -533,7 +535,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::backup::PieceEnd;
+    use crate::backup::read_stage::PieceEnd;
 
     fn fp(i: u64) -> Fingerprint {
         HashAlgo::Blake3.fingerprint(&i.to_le_bytes())
@@ -541,7 +543,6 @@ mod tests {
 
     fn indexer() -> Indexer {
         Indexer {
-            index: larder_store::RepoIndex::default(),
             new_chunks: HashSet::with_hasher(FingerprintHasher),
             remote: None,
             zero_chunk: Fingerprint([0; 32]),
@@ -550,7 +551,7 @@ mod tests {
             chunks: 0,
             chunks_new: 0,
             bytes_new: 0,
-            bytes_in: 0,
+            bytes_read: 0,
         }
     }
 
@@ -699,7 +700,7 @@ mod tests {
                 .flat_map(|w| w.chunks.iter().flat_map(|c| w.buffers[c.piece][c.start..][..c.len].to_vec()))
                 .collect();
             prop_assert_eq!(got_bytes, oracle.iter().flat_map(|&i| chunk_bytes(i)).collect::<Vec<u8>>());
-            prop_assert_eq!(indexer.bytes_in, picks.iter().map(|&i| chunk_bytes(i).len() as u64).sum::<u64>());
+            prop_assert_eq!(indexer.bytes_read, picks.iter().map(|&i| chunk_bytes(i).len() as u64).sum::<u64>());
             // Every `New` awaits its insert at the commit, once.
             prop_assert_eq!(index.awaiting_insert(), indexer.new_chunks.len());
             // The stream went through the buffer and the disk, and met false positives.

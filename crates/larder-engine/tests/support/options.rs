@@ -14,10 +14,7 @@ pub fn backup_options(threads: usize) -> BackupOptions {
         threads,
         hostname: "test".into(),
         username: "test".into(),
-        exclude: PatternList::default(),
-        progress: Arc::new(NoProgress),
-        serial: false,
-        remote: None,
+        ..BackupOptions::default()
     }
 }
 

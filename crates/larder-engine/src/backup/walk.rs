@@ -5,12 +5,13 @@ use std::ffi::OsStr;
 use std::fs::{self, FileType, Metadata};
 use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use larder_store::{EntryKind, TreeEntry};
 
 use crate::error::{EngineError, Result, Warning};
+use crate::meta::{read_xattrs, Owners};
 use crate::pattern::{parse_pattern_file, PathUnits, PatternList};
 
 /// One entry to back up: where it is, and its tree entry without a recipe yet.
@@ -19,23 +20,52 @@ pub(crate) struct Item {
     pub entry: TreeEntry,
 }
 
+/// The entry `lstat` describes: everything but names, attributes, recipe and target.
 pub(crate) fn entry_from_meta(kind: EntryKind, rel: Vec<u8>, meta: &Metadata) -> TreeEntry {
-    TreeEntry {
-        kind,
-        path: rel,
-        mode: meta.mode(),
-        mtime_sec: meta.mtime(),
-        mtime_nsec: meta.mtime_nsec() as u32,
-        uid: meta.uid(),
-        gid: meta.gid(),
-        size: if kind == EntryKind::File {
-            meta.len()
-        } else {
-            0
-        },
-        chunks: Vec::new(),
-        target: Vec::new(),
+    let mut e = TreeEntry::new(kind, rel);
+    set_stat(&mut e, meta);
+    e
+}
+
+/// Sets the fields of `e` that `lstat` (or `fstat`) gives.
+pub(crate) fn set_stat(e: &mut TreeEntry, meta: &Metadata) {
+    e.mode = meta.mode();
+    e.mtime_sec = meta.mtime();
+    e.mtime_nsec = meta.mtime_nsec() as u32;
+    e.ctime_sec = meta.ctime();
+    e.ctime_nsec = meta.ctime_nsec() as u32;
+    e.uid = meta.uid();
+    e.gid = meta.gid();
+    e.size = if e.kind == EntryKind::File {
+        meta.len()
+    } else {
+        0
+    };
+    e.inode = meta.ino();
+    e.device = meta.dev();
+    e.nlink = u32::try_from(meta.nlink()).unwrap_or(u32::MAX);
+    if e.kind.is_device() {
+        e.rdev = meta.rdev();
     }
+}
+
+/// The kind of entry a file type is backed up as; `None` for sockets, which are not.
+fn kind_of(ft: FileType) -> Option<EntryKind> {
+    Some(if ft.is_file() {
+        EntryKind::File
+    } else if ft.is_dir() {
+        EntryKind::Dir
+    } else if ft.is_symlink() {
+        EntryKind::Symlink
+    } else if ft.is_fifo() {
+        EntryKind::Fifo
+    } else if ft.is_char_device() {
+        EntryKind::CharDevice
+    } else if ft.is_block_device() {
+        EntryKind::BlockDevice
+    } else {
+        return None;
+    })
 }
 
 /// The snapshot path of an absolute path: its bytes without the leading `/`.
@@ -53,38 +83,40 @@ pub(crate) struct Walked {
     pub excluded: u64,
 }
 
-/// Lists every entry under `roots` in tree order (depth-first, each directory before
+/// What the walk records and leaves out.
+pub(crate) struct WalkOptions<'a> {
+    /// Patterns matched against snapshot paths; `.larderignore` files add their own.
+    pub exclude: &'a PatternList,
+    /// Record extended attributes (ACLs included).
+    pub xattrs: bool,
+}
+
+/// Lists every entry under `roots` (from [`source_roots`]) in tree order (depth-first, each directory before
 /// its contents, names sorted bytewise), with entries for the roots' parent
-/// directories. Entries that `exclude` (matched against snapshot paths) or a
-/// `.larderignore` file selects are left out without being read; an excluded
-/// directory is not listed. Problems with single paths become warnings.
+/// directories, each with its owner names and (if asked) extended attributes.
+/// Entries that `exclude` (matched against snapshot paths) or a `.larderignore` file
+/// selects are left out without being read; an excluded directory is not listed.
+/// Sockets are skipped with a notice. Problems with single paths become warnings.
 pub(crate) fn walk(
     roots: &[PathBuf],
-    exclude: &PatternList,
+    opts: &WalkOptions<'_>,
     warnings: &mut Vec<Warning>,
 ) -> Result<Walked> {
-    let mut abs_roots = Vec::new();
+    let exclude = opts.exclude;
+    let mut kept = Vec::new();
     for root in roots {
-        let abs = std::path::absolute(root).map_err(|e| EngineError::io(root, e))?;
-        let abs = normalize(&abs);
-        let meta = fs::symlink_metadata(&abs).map_err(|e| EngineError::Source {
+        let meta = fs::symlink_metadata(root).map_err(|e| EngineError::Source {
             path: root.clone(),
             reason: format!("cannot back up: {e}"),
         })?;
-        abs_roots.push((abs, meta.is_dir()));
-    }
-    abs_roots.sort();
-    // A root inside an earlier root is already covered by it.
-    let mut kept: Vec<(PathBuf, bool)> = Vec::new();
-    for (root, is_dir) in abs_roots {
-        if !kept.iter().any(|(k, _)| root.starts_with(k)) {
-            kept.push((root, is_dir));
-        }
+        kept.push((root.clone(), meta.is_dir()));
     }
     let mut walker = Walker {
         items: Vec::new(),
         warnings,
         exclude,
+        xattrs: opts.xattrs,
+        owners: Owners::default(),
         ignore_files: Vec::new(),
         excluded: 0,
     };
@@ -106,10 +138,10 @@ pub(crate) fn walk(
             parent.push(c);
             if emitted_parents.insert(parent.clone()) {
                 match fs::symlink_metadata(&parent) {
-                    Ok(meta) => walker.items.push(Item {
-                        entry: entry_from_meta(EntryKind::Dir, rel_of(&parent), &meta),
-                        abs: parent.clone(),
-                    }),
+                    Ok(meta) => {
+                        let entry = entry_from_meta(EntryKind::Dir, rel_of(&parent), &meta);
+                        walker.push(&parent, entry);
+                    }
                     Err(e) => walker.warnings.push(Warning::error(&parent, e)),
                 }
             }
@@ -122,8 +154,26 @@ pub(crate) fn walk(
     })
 }
 
+/// The sources of a backup as the walk takes them: absolute, normalized, sorted, and
+/// without those inside another (already covered by it).
+pub(super) fn source_roots(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    let mut roots = Vec::new();
+    for path in paths {
+        let abs = std::path::absolute(path).map_err(|e| EngineError::io(path, e))?;
+        roots.push(normalize(&abs));
+    }
+    roots.sort();
+    let mut kept: Vec<PathBuf> = Vec::new();
+    for root in roots {
+        if !kept.iter().any(|k| root.starts_with(k)) {
+            kept.push(root);
+        }
+    }
+    Ok(kept)
+}
+
 /// Removes `.` and resolves `..` lexically, without following symlinks.
-fn normalize(path: &Path) -> PathBuf {
+pub(super) fn normalize(path: &Path) -> PathBuf {
     let mut out = PathBuf::new();
     for c in path.components() {
         match c {
@@ -141,6 +191,8 @@ struct Walker<'a> {
     items: Vec<Item>,
     warnings: &'a mut Vec<Warning>,
     exclude: &'a PatternList,
+    xattrs: bool,
+    owners: Owners,
     /// The `.larderignore` files of the directories being visited, outermost first:
     /// the depth in components of the directory holding each, and its patterns.
     ignore_files: Vec<(usize, PatternList)>,
@@ -148,6 +200,25 @@ struct Walker<'a> {
 }
 
 impl Walker<'_> {
+    /// Adds the entry at `path`, with its owner names and extended attributes.
+    fn push(&mut self, path: &Path, mut entry: TreeEntry) {
+        entry.user = self.owners.user(entry.uid);
+        entry.group = self.owners.group(entry.gid);
+        if self.xattrs {
+            match read_xattrs(path) {
+                Ok(xattrs) => entry.xattrs = xattrs,
+                Err(e) => self.warnings.push(Warning::error(
+                    path,
+                    format!("cannot read extended attributes: {e}"),
+                )),
+            }
+        }
+        self.items.push(Item {
+            entry,
+            abs: path.to_path_buf(),
+        });
+    }
+
     /// Whether `rel` (a snapshot path whose parent directory is not excluded) is
     /// excluded: by `exclude`, or by the `.larderignore` files above it, in which the
     /// last matching pattern decides and a deeper file's patterns come later.
@@ -185,37 +256,26 @@ impl Walker<'_> {
             }
             return;
         }
-        if ft.is_file() {
-            self.items.push(Item {
-                entry: entry_from_meta(EntryKind::File, rel, &meta),
-                abs: path.to_path_buf(),
-            });
-        } else if ft.is_symlink() {
+        let Some(kind) = kind_of(ft) else {
+            self.warnings
+                .push(Warning::notice(path, "skipped: a socket is not backed up"));
+            return;
+        };
+        let mut entry = entry_from_meta(kind, rel, &meta);
+        if kind == EntryKind::Symlink {
             match fs::read_link(path) {
-                Ok(target) => {
-                    let mut entry = entry_from_meta(EntryKind::Symlink, rel, &meta);
-                    entry.target = target.as_os_str().as_bytes().to_vec();
-                    self.items.push(Item {
-                        entry,
-                        abs: path.to_path_buf(),
-                    });
+                Ok(target) => entry.target = target.as_os_str().as_bytes().to_vec(),
+                Err(e) => {
+                    self.warnings
+                        .push(Warning::error(path, format!("cannot read symlink: {e}")));
+                    return;
                 }
-                Err(e) => self
-                    .warnings
-                    .push(Warning::error(path, format!("cannot read symlink: {e}"))),
             }
-        } else if ft.is_dir() {
-            let depth = rel.split(|&b| b == b'/').count();
-            self.items.push(Item {
-                entry: entry_from_meta(EntryKind::Dir, rel, &meta),
-                abs: path.to_path_buf(),
-            });
+        }
+        let depth = entry.path.split(|&b| b == b'/').count();
+        self.push(path, entry);
+        if kind == EntryKind::Dir {
             self.visit_children(path, depth);
-        } else {
-            self.warnings.push(Warning::notice(
-                path,
-                "skipped: special file (device, FIFO or socket) is not backed up",
-            ));
         }
     }
 

@@ -1,0 +1,241 @@
+//! Making a round durable (rules 1 to 3 of the commit order, docs/design/format.md)
+//! and writing its snapshot: a checkpoint after every round but the last, the
+//! backup's own after the last. Once the backup's snapshot is durable, its
+//! checkpoints, and those older killed runs left for the same paths, are removed.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Instant, SystemTime};
+
+use larder_hash::Fingerprint;
+use larder_index::ChunkLocation;
+use larder_store::{segment_len, EntryKind, Repository, Snapshot, SnapshotSummary, TreeRef};
+
+use super::index_stage::{to_acknowledge, Indexer};
+use super::previous::Decisions;
+use super::round::RoundOutput;
+use super::walk::{normalize, Item};
+use super::{lock, BackupOptions, BackupSummary, StageTimes};
+use crate::error::{Result, Warning};
+use crate::time::rfc3339;
+
+/// What the backup's commits have done so far.
+pub(super) struct Committer<'o> {
+    opts: &'o BackupOptions,
+    paths: &'o [String],
+    /// When the backup began: the time of each of its snapshots.
+    began: SystemTime,
+    decisions: &'o Decisions,
+    /// This backup's newest checkpoint, removed when the next snapshot is written.
+    checkpoint: Option<String>,
+    checkpoints: u64,
+    containers_written: u64,
+    bytes_new_stored: u64,
+    /// Containers, segments and snapshot files written.
+    bytes_stored: u64,
+    tree_chunks_new: u64,
+    /// The backup's own snapshot, once written: id, summary and tree chunk count.
+    done: Option<(String, SnapshotSummary, u64)>,
+}
+
+impl<'o> Committer<'o> {
+    pub fn new(
+        opts: &'o BackupOptions,
+        paths: &'o [String],
+        began: SystemTime,
+        decisions: &'o Decisions,
+    ) -> Self {
+        Self {
+            opts,
+            paths,
+            began,
+            decisions,
+            checkpoint: None,
+            checkpoints: 0,
+            containers_written: 0,
+            bytes_new_stored: 0,
+            bytes_stored: 0,
+            tree_chunks_new: 0,
+            done: None,
+        }
+    }
+
+    /// Commits a round's containers, then writes its snapshot: the backup's own when
+    /// `complete`, a checkpoint otherwise.
+    #[allow(clippy::too_many_arguments)]
+    pub fn commit_round(
+        &mut self,
+        repo: &mut Repository,
+        items: &[Item],
+        out: RoundOutput,
+        indexer: &mut Indexer,
+        warnings: &Mutex<Vec<Warning>>,
+        complete: bool,
+        stages: &mut StageTimes,
+    ) -> Result<()> {
+        let started = Instant::now();
+        self.containers_written += out.written.len() as u64;
+        self.bytes_new_stored += out.bytes_new_stored;
+        self.tree_chunks_new += out.tree.new;
+        if !out.written.is_empty() {
+            self.bytes_stored += out.written.iter().map(|c| c.container_len()).sum::<u64>()
+                + segment_len(&out.written);
+        }
+        // What the syncers could not acknowledge (the remote index failed them): again.
+        let acknowledgements: Vec<(Fingerprint, ChunkLocation)> = match &self.opts.remote {
+            Some(_) => out
+                .written
+                .iter()
+                .filter(|c| !out.acked.contains(&c.id))
+                .flat_map(|c| to_acknowledge(c, &indexer.zero_chunk))
+                .collect(),
+            None => Vec::new(),
+        };
+        repo.commit(out.written)?;
+        // The round's new chunks are in the index now.
+        indexer.new_chunks.clear();
+        if let Some(remote) = &self.opts.remote {
+            // Durable now (rules 1 and 2): the cluster may hand these locations out.
+            // On a failure the owners' locks expire and later copies are stored
+            // again; nothing committed is lost.
+            if let Err(e) = remote.acknowledge(&acknowledgements) {
+                let w = Warning::error(
+                    repo.root(),
+                    format!("acknowledging new chunks to the cluster: {e}"),
+                );
+                self.opts.progress.warn(&w);
+                lock(warnings).push(w);
+            }
+        }
+        let prefix = &items[..out.upto];
+        let mut summary = counts(prefix, indexer);
+        summary.chunks += out.tree.fps.len() as u64;
+        summary.errors = lock(warnings).iter().filter(|w| w.is_error).count() as u64;
+        summary.files_new = self.decisions.files_new;
+        summary.files_changed = self.decisions.files_changed;
+        summary.files_unchanged = self.decisions.files_unchanged;
+        let snapshot = Snapshot {
+            version: Snapshot::VERSION,
+            time: rfc3339(self.began),
+            hostname: self.opts.hostname.clone(),
+            username: self.opts.username.clone(),
+            paths: self.paths.to_vec(),
+            tree: TreeRef {
+                size: out.tree.size,
+                chunks: out.tree.fps.iter().map(|f| f.to_hex()).collect(),
+            },
+            summary: summary.clone(),
+            partial: !complete,
+            parents: self.decisions.parents.clone(),
+        };
+        self.bytes_stored += snapshot.encode().0.len() as u64;
+        let id = repo.save_snapshot(&snapshot)?;
+        // The new snapshot holds everything the previous checkpoint did.
+        if let Some(old) = self.checkpoint.take() {
+            self.remove(repo, &old, warnings);
+        }
+        if complete {
+            self.remove_stale_checkpoints(repo, warnings)?;
+            self.done = Some((id, summary, out.tree.fps.len() as u64));
+        } else {
+            self.checkpoint = Some(id);
+            self.checkpoints += 1;
+        }
+        stages.sync += started.elapsed();
+        Ok(())
+    }
+
+    fn remove(&self, repo: &Repository, id: &str, warnings: &Mutex<Vec<Warning>>) {
+        if let Err(e) = repo.remove_snapshot(id) {
+            let w = Warning::notice(
+                repo.root(),
+                format!(
+                    "cannot remove checkpoint {}: {e}; `larder forget` removes it",
+                    &id[..8]
+                ),
+            );
+            self.opts.progress.warn(&w);
+            lock(warnings).push(w);
+        }
+    }
+
+    /// Removes the checkpoints of killed backups of this host whose paths this
+    /// backup's cover: this complete snapshot holds all they did and more.
+    fn remove_stale_checkpoints(
+        &self,
+        repo: &Repository,
+        warnings: &Mutex<Vec<Warning>>,
+    ) -> Result<()> {
+        let ours: Vec<PathBuf> = self.paths.iter().map(|p| normalize(Path::new(p))).collect();
+        let (all, _) = repo.snapshots()?;
+        for (id, s) in all {
+            let covered = s
+                .paths
+                .iter()
+                .all(|p| ours.iter().any(|o| normalize(Path::new(p)).starts_with(o)));
+            if s.partial && s.hostname == self.opts.hostname && covered {
+                self.remove(repo, &id, warnings);
+            }
+        }
+        Ok(())
+    }
+
+    /// The backup's summary, once its snapshot is written.
+    pub fn summary(self, indexer: &Indexer, warnings: Vec<Warning>) -> BackupSummary {
+        let decisions = self.decisions;
+        let (snapshot_id, s, tree_chunks) = self.done.unwrap_or_default();
+        BackupSummary {
+            snapshot_id,
+            files: s.files,
+            files_new: decisions.files_new,
+            files_changed: decisions.files_changed,
+            files_unchanged: decisions.files_unchanged,
+            dirs: s.dirs,
+            symlinks: s.symlinks,
+            specials: s.specials,
+            bytes_in: s.bytes_in,
+            bytes_read: indexer.bytes_read,
+            bytes_skipped: decisions.bytes_skipped,
+            bytes_new: indexer.bytes_new,
+            bytes_new_stored: self.bytes_new_stored,
+            bytes_stored: self.bytes_stored,
+            chunks: s.chunks,
+            chunks_new: indexer.chunks_new,
+            tree_chunks,
+            tree_chunks_new: self.tree_chunks_new,
+            containers_written: self.containers_written,
+            checkpoints: self.checkpoints,
+            parents: decisions.parents.clone(),
+            excluded: 0,
+            elapsed: std::time::Duration::ZERO,
+            stages: StageTimes::default(),
+            warnings,
+            disk_index: None,
+        }
+    }
+}
+
+/// Counts of the entries a snapshot of `items` (a prefix of the walk) holds.
+fn counts(items: &[Item], indexer: &Indexer) -> SnapshotSummary {
+    let mut s = SnapshotSummary {
+        bytes_read: indexer.bytes_read,
+        bytes_new: indexer.bytes_new,
+        chunks_new: indexer.chunks_new,
+        ..SnapshotSummary::default()
+    };
+    for (i, item) in items.iter().enumerate() {
+        match item.entry.kind {
+            EntryKind::File => {
+                if let Some(recipe) = &indexer.recipes[i] {
+                    s.files += 1;
+                    s.bytes_in += indexer.sizes[i];
+                    s.chunks += recipe.len() as u64;
+                }
+            }
+            EntryKind::Dir => s.dirs += 1,
+            EntryKind::Symlink => s.symlinks += 1,
+            EntryKind::Fifo | EntryKind::CharDevice | EntryKind::BlockDevice => s.specials += 1,
+        }
+    }
+    s
+}

@@ -1,0 +1,38 @@
+//! Stage 2: fingerprints every chunk of a batch, on several threads; batches may leave
+//! out of order (stage 3 puts them back by sequence number).
+
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, Sender};
+use larder_hash::HashAlgo;
+
+use super::gate::SerialGate;
+use super::read_stage::Batch;
+
+/// One fingerprinting thread: takes batches until stage 1 stops.
+pub(super) fn run(
+    algo: HashAlgo,
+    gate: &SerialGate,
+    rx: &Receiver<Batch>,
+    tx: &Sender<Batch>,
+) -> Duration {
+    let mut busy = Duration::ZERO;
+    for mut batch in rx {
+        let span = gate.begin();
+        let mut fps = Vec::with_capacity(batch.pieces.iter().map(|p| p.lens.len()).sum());
+        for piece in &batch.pieces {
+            let mut start = 0;
+            for &len in &piece.lens {
+                let end = start + len as usize;
+                fps.push(algo.fingerprint(&piece.data[start..end]));
+                start = end;
+            }
+        }
+        batch.fps = fps;
+        busy += span.end();
+        if tx.send(batch).is_err() {
+            break;
+        }
+    }
+    busy
+}

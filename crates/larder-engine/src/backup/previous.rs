@@ -1,0 +1,341 @@
+//! The skip logic (docs/design/nightly.md, "Skipping unchanged files"): a file whose
+//! size, mtime, ctime and inode equal those of its previous entry is not read; its
+//! previous recipe is reused once every chunk of it is found in the index.
+//!
+//! The previous entries come from the repository's trees, never from a cache: by
+//! default, for each path, the newest snapshot of this host that holds it (complete or
+//! a checkpoint), so a backup of `/home` after one of `/home/me` still skips
+//! `/home/me`'s unchanged files.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use larder_hash::Fingerprint;
+use larder_store::{EntryKind, Repository, Snapshot, TreeEntry};
+
+use super::walk::{normalize, Item};
+use crate::error::{Result, Warning};
+use crate::time::parse_utc_rfc3339;
+use crate::tree_io::{load_tree, ChunkReader};
+
+/// A previous entry whose ctime or mtime lies less than this before its snapshot's
+/// backup began is racy, and not trusted: the file may have changed again after it
+/// was read within the same timestamp tick, leaving its metadata as recorded. Two
+/// seconds cover FAT's mtime and every coarse kernel clock.
+pub const RACY_WINDOW: Duration = Duration::from_secs(2);
+
+/// Snapshots loaded at most to find the previous entries of one backup.
+const MAX_PARENTS: usize = 8;
+
+/// Which snapshots a backup compares its files with.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Parents {
+    /// For each path, the newest snapshot of this host holding it.
+    #[default]
+    Auto,
+    /// This snapshot only (an id prefix or `latest`).
+    Snapshot(String),
+    /// None: every file is read (`--force`).
+    None,
+}
+
+/// What the skip logic compares besides size and mtime.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SkipRules {
+    /// Do not compare inodes (file systems whose inodes are not stable: FUSE, some
+    /// network file systems).
+    pub ignore_inode: bool,
+    /// Do not compare ctimes.
+    pub ignore_ctime: bool,
+}
+
+/// The fields of a previous file entry the skip logic needs.
+struct PreviousFile {
+    size: u64,
+    mtime: (i64, u32),
+    ctime: (i64, u32),
+    inode: u64,
+    chunks: Vec<Fingerprint>,
+}
+
+/// The previous entries of the files under a backup's roots.
+#[derive(Default)]
+pub(super) struct Previous {
+    files: HashMap<Vec<u8>, PreviousFile>,
+    /// The snapshots they came from, newest first.
+    parents: Vec<String>,
+}
+
+/// What happens to each file of a backup.
+pub(super) struct Decisions {
+    /// Per walk item: the reused recipe of an unchanged file.
+    pub reused: Vec<Option<Vec<Fingerprint>>>,
+    pub files_new: u64,
+    pub files_changed: u64,
+    pub files_unchanged: u64,
+    pub bytes_skipped: u64,
+    /// The snapshots compared with, newest first.
+    pub parents: Vec<String>,
+}
+
+/// `path` (absolute) as a snapshot path: without its leading `/`.
+fn rel(path: &Path) -> &[u8] {
+    use std::os::unix::ffi::OsStrExt;
+    let b = path.as_os_str().as_bytes();
+    b.strip_prefix(b"/").unwrap_or(b)
+}
+
+/// Whether snapshot path `path` lies at or below root `root` (both relative).
+fn is_under(path: &[u8], root: &[u8]) -> bool {
+    root.is_empty()
+        || path
+            .strip_prefix(root)
+            .is_some_and(|rest| rest.is_empty() || rest[0] == b'/')
+}
+
+fn overlaps(a: &Path, b: &Path) -> bool {
+    a.starts_with(b) || b.starts_with(a)
+}
+
+impl Previous {
+    /// Loads the previous entries of the files under `roots` (absolute, normalized).
+    /// A snapshot whose tree cannot be read is skipped with a warning: its files are
+    /// read again.
+    pub fn load(
+        repo: &Repository,
+        roots: &[PathBuf],
+        hostname: &str,
+        parents: &Parents,
+        warnings: &mut Vec<Warning>,
+    ) -> Result<Self> {
+        let chosen: Vec<(String, Snapshot)> = match parents {
+            Parents::None => return Ok(Self::default()),
+            Parents::Snapshot(name) => vec![repo.find_snapshot(name)?],
+            Parents::Auto => {
+                let (all, _) = repo.snapshots()?;
+                choose(all, roots, hostname)
+            }
+        };
+        let roots: Vec<&[u8]> = roots.iter().map(|r| rel(r)).collect();
+        let mut previous = Self::default();
+        let mut reader = ChunkReader::new(repo);
+        for (id, snapshot) in chosen {
+            let entries = snapshot
+                .tree
+                .fingerprints()
+                .map_err(Into::into)
+                .and_then(|fps| load_tree(&mut reader, &fps));
+            // A time that does not parse trusts nothing (racy for every entry).
+            let began = parse_utc_rfc3339(&snapshot.time).unwrap_or(i64::MIN);
+            match entries {
+                Ok(entries) => previous.add(entries, &roots, began),
+                Err(e) => {
+                    warnings.push(Warning::notice(
+                        repo.root(),
+                        format!(
+                            "cannot read snapshot {}'s tree ({e}); its files are read again",
+                            &id[..8.min(id.len())]
+                        ),
+                    ));
+                    continue;
+                }
+            }
+            previous.parents.push(id);
+        }
+        Ok(previous)
+    }
+
+    /// Adds the file entries under `roots` that no newer snapshot gave, of a backup
+    /// that began at `began` (seconds since the epoch, rounded down). An entry
+    /// changed within [`RACY_WINDOW`] of `began`, or later, is racy: left out, so the
+    /// file is read again. Rounding `began` down only widens the window.
+    fn add(&mut self, entries: Vec<TreeEntry>, roots: &[&[u8]], began: i64) {
+        let trusted_before = (began.saturating_sub(RACY_WINDOW.as_secs() as i64), 0);
+        for e in entries {
+            let racy = (e.ctime_sec, e.ctime_nsec) >= trusted_before
+                || (e.mtime_sec, e.mtime_nsec) >= trusted_before;
+            if e.kind != EntryKind::File || racy || !roots.iter().any(|r| is_under(&e.path, r)) {
+                continue;
+            }
+            self.files.entry(e.path).or_insert(PreviousFile {
+                size: e.size,
+                mtime: (e.mtime_sec, e.mtime_nsec),
+                ctime: (e.ctime_sec, e.ctime_nsec),
+                inode: e.inode,
+                chunks: e.chunks,
+            });
+        }
+    }
+
+    /// Decides, for every file of `items`, whether it is new, changed or unchanged.
+    /// `present(fps)` tells which of a list of fingerprints the index holds: a reused
+    /// recipe must have every chunk (a `gc` may have removed some since).
+    pub fn decide(
+        mut self,
+        items: &[Item],
+        rules: SkipRules,
+        present: impl FnOnce(&[Fingerprint]) -> Result<Vec<bool>>,
+    ) -> Result<Decisions> {
+        let mut d = Decisions {
+            reused: vec![None; items.len()],
+            files_new: 0,
+            files_changed: 0,
+            files_unchanged: 0,
+            bytes_skipped: 0,
+            parents: std::mem::take(&mut self.parents),
+        };
+        let mut candidates = Vec::new();
+        for (i, item) in items.iter().enumerate() {
+            if item.entry.kind != EntryKind::File {
+                continue;
+            }
+            match self.files.remove(&item.entry.path) {
+                None => d.files_new += 1,
+                Some(prev) if unchanged(&prev, &item.entry, rules) => {
+                    candidates.push((i, prev.chunks))
+                }
+                Some(_) => d.files_changed += 1,
+            }
+        }
+        let all: Vec<Fingerprint> = candidates.iter().flat_map(|(_, c)| c).copied().collect();
+        let mut found = present(&all)?.into_iter();
+        for (i, chunks) in candidates {
+            // Consumes exactly this recipe's answers.
+            let complete = found.by_ref().take(chunks.len()).fold(true, |a, b| a && b);
+            if complete {
+                d.files_unchanged += 1;
+                d.bytes_skipped += items[i].entry.size;
+                d.reused[i] = Some(chunks);
+            } else {
+                d.files_changed += 1;
+            }
+        }
+        Ok(d)
+    }
+}
+
+/// The snapshots to load for `roots`, newest first: of this host, each holding a path
+/// that overlaps a root and that no newer chosen snapshot covers, until every root is
+/// covered or [`MAX_PARENTS`] are chosen. Partial snapshots (checkpoints) count like
+/// complete ones: their files were stored completely.
+fn choose(
+    mut all: Vec<(String, Snapshot)>,
+    roots: &[PathBuf],
+    hostname: &str,
+) -> Vec<(String, Snapshot)> {
+    all.reverse();
+    let mut covered: Vec<PathBuf> = Vec::new();
+    let mut chosen = Vec::new();
+    for (id, snapshot) in all {
+        if chosen.len() >= MAX_PARENTS
+            || roots
+                .iter()
+                .all(|r| covered.iter().any(|c| r.starts_with(c)))
+        {
+            break;
+        }
+        if snapshot.hostname != hostname {
+            continue;
+        }
+        let paths: Vec<PathBuf> = snapshot
+            .paths
+            .iter()
+            .map(|p| normalize(Path::new(p)))
+            .collect();
+        let useful = paths.iter().any(|p| {
+            roots.iter().any(|r| overlaps(p, r)) && !covered.iter().any(|c| p.starts_with(c))
+        });
+        if useful {
+            covered.extend(paths);
+            chosen.push((id, snapshot));
+        }
+    }
+    chosen
+}
+
+/// Whether the metadata of `now` says the file is the one `prev` recorded.
+fn unchanged(prev: &PreviousFile, now: &TreeEntry, rules: SkipRules) -> bool {
+    prev.size == now.size
+        && prev.mtime == (now.mtime_sec, now.mtime_nsec)
+        && (rules.ignore_ctime || prev.ctime == (now.ctime_sec, now.ctime_nsec))
+        && (rules.ignore_inode || prev.inode == now.inode)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snap(host: &str, time: &str, paths: &[&str]) -> Snapshot {
+        Snapshot {
+            version: Snapshot::VERSION,
+            time: time.into(),
+            hostname: host.into(),
+            username: "u".into(),
+            paths: paths.iter().map(|p| p.to_string()).collect(),
+            tree: larder_store::TreeRef {
+                size: 0,
+                chunks: Vec::new(),
+            },
+            summary: Default::default(),
+            partial: false,
+            parents: Vec::new(),
+        }
+    }
+
+    fn ids(chosen: &[(String, Snapshot)]) -> Vec<&str> {
+        chosen.iter().map(|(id, _)| id.as_str()).collect()
+    }
+
+    #[test]
+    fn the_newest_snapshot_of_each_path_of_this_host_is_chosen() {
+        let all = vec![
+            ("a".to_string(), snap("h", "1", &["/home"])),
+            ("b".to_string(), snap("h", "2", &["/home/me"])),
+            ("c".to_string(), snap("other", "3", &["/home"])),
+            ("d".to_string(), snap("h", "4", &["/etc"])),
+        ];
+        let roots = [PathBuf::from("/home")];
+        // /home/me from b, the rest of /home from a; never another host's.
+        assert_eq!(ids(&choose(all.clone(), &roots, "h")), ["b", "a"]);
+        // A backup of /home/me/docs needs only b.
+        assert_eq!(
+            ids(&choose(all.clone(), &[PathBuf::from("/home/me/docs")], "h")),
+            ["b"]
+        );
+        // Once a newer snapshot covers /home whole, older ones are not loaded.
+        let mut newer = all.clone();
+        newer.push(("e".to_string(), snap("h", "5", &["/home/../home"])));
+        assert_eq!(ids(&choose(newer, &roots, "h")), ["e"]);
+        assert!(choose(all, &[PathBuf::from("/srv")], "h").is_empty());
+    }
+
+    #[test]
+    fn entries_changed_near_their_backup_start_are_not_trusted() {
+        let file = |name: &str, ctime: i64, mtime: i64| {
+            let mut e = TreeEntry::new(EntryKind::File, name.as_bytes().to_vec());
+            (e.ctime_sec, e.mtime_sec) = (ctime, mtime);
+            e
+        };
+        let mut previous = Previous::default();
+        let entries = vec![
+            file("a", 990, 990),
+            file("b", 998, 900),
+            file("c", 900, 2000),
+            file("d", 997, 997),
+            file("e", 997, 998),
+        ];
+        previous.add(entries, &[b""], 1000);
+        let mut kept: Vec<&[u8]> = previous.files.keys().map(Vec::as_slice).collect();
+        kept.sort();
+        assert_eq!(kept, [&b"a"[..], b"d"]);
+    }
+
+    #[test]
+    fn paths_are_under_roots_by_components() {
+        assert!(is_under(b"home/me", b"home"));
+        assert!(is_under(b"home", b"home"));
+        assert!(!is_under(b"homes/x", b"home"));
+        assert!(is_under(b"anything", b""));
+    }
+}

@@ -1,0 +1,88 @@
+//! The tree saver: serializes the walked entries with their recipes into the tree
+//! stream, and stores it through the same index and writer as file data, so that an
+//! unchanged part of the tree deduplicates against earlier trees.
+
+use larder_chunk::Chunker;
+use larder_hash::{Fingerprint, HashAlgo};
+use larder_store::{encode_tree_header, EntryKind, RepoIndex};
+
+use super::index_stage::{Indexer, NewChunk};
+use super::walk::Item;
+use super::write_stage::ContainerWriter;
+use crate::error::Result;
+
+/// A stream stored by [`store_stream`]: its length, its chunks, and how many of them
+/// were new.
+pub(super) struct StoredStream {
+    pub size: u64,
+    pub fps: Vec<Fingerprint>,
+    pub new: u64,
+}
+
+/// Serializes `items` (a prefix of the walk, in tree order): every entry but the
+/// files without a recipe (not read yet, or failed).
+pub(super) fn build_tree(
+    items: &[Item],
+    recipes: &[Option<Vec<Fingerprint>>],
+    sizes: &[u64],
+) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode_tree_header(&mut out);
+    for (i, item) in items.iter().enumerate() {
+        if item.entry.kind == EntryKind::File {
+            let Some(recipe) = &recipes[i] else { continue };
+            let mut entry = item.entry.clone();
+            entry.chunks.clone_from(recipe);
+            entry.size = sizes[i];
+            entry.encode(&mut out);
+        } else {
+            item.entry.encode(&mut out);
+        }
+    }
+    out.push(0);
+    out
+}
+
+/// Chunks, fingerprints, indexes and writes one in-memory stream after a round's
+/// pipeline has finished (new chunks are compressed on the compression threads all
+/// the same).
+pub(super) fn store_stream(
+    data: &[u8],
+    chunker: &dyn Chunker,
+    algo: HashAlgo,
+    indexer: &mut Indexer,
+    index: &mut RepoIndex,
+    writer: &mut ContainerWriter<'_>,
+) -> Result<StoredStream> {
+    let lens = chunker.chunk_lengths(data);
+    let mut fps = Vec::with_capacity(lens.len());
+    let mut start = 0;
+    for &len in &lens {
+        fps.push(algo.fingerprint(&data[start..start + len]));
+        start += len;
+    }
+    let is_new = indexer.decide_now(index, &fps)?;
+    let mut new = Vec::new();
+    let mut start = 0;
+    for ((&len, &fp), is_new) in lens.iter().zip(&fps).zip(is_new) {
+        if is_new {
+            indexer.bytes_new += len as u64;
+            new.push(NewChunk {
+                piece: 0,
+                start,
+                len,
+                fp,
+                compressed: None,
+            });
+        }
+        start += len;
+    }
+    indexer.chunks_new += new.len() as u64;
+    let stored = StoredStream {
+        size: data.len() as u64,
+        new: new.len() as u64,
+        fps,
+    };
+    writer.store(&mut new, &[data])?;
+    Ok(stored)
+}

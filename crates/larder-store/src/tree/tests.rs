@@ -1,0 +1,275 @@
+use super::*;
+use proptest::prelude::*;
+
+fn entry(kind: EntryKind, path: &[u8]) -> TreeEntry {
+    let mut e = TreeEntry::new(kind, path.to_vec());
+    e.mode = 0o100644;
+    e.mtime_sec = -5;
+    e.mtime_nsec = 999_999_999;
+    e.ctime_sec = 1_700_000_000;
+    e.ctime_nsec = 1;
+    e.uid = 1000;
+    e.gid = 100;
+    e.inode = 77;
+    e.device = 0x803;
+    e.nlink = 3;
+    e.user = b"me".to_vec();
+    e.group = b"users".to_vec();
+    e.xattrs = vec![
+        Xattr {
+            name: b"system.posix_acl_access".to_vec(),
+            value: vec![2, 0, 0, 0],
+        },
+        Xattr {
+            name: b"user.\xffraw".to_vec(),
+            value: Vec::new(),
+        },
+    ];
+    match kind {
+        EntryKind::File => {
+            e.size = 12;
+            e.chunks = vec![Fingerprint([9; 32]); 3];
+        }
+        EntryKind::Symlink => e.target = b"../x".to_vec(),
+        EntryKind::CharDevice | EntryKind::BlockDevice => e.rdev = 0x0801,
+        EntryKind::Dir | EntryKind::Fifo => {}
+    }
+    e
+}
+
+fn stream(entries: &[TreeEntry]) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode_tree_header(&mut out);
+    for e in entries {
+        e.encode(&mut out);
+    }
+    out.push(0);
+    out
+}
+
+fn decode(bytes: &[u8]) -> Result<Vec<TreeEntry>> {
+    TreeDecoder::new(bytes)?.collect()
+}
+
+/// An entry in the version 1 layout, as earlier larders wrote it.
+fn encode_v1(e: &TreeEntry, out: &mut Vec<u8>) {
+    out.push(e.kind.code());
+    put_bytes32(out, &e.path);
+    out.extend_from_slice(&e.mode.to_le_bytes());
+    out.extend_from_slice(&e.mtime_sec.to_le_bytes());
+    out.extend_from_slice(&e.mtime_nsec.to_le_bytes());
+    out.extend_from_slice(&e.uid.to_le_bytes());
+    out.extend_from_slice(&e.gid.to_le_bytes());
+    out.extend_from_slice(&e.size.to_le_bytes());
+    e.encode_tail(out);
+}
+
+#[test]
+fn round_trips_every_kind_and_raw_names() {
+    let entries = vec![
+        entry(EntryKind::Dir, b"a"),
+        entry(EntryKind::File, b"a/\xff\xfe-not-utf8"),
+        entry(EntryKind::Symlink, b"a/link"),
+        entry(EntryKind::Fifo, b"a/pipe"),
+        entry(EntryKind::CharDevice, b"a/null"),
+        entry(EntryKind::BlockDevice, b"a/sda"),
+    ];
+    let bytes = stream(&entries);
+    assert_eq!(&bytes[..8], b"LARDERT2");
+    assert_eq!(decode(&bytes).unwrap(), entries);
+}
+
+#[test]
+fn version_1_streams_read_with_the_new_fields_empty() {
+    let old = [
+        entry(EntryKind::Dir, b"a"),
+        entry(EntryKind::File, b"a/f"),
+        entry(EntryKind::Symlink, b"a/l"),
+    ];
+    let mut bytes = b"LARDERT1".to_vec();
+    for e in &old {
+        encode_v1(e, &mut bytes);
+    }
+    bytes.push(0);
+    let back = decode(&bytes).unwrap();
+    assert_eq!(TreeDecoder::new(&bytes).unwrap().version(), 1);
+    for (b, o) in back.iter().zip(&old) {
+        let mut expected = TreeEntry::new(o.kind, o.path.clone());
+        expected.mode = o.mode;
+        expected.mtime_sec = o.mtime_sec;
+        expected.mtime_nsec = o.mtime_nsec;
+        expected.uid = o.uid;
+        expected.gid = o.gid;
+        expected.size = o.size;
+        expected.chunks = o.chunks.clone();
+        expected.target = o.target.clone();
+        assert_eq!(b, &expected);
+    }
+    // Version 1 knew three kinds only.
+    let mut fifo = b"LARDERT1".to_vec();
+    encode_v1(&entry(EntryKind::Fifo, b"p"), &mut fifo);
+    fifo.push(0);
+    assert!(decode(&fifo).is_err());
+}
+
+#[test]
+fn hostile_paths_are_rejected() {
+    for path in [
+        &b"../etc/passwd"[..],
+        b"/etc/passwd",
+        b"a/../../b",
+        b"a//b",
+        b"./a",
+        b"",
+        b"a/\0b",
+    ] {
+        let bytes = stream(&[entry(EntryKind::File, path)]);
+        let first = TreeDecoder::new(&bytes).unwrap().next().unwrap();
+        assert!(
+            first.is_err(),
+            "accepted {:?}",
+            String::from_utf8_lossy(path)
+        );
+    }
+}
+
+#[test]
+fn malformed_fields_are_refused() {
+    let refused = |e: TreeEntry, what: &str| {
+        assert!(decode(&stream(&[e])).is_err(), "accepted {what}");
+    };
+    let mut e = entry(EntryKind::File, b"f");
+    e.ctime_nsec = NANOS;
+    refused(e, "ctime nanoseconds out of range");
+    let mut e = entry(EntryKind::File, b"f");
+    e.mtime_nsec = NANOS;
+    refused(e, "mtime nanoseconds out of range");
+    let mut e = entry(EntryKind::File, b"f");
+    e.xattrs.reverse();
+    refused(e, "attributes out of order");
+    let mut e = entry(EntryKind::File, b"f");
+    e.xattrs[1] = e.xattrs[0].clone();
+    refused(e, "a repeated attribute");
+    // An empty attribute name, which the encoder never writes: the count's first
+    // byte is where the streams with and without one attribute first differ, and
+    // the name's length follows the count.
+    let mut e = entry(EntryKind::File, b"f");
+    e.xattrs.truncate(1);
+    let mut bytes = stream(&[e.clone()]);
+    e.xattrs.clear();
+    let count_at = (0..)
+        .find(|&i| bytes[i] != stream(&[e.clone()])[i])
+        .unwrap();
+    bytes[count_at + 4] = 0;
+    assert!(decode(&bytes).is_err(), "accepted an empty attribute name");
+    let mut bytes = stream(&[entry(EntryKind::Dir, b"d")]);
+    bytes[8] = 7;
+    assert!(decode(&bytes).is_err(), "accepted kind 7");
+}
+
+#[test]
+fn names_that_do_not_fit_are_left_out() {
+    let mut e = entry(EntryKind::Dir, b"d");
+    e.user = vec![b'u'; 256];
+    e.xattrs.insert(
+        0,
+        Xattr {
+            name: Vec::new(),
+            value: b"v".to_vec(),
+        },
+    );
+    e.xattrs.push(Xattr {
+        name: vec![b'z'; 256],
+        value: Vec::new(),
+    });
+    let back = decode(&stream(&[e.clone()])).unwrap();
+    assert!(back[0].user.is_empty());
+    assert_eq!(back[0].group, b"users");
+    assert_eq!(back[0].xattrs, e.xattrs[1..3]);
+}
+
+#[test]
+fn truncation_is_an_error_not_a_short_tree() {
+    let bytes = stream(&[entry(EntryKind::File, b"f")]);
+    for cut in 8..bytes.len() {
+        let results: Vec<_> = TreeDecoder::new(&bytes[..cut]).unwrap().collect();
+        assert!(
+            results.iter().any(|r| r.is_err()),
+            "cut at {cut} decoded cleanly"
+        );
+    }
+}
+
+fn arb_entry() -> impl Strategy<Value = TreeEntry> {
+    let kinds = prop_oneof![
+        Just(EntryKind::File),
+        Just(EntryKind::Dir),
+        Just(EntryKind::Symlink),
+        Just(EntryKind::Fifo),
+        Just(EntryKind::CharDevice),
+        Just(EntryKind::BlockDevice),
+    ];
+    let names = proptest::collection::btree_map(
+        proptest::collection::vec(1u8.., 1..12),
+        proptest::collection::vec(any::<u8>(), 0..20),
+        0..4,
+    );
+    (
+        kinds,
+        proptest::collection::vec(b'a'..=b'z', 1..10),
+        any::<(u32, i64, i64, u32, u32, u64, u64, u64, u32)>(),
+        (0..NANOS, 0..NANOS, any::<u64>()),
+        names,
+        proptest::collection::vec(any::<[u8; 32]>(), 0..4),
+    )
+        .prop_map(|(kind, path, nums, (mn, cn, rdev), xattrs, fps)| {
+            let mut e = TreeEntry::new(kind, path);
+            (
+                e.mode,
+                e.mtime_sec,
+                e.ctime_sec,
+                e.uid,
+                e.gid,
+                e.size,
+                e.inode,
+                e.device,
+                e.nlink,
+            ) = nums;
+            e.mtime_nsec = mn;
+            e.ctime_nsec = cn;
+            e.user = b"user".to_vec();
+            e.xattrs = xattrs
+                .into_iter()
+                .map(|(name, value)| Xattr { name, value })
+                .collect();
+            match kind {
+                EntryKind::File => e.chunks = fps.into_iter().map(Fingerprint).collect(),
+                EntryKind::Symlink => e.target = b"t".to_vec(),
+                EntryKind::CharDevice | EntryKind::BlockDevice => e.rdev = rdev,
+                EntryKind::Dir | EntryKind::Fifo => {}
+            }
+            e
+        })
+}
+
+proptest! {
+    #[test]
+    fn arbitrary_entries_round_trip(entries in proptest::collection::vec(arb_entry(), 0..6)) {
+        prop_assert_eq!(decode(&stream(&entries)).unwrap(), entries);
+    }
+
+    /// The in-CI twin of the `tree` fuzz target, for both versions.
+    #[test]
+    fn arbitrary_bytes_never_panic(
+        tail in proptest::collection::vec(any::<u8>(), 0..256),
+        v2 in any::<bool>(),
+    ) {
+        let mut bytes = if v2 { MAGIC_V2.to_vec() } else { MAGIC_V1.to_vec() };
+        bytes.extend(tail);
+        for r in TreeDecoder::new(&bytes).unwrap() {
+            if let Ok(e) = r {
+                prop_assert!(is_safe_relative_path(&e.path));
+            }
+        }
+    }
+}
