@@ -248,8 +248,14 @@ fn run(
         false => (&opts.parents, opts.checkpoint_interval),
     };
     let mut loading = Vec::new();
-    let previous =
-        previous::Previous::load(repo, &job.roots, &opts.hostname, parents, &mut loading)?;
+    let previous = previous::Previous::load(
+        repo,
+        &job.roots,
+        &opts.hostname,
+        parents,
+        opts.skip.racy_window,
+        &mut loading,
+    )?;
     let decisions = previous.decide(&job.items, opts.skip, |fps| {
         Ok(repo
             .index()

@@ -93,6 +93,19 @@ pub fn parse_utc_rfc3339(s: &str) -> Option<i64> {
     Some(days_from_civil(year, month, day) * 86_400 + hour * 3600 + min * 60 + sec)
 }
 
+/// Like [`parse_utc_rfc3339`], with the fraction of a second as nanoseconds (digits
+/// past the ninth are dropped: the time is rounded down).
+pub(crate) fn parse_utc_rfc3339_nanos(s: &str) -> Option<(i64, u32)> {
+    let sec = parse_utc_rfc3339(s)?;
+    let fraction = s[19..].trim_end_matches('Z').trim_start_matches('.');
+    let digits: String = fraction
+        .chars()
+        .chain(std::iter::repeat('0'))
+        .take(9)
+        .collect();
+    Some((sec, digits.parse().ok()?))
+}
+
 /// The local time zone's offset from UTC at `sec` (seconds since the Unix epoch), in
 /// seconds east of UTC; 0 if the C library cannot tell.
 pub fn local_offset(sec: i64) -> i64 {
@@ -168,6 +181,27 @@ mod tests {
         );
         let leap = SystemTime::UNIX_EPOCH + Duration::from_secs(951_782_400);
         assert_eq!(rfc3339(leap), "2000-02-29T00:00:00.000000000Z");
+    }
+
+    #[test]
+    fn fractions_parse_to_nanoseconds_rounded_down() {
+        assert_eq!(
+            parse_utc_rfc3339_nanos("2023-11-14T22:13:20.000000005Z"),
+            Some((1_700_000_000, 5))
+        );
+        assert_eq!(
+            parse_utc_rfc3339_nanos("2023-11-14T22:13:20.5Z"),
+            Some((1_700_000_000, 500_000_000))
+        );
+        assert_eq!(
+            parse_utc_rfc3339_nanos("2023-11-14T22:13:20.1234567899Z"),
+            Some((1_700_000_000, 123_456_789))
+        );
+        assert_eq!(
+            parse_utc_rfc3339_nanos("2023-11-14T22:13:20Z"),
+            Some((1_700_000_000, 0))
+        );
+        assert_eq!(parse_utc_rfc3339_nanos("2023-11-14T22:13:20.Z"), None);
     }
 
     #[test]

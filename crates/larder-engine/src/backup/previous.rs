@@ -16,7 +16,7 @@ use larder_store::{EntryKind, Repository, Snapshot, TreeEntry};
 
 use super::walk::{normalize, Item};
 use crate::error::{Result, Warning};
-use crate::time::parse_utc_rfc3339;
+use crate::time::parse_utc_rfc3339_nanos;
 use crate::tree_io::{load_tree, ChunkReader};
 
 /// A previous entry whose ctime or mtime lies less than this before its snapshot's
@@ -41,13 +41,27 @@ pub enum Parents {
 }
 
 /// What the skip logic compares besides size and mtime.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SkipRules {
     /// Do not compare inodes (file systems whose inodes are not stable: FUSE, some
     /// network file systems).
     pub ignore_inode: bool,
     /// Do not compare ctimes.
     pub ignore_ctime: bool,
+    /// Entries changed within this of their backup's start are not trusted
+    /// ([`RACY_WINDOW`]); wider for file systems with coarser timestamps, narrower
+    /// only in tests that sleep past it.
+    pub racy_window: Duration,
+}
+
+impl Default for SkipRules {
+    fn default() -> Self {
+        Self {
+            ignore_inode: false,
+            ignore_ctime: false,
+            racy_window: RACY_WINDOW,
+        }
+    }
 }
 
 /// The fields of a previous file entry the skip logic needs.
@@ -107,6 +121,7 @@ impl Previous {
         roots: &[PathBuf],
         hostname: &str,
         parents: &Parents,
+        racy_window: Duration,
         warnings: &mut Vec<Warning>,
     ) -> Result<Self> {
         let chosen: Vec<(String, Snapshot)> = match parents {
@@ -127,9 +142,9 @@ impl Previous {
                 .map_err(Into::into)
                 .and_then(|fps| load_tree(&mut reader, &fps));
             // A time that does not parse trusts nothing (racy for every entry).
-            let began = parse_utc_rfc3339(&snapshot.time).unwrap_or(i64::MIN);
+            let began = parse_utc_rfc3339_nanos(&snapshot.time).unwrap_or((i64::MIN, 0));
             match entries {
-                Ok(entries) => previous.add(entries, &roots, began),
+                Ok(entries) => previous.add(entries, &roots, began, racy_window),
                 Err(e) => {
                     warnings.push(Warning::notice(
                         repo.root(),
@@ -147,11 +162,17 @@ impl Previous {
     }
 
     /// Adds the file entries under `roots` that no newer snapshot gave, of a backup
-    /// that began at `began` (seconds since the epoch, rounded down). An entry
-    /// changed within [`RACY_WINDOW`] of `began`, or later, is racy: left out, so the
-    /// file is read again. Rounding `began` down only widens the window.
-    fn add(&mut self, entries: Vec<TreeEntry>, roots: &[&[u8]], began: i64) {
-        let trusted_before = (began.saturating_sub(RACY_WINDOW.as_secs() as i64), 0);
+    /// that began at `began` (seconds and nanoseconds since the epoch). An entry
+    /// changed within `window` of `began`, or later, is racy: left out, so the file
+    /// is read again.
+    fn add(
+        &mut self,
+        entries: Vec<TreeEntry>,
+        roots: &[&[u8]],
+        began: (i64, u32),
+        window: Duration,
+    ) {
+        let trusted_before = minus(began, window);
         for e in entries {
             let racy = (e.ctime_sec, e.ctime_nsec) >= trusted_before
                 || (e.mtime_sec, e.mtime_nsec) >= trusted_before;
@@ -254,6 +275,16 @@ fn choose(
     chosen
 }
 
+/// `t` (seconds and nanoseconds) less `d`.
+fn minus(t: (i64, u32), d: Duration) -> (i64, u32) {
+    let nanos = i128::from(t.0) * 1_000_000_000 + i128::from(t.1) - d.as_nanos() as i128;
+    let sec = nanos.div_euclid(1_000_000_000);
+    (
+        i64::try_from(sec).unwrap_or(i64::MIN),
+        nanos.rem_euclid(1_000_000_000) as u32,
+    )
+}
+
 /// Whether the metadata of `now` says the file is the one `prev` recorded.
 fn unchanged(prev: &PreviousFile, now: &TreeEntry, rules: SkipRules) -> bool {
     prev.size == now.size
@@ -325,7 +356,7 @@ mod tests {
             file("d", 997, 997),
             file("e", 997, 998),
         ];
-        previous.add(entries, &[b""], 1000);
+        previous.add(entries, &[b""], (1000, 0), RACY_WINDOW);
         let mut kept: Vec<&[u8]> = previous.files.keys().map(Vec::as_slice).collect();
         kept.sort();
         assert_eq!(kept, [&b"a"[..], b"d"]);

@@ -42,7 +42,8 @@ pub(super) struct FileToRead<'a> {
 }
 
 /// When stage 1 stops taking new files, ending the round: after `bytes` bytes of
-/// files taken, or at `deadline`. A file taken is always read to its end.
+/// files taken, or at `deadline`, but never before the first file. A file taken is
+/// always read to its end.
 pub(super) struct RoundEnd {
     pub bytes: u64,
     pub deadline: Option<Instant>,
@@ -210,7 +211,8 @@ impl<'g> Reader<'_, 'g> {
         let mut taken_bytes = 0u64;
         let mut taken = 0;
         for file in files {
-            if end.reached(taken_bytes) {
+            // Every round takes at least one file, so rounds always make progress.
+            if taken > 0 && end.reached(taken_bytes) {
                 break;
             }
             taken += 1;
