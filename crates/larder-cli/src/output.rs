@@ -21,8 +21,9 @@ pub use bar::Bar;
 /// otherwise. A new field goes into the struct (JSON) and, if people should see it,
 /// into [`Render::write_text`].
 pub trait Render: Serialize {
-    /// Whether `--quiet` silences the text. It does, except for what a command exists
-    /// to show and showed under `--quiet` from the start (`cluster status`).
+    /// Whether `--quiet` silences the text. It does, except for output that was asked
+    /// for and has always shown under `--quiet`: `cluster status`, `snapshots
+    /// --cluster`, `gen --stats`, the cuts of `chunk --device gpu --cuts`.
     const QUIET_SILENCES_TEXT: bool = true;
 
     /// The text on stdout.
@@ -50,7 +51,7 @@ pub struct Output {
     quiet: bool,
 }
 
-/// Megabytes (10^6 bytes) with one decimal, as every text shows sizes.
+/// Megabytes (10^6 bytes) with one decimal, as most texts show sizes.
 pub fn mb(bytes: u64) -> String {
     format!("{:.1} MB", bytes as f64 / 1e6)
 }
