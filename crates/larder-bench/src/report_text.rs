@@ -446,7 +446,7 @@ pub fn report_markdown(r: &ReportResults, command: &str) -> String {
             figure(&mut out, p, &footer);
         }
     }
-    out.push_str("## Generator ground truth (issue 5, acceptance 2)\n\n");
+    out.push_str("## Generator ground truth: larder's dedup against the generator's\n\n");
     gen_section(&mut out, &r.gen_truth);
     figure(&mut out, &r.gen_plot, &footer);
     out.push_str("## Cuckoo: index inserts and lookups\n\n");

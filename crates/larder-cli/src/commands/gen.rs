@@ -3,17 +3,20 @@
 //! ground truth on request.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::IsTerminal;
+use std::io::{self, IsTerminal, Write};
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use larder_gen::{Config, Edits, Model, PoolPick, Report, Summary, Transitions, Workload, BLOCK};
+use larder_gen::{
+    Config, Edits, Generation, Model, PoolPick, Report, Summary, Transitions, Workload, BLOCK,
+};
+use serde::Serialize;
 
-use crate::output::Output;
+use crate::output::{Output, Render};
 use crate::size;
 
 #[derive(Args)]
@@ -138,7 +141,7 @@ impl GenArgs {
 
 /// `larder gen`: exit 0, or 2 for settings the model cannot meet and for binary
 /// output to a terminal.
-pub fn gen(args: &GenArgs, json: bool, out: &Output) -> Result<ExitCode> {
+pub fn run(args: GenArgs, out: &Output) -> Result<ExitCode> {
     let config = match args.config() {
         Ok(c) => c,
         Err(msg) => return Ok(out.usage(&msg)),
@@ -147,56 +150,69 @@ pub fn gen(args: &GenArgs, json: bool, out: &Output) -> Result<ExitCode> {
         Ok(w) => w,
         Err(e) => return Ok(out.usage(&e.to_string())),
     };
-    let mut stdout = match &args.out {
-        Some(_) => None,
-        None => {
-            if std::io::stdout().is_terminal() {
-                return Ok(out.usage(
-                    "refusing to write binary data to a terminal: redirect stdout, pipe \
-                     it, or give --out DIR",
-                ));
-            }
-            // Rust's stdout is line-buffered; the generator writes 1 MiB at a time, so
-            // it writes to the descriptor directly.
-            let fd = std::io::stdout()
-                .as_fd()
-                .try_clone_to_owned()
-                .context("opening stdout")?;
-            Some(File::from(fd))
+    let mut sink = match &args.out {
+        Some(dir) => Sink::Dir(dir),
+        None if std::io::stdout().is_terminal() => {
+            return Ok(out.usage(
+                "refusing to write binary data to a terminal: redirect stdout, pipe \
+                 it, or give --out DIR",
+            ))
         }
+        None => Sink::Stdout(stdout_file()?),
     };
     let mut summary = Summary::default();
     let start = Instant::now();
     while let Some(generation) = workload.next_generation() {
         summary.add(&generation);
-        match (&mut stdout, &args.out) {
-            (Some(sink), _) => workload.write(&generation, sink)?,
-            (None, Some(dir)) => {
+        sink.write(&workload, &generation)?;
+    }
+    let generated = Generated {
+        report: summary.report(workload.fitted()),
+        seed: args.seed,
+        mode: mode(&args),
+        seconds: start.elapsed().as_secs_f64(),
+        args: &args,
+    };
+    match sink {
+        Sink::Stdout(_) => out.print_beside_data(&generated)?,
+        Sink::Dir(_) => out.print(&generated)?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Where the generations go.
+enum Sink<'a> {
+    /// All of them, one after another (never a terminal).
+    Stdout(File),
+    /// One file per generation and client under DIR.
+    Dir(&'a Path),
+}
+
+impl Sink<'_> {
+    fn write(&mut self, workload: &Workload, generation: &Generation) -> Result<()> {
+        match self {
+            Sink::Stdout(file) => workload.write(generation, file)?,
+            Sink::Dir(dir) => {
                 let path =
                     generation_path(dir, generation.truth.generation, generation.truth.client);
                 let mut file = create_new(&path)?;
                 workload
-                    .write(&generation, &mut file)
+                    .write(generation, &mut file)
                     .with_context(|| format!("writing {}", path.display()))?;
             }
-            (None, None) => unreachable!("stdout is opened when there is no --out"),
         }
+        Ok(())
     }
-    let elapsed = start.elapsed();
-    if args.stats || json {
-        let report = summary.report(workload.fitted());
-        let text = if json {
-            json_report(&report, args, elapsed)
-        } else {
-            text_report(&report, args, elapsed)
-        };
-        if stdout.is_some() {
-            eprintln!("{text}");
-        } else {
-            println!("{text}");
-        }
-    }
-    Ok(ExitCode::SUCCESS)
+}
+
+/// Rust's stdout is line-buffered; the generator writes 1 MiB at a time, so it writes
+/// to the descriptor directly.
+fn stdout_file() -> Result<File> {
+    let fd = std::io::stdout()
+        .as_fd()
+        .try_clone_to_owned()
+        .context("opening stdout")?;
+    Ok(File::from(fd))
 }
 
 fn generation_path(dir: &Path, generation: u32, client: u32) -> PathBuf {
@@ -231,55 +247,88 @@ fn mode(args: &GenArgs) -> &'static str {
     }
 }
 
-fn json_report(report: &Report, args: &GenArgs, elapsed: Duration) -> String {
-    let mut v = serde_json::to_value(report).expect("the report serializes");
-    let object = v.as_object_mut().expect("the report is an object");
-    object.insert("seed".into(), args.seed.into());
-    object.insert("mode".into(), mode(args).into());
-    object.insert("seconds".into(), elapsed.as_secs_f64().into());
-    v.to_string()
+/// The achieved statistics and the ground truth. JSON always has them; the text only
+/// with `--stats`.
+#[derive(Serialize)]
+struct Generated<'a> {
+    #[serde(flatten)]
+    report: Report,
+    seed: u64,
+    mode: &'static str,
+    seconds: f64,
+    #[serde(skip)]
+    args: &'a GenArgs,
 }
 
 fn kib(bytes: f64) -> String {
     format!("{:.1}", bytes / 1024.0)
 }
 
-fn text_report(r: &Report, args: &GenArgs, elapsed: Duration) -> String {
-    let secs = elapsed.as_secs_f64();
-    let mut s = format!(
-        "generated   {} generation(s) x {} client(s), {:.3} GB in {secs:.2} s ({:.0} MB/s), seed {}, {} model\n",
-        args.generations,
-        args.clients,
-        r.bytes as f64 / 1e9,
-        r.bytes as f64 / 1e6 / secs.max(1e-9),
-        args.seed,
-        mode(args),
-    );
-    s += &format!(
-        "truth       {} new bytes, {} duplicate; dedup ratio {:.4} (later generations: target {})\n",
-        r.new_bytes, r.duplicate_bytes, r.dedup_ratio, r.target_later_dedup_ratio
-    );
-    s += "generation        bytes    new bytes  dedup ratio\n";
-    for g in &r.generations {
-        s += &format!(
-            "{:>10} {:>12} {:>12} {:>12.4}\n",
-            g.generation, g.bytes, g.new_bytes, g.dedup_ratio
-        );
+impl Render for Generated<'_> {
+    /// `--stats` asks for the text; `--quiet` leaves it, as it always has.
+    const QUIET_SILENCES_TEXT: bool = false;
+
+    fn write_text(&self, w: &mut dyn Write) -> io::Result<()> {
+        if !self.args.stats {
+            return Ok(());
+        }
+        let (r, args) = (&self.report, self.args);
+        writeln!(
+            w,
+            "generated   {} generation(s) x {} client(s), {:.3} GB in {:.2} s ({:.0} MB/s), seed {}, {} model",
+            args.generations,
+            args.clients,
+            r.bytes as f64 / 1e9,
+            self.seconds,
+            r.bytes as f64 / 1e6 / self.seconds.max(1e-9),
+            self.seed,
+            self.mode,
+        )?;
+        writeln!(
+            w,
+            "truth       {} new bytes, {} duplicate; dedup ratio {:.4} (later generations: target {})",
+            r.new_bytes, r.duplicate_bytes, r.dedup_ratio, r.target_later_dedup_ratio
+        )?;
+        writeln!(w, "generation        bytes    new bytes  dedup ratio")?;
+        for g in &r.generations {
+            writeln!(
+                w,
+                "{:>10} {:>12} {:>12} {:>12.4}",
+                g.generation, g.bytes, g.new_bytes, g.dedup_ratio
+            )?;
+        }
+        write_runs(w, r)?;
+        write_transitions(w, r, args)?;
+        writeln!(
+            w,
+            "edits       {} insertions ({} bytes), {} deletions ({} bytes)",
+            r.insertions, r.inserted_bytes, r.deletions, r.deleted_bytes
+        )
     }
-    s += "runs (KiB)   count   target mean/median/max       sampled mean/median/max      rounded mean/median/max\n";
+}
+
+/// Run lengths per state: as configured, as sampled, and as rounded to blocks.
+fn write_runs(w: &mut dyn Write, r: &Report) -> io::Result<()> {
+    writeln!(w, "runs (KiB)   count   target mean/median/max       sampled mean/median/max      rounded mean/median/max")?;
     for run in &r.runs {
         let triple = |mean: f64, median: f64, max: f64| {
             format!("{:>8}/{:>6}/{:>10}", kib(mean), kib(median), kib(max))
         };
-        s += &format!(
-            "{:<5} {:>12}   {}   {}   {}\n",
+        writeln!(
+            w,
+            "{:<5} {:>12}   {}   {}   {}",
             run.state,
             run.runs,
             triple(run.target.mean, run.target.median, run.target.max),
             triple(run.sampled.mean, run.sampled.median, run.sampled.max),
             triple(run.rounded.mean, run.rounded.median, run.rounded.max),
-        );
+        )?;
     }
+    Ok(())
+}
+
+/// The state transitions observed, beside those configured.
+fn write_transitions(w: &mut dyn Write, r: &Report, args: &GenArgs) -> io::Result<()> {
     let names = ["U", "R", "BR"];
     let configured = Transitions {
         br_to_u: args.p_br_u,
@@ -296,11 +345,7 @@ fn text_report(r: &Report, args: &GenArgs, elapsed: Duration) -> String {
         }
     }
     if !pairs.is_empty() {
-        s += &format!("transitions {} (observed, configured)\n", pairs.join(", "));
+        writeln!(w, "transitions {} (observed, configured)", pairs.join(", "))?;
     }
-    s += &format!(
-        "edits       {} insertions ({} bytes), {} deletions ({} bytes)",
-        r.insertions, r.inserted_bytes, r.deletions, r.deleted_bytes
-    );
-    s
+    Ok(())
 }

@@ -1,0 +1,146 @@
+//! `backup`, `restore` and `snapshots` through a cluster's node (`--cluster`): the
+//! first node that answers runs the job on its own file system and returns its summary
+//! as JSON, which is printed as the node gave it.
+
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use larder_cluster::rpc::{Job, NodeClient};
+use serde::Serialize;
+use serde_json::Value;
+
+use super::cluster::runtime;
+use super::exit_code;
+use crate::output::{Output, Render};
+
+/// Runs `job` on the first of `nodes` that answers; its JSON summary.
+fn job(nodes: &[String], job: Job) -> Result<Value> {
+    runtime()?.block_on(async {
+        let mut last = None;
+        for addr in nodes {
+            // Node id 1 as the asker: a job does not look anything up under it.
+            let client = match NodeClient::connect(addr, 1).await {
+                Ok(client) => client,
+                Err(e) => {
+                    last = Some(anyhow::Error::new(e));
+                    continue;
+                }
+            };
+            let json = client
+                .job(&job)
+                .await
+                .with_context(|| format!("node {addr}"))?;
+            return serde_json::from_str(&json).context("the node's summary");
+        }
+        Err(last.unwrap_or_else(|| anyhow::anyhow!("no cluster node given")))
+    })
+}
+
+/// `larder backup --cluster`: the node backs `paths` of its file system up. Exit code
+/// 3 when the node reports warnings.
+pub fn backup(nodes: &[String], paths: &[PathBuf], out: &Output) -> Result<ExitCode> {
+    let paths = paths
+        .iter()
+        .map(|p| {
+            std::path::absolute(p)
+                .map(|p| p.display().to_string())
+                .with_context(|| format!("{}", p.display()))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let summary = job(nodes, Job::Backup { paths })?;
+    let partial = summary["warnings"]
+        .as_array()
+        .is_some_and(|w| !w.is_empty());
+    out.print(&RemoteBackup(summary))?;
+    Ok(exit_code(partial))
+}
+
+/// `larder restore --cluster`: the node restores any node's snapshot into `target`
+/// on its file system.
+pub fn restore(nodes: &[String], snapshot: &str, target: &Path, out: &Output) -> Result<ExitCode> {
+    let target = std::path::absolute(target)?.display().to_string();
+    let summary = job(
+        nodes,
+        Job::Restore {
+            snapshot: snapshot.to_string(),
+            target,
+        },
+    )?;
+    out.print(&RemoteRestore(summary))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `larder snapshots --cluster`: every node's snapshots.
+pub fn snapshots(nodes: &[String], out: &Output) -> Result<ExitCode> {
+    let list = job(nodes, Job::Snapshots)?;
+    out.print(&RemoteSnapshots(list))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A node's backup summary.
+#[derive(Serialize)]
+#[serde(transparent)]
+struct RemoteBackup(Value);
+
+impl Render for RemoteBackup {
+    fn notes(&self) -> Vec<String> {
+        let s = &self.0;
+        vec![format!(
+            "snapshot {} saved: {} files, {} chunks ({} new), {} bytes new",
+            s["snapshot_id"].as_str().unwrap_or("?"),
+            s["files"],
+            s["chunks"],
+            s["chunks_new"],
+            s["bytes_new"],
+        )]
+    }
+}
+
+/// A node's restore summary.
+#[derive(Serialize)]
+#[serde(transparent)]
+struct RemoteRestore(Value);
+
+impl Render for RemoteRestore {
+    fn notes(&self) -> Vec<String> {
+        let s = &self.0;
+        vec![format!(
+            "restored snapshot {}: {} files, {} bytes",
+            s["snapshot_id"].as_str().unwrap_or("?"),
+            s["files"],
+            s["bytes"],
+        )]
+    }
+}
+
+/// Every node's snapshots: an array of objects.
+#[derive(Serialize)]
+#[serde(transparent)]
+struct RemoteSnapshots(Value);
+
+impl Render for RemoteSnapshots {
+    /// What the command exists to show: `--quiet` leaves it, as it always has.
+    const QUIET_SILENCES_TEXT: bool = false;
+
+    fn write_text(&self, w: &mut dyn Write) -> io::Result<()> {
+        for s in self.0.as_array().into_iter().flatten() {
+            let paths: Vec<&str> = s["paths"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            writeln!(
+                w,
+                "{}  {}  {}  {}",
+                s["id"].as_str().unwrap_or("?").get(..16).unwrap_or("?"),
+                s["time"].as_str().unwrap_or("?"),
+                s["hostname"].as_str().unwrap_or("?"),
+                paths.join(" ")
+            )?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,134 @@
+//! `larder restore`: restore a snapshot into a directory, locally or through a
+//! cluster's node (`--cluster`).
+
+use std::io::{self, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Result;
+use clap::Args;
+use larder_engine::{Progress, ReadStats, RestoreOptions, RestoreSummary, Warning};
+use larder_store::LockMode;
+use serde::Serialize;
+
+use super::{exit_code, remote, Globals};
+use crate::output::{mb, secs, write_failed_paths, Bar, Output, Render};
+use crate::pattern_args::RestoreSelection;
+use crate::size;
+
+#[derive(Args)]
+pub struct RestoreArgs {
+    snapshot: String,
+    target: PathBuf,
+    /// Replace files that already exist in TARGET
+    #[arg(long)]
+    overwrite: bool,
+    /// Memory for container data: the restore reads ahead in windows whose
+    /// containers' byte ranges fit in this, and reads each container once per window
+    #[arg(long, default_value = "256MiB", value_parser = size::parse)]
+    cache_size: usize,
+    #[command(flatten)]
+    selection: RestoreSelection,
+}
+
+/// Exit code 3 when the restore finished with warnings (each was printed as it came).
+pub fn run(args: RestoreArgs, g: &Globals, out: &Output) -> Result<ExitCode> {
+    let (include, exclude) = match args.selection.patterns() {
+        Ok(lists) => lists,
+        Err(msg) => return Ok(out.usage(&msg)),
+    };
+    if !g.cluster.is_empty() {
+        if !include.is_empty() || !exclude.is_empty() || args.overwrite {
+            return Ok(out.usage(
+                "--include, --exclude and --overwrite are not supported through a cluster yet",
+            ));
+        }
+        return remote::restore(&g.cluster, &args.snapshot, &args.target, out);
+    }
+    let repo = g.repo.open(LockMode::Shared, out)?;
+    let bar = Arc::new(Bar::bytes(out));
+    let opts = RestoreOptions {
+        overwrite: args.overwrite,
+        include,
+        exclude,
+        cache_size: args.cache_size,
+        progress: bar.clone() as Arc<dyn Progress>,
+    };
+    let summary = larder_engine::restore(&repo, &args.snapshot, &args.target, &opts)?;
+    bar.finish();
+    out.print(&Restored::new(&summary))?;
+    Ok(exit_code(!summary.warnings.is_empty()))
+}
+
+/// What a restore wrote, and what it read to do so.
+#[derive(Serialize)]
+struct Restored<'a> {
+    snapshot: &'a str,
+    files: u64,
+    dirs: u64,
+    symlinks: u64,
+    bytes: u64,
+    filtered_out: u64,
+    reads: &'a ReadStats,
+    container_reads_per_mb: f64,
+    seconds: f64,
+    warnings: &'a [Warning],
+    /// The text shows the time unrounded.
+    #[serde(skip)]
+    elapsed: Duration,
+}
+
+impl<'a> Restored<'a> {
+    fn new(s: &'a RestoreSummary) -> Self {
+        Self {
+            snapshot: &s.snapshot_id,
+            files: s.files,
+            dirs: s.dirs,
+            symlinks: s.symlinks,
+            bytes: s.bytes,
+            filtered_out: s.filtered_out,
+            reads: &s.reads,
+            container_reads_per_mb: s.container_reads_per_mb(),
+            seconds: secs(s.elapsed),
+            warnings: &s.warnings,
+            elapsed: s.elapsed,
+        }
+    }
+}
+
+impl Render for Restored<'_> {
+    fn write_text(&self, w: &mut dyn Write) -> io::Result<()> {
+        writeln!(
+            w,
+            "restored snapshot {}: {} files, {} dirs, {} symlinks, {} in {:.3} s",
+            &self.snapshot[..8],
+            self.files,
+            self.dirs,
+            self.symlinks,
+            mb(self.bytes),
+            self.elapsed.as_secs_f64()
+        )?;
+        let r = self.reads;
+        writeln!(
+            w,
+            "  read {} containers in {} reads ({} distinct; {} tables, {} for the tree), {}: {:.3} container reads per MB restored",
+            r.container_reads,
+            r.range_reads,
+            r.distinct_containers,
+            r.table_reads,
+            r.tree_container_reads,
+            mb(r.bytes_read),
+            self.container_reads_per_mb
+        )?;
+        if self.filtered_out > 0 {
+            writeln!(
+                w,
+                "  {} entries not selected by --include/--exclude",
+                self.filtered_out
+            )?;
+        }
+        write_failed_paths(w, self.warnings)
+    }
+}

@@ -1,0 +1,183 @@
+//! Snapshot entries as `ls` and `diff` show them. Paths show as the source paths they
+//! were backed up from (with a leading `/`); in text, names that could disturb a
+//! terminal are escaped (`larder_engine::escape_name`); in JSON, a name that is not
+//! UTF-8 comes with its exact bytes in hex beside the lossily decoded string.
+
+use larder_engine::{display_path, escape_name, utc_rfc3339};
+use larder_store::{EntryKind, TreeEntry};
+use serde::ser::{Serialize, SerializeMap, Serializer};
+
+pub fn kind_name(kind: EntryKind) -> &'static str {
+    match kind {
+        EntryKind::File => "file",
+        EntryKind::Dir => "dir",
+        EntryKind::Symlink => "symlink",
+        EntryKind::Fifo => "fifo",
+        EntryKind::CharDevice => "chardev",
+        EntryKind::BlockDevice => "blockdev",
+    }
+}
+
+/// Bytes under `key` as a string: exact where they are UTF-8; otherwise decoded
+/// lossily, with the exact bytes in hex under `KEY_hex`. Meant for
+/// `#[serde(flatten)]`, as it adds one or two keys.
+pub struct BytesField {
+    key: &'static str,
+    bytes: Vec<u8>,
+}
+
+impl BytesField {
+    pub fn new(key: &'static str, bytes: &[u8]) -> Self {
+        Self {
+            key,
+            bytes: bytes.to_vec(),
+        }
+    }
+
+    /// A path in a snapshot, with the leading `/` it had as a source path.
+    pub fn slash_path(key: &'static str, path: &[u8]) -> Self {
+        let mut bytes = Vec::with_capacity(path.len() + 1);
+        bytes.push(b'/');
+        bytes.extend_from_slice(path);
+        Self { key, bytes }
+    }
+}
+
+impl Serialize for BytesField {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match std::str::from_utf8(&self.bytes) {
+            Ok(text) => {
+                let mut map = s.serialize_map(Some(1))?;
+                map.serialize_entry(self.key, text)?;
+                map.end()
+            }
+            Err(_) => {
+                let mut map = s.serialize_map(Some(2))?;
+                map.serialize_entry(self.key, &String::from_utf8_lossy(&self.bytes))?;
+                let hex: String = self.bytes.iter().map(|b| format!("{b:02x}")).collect();
+                map.serialize_entry(&format!("{}_hex", self.key), &hex)?;
+                map.end()
+            }
+        }
+    }
+}
+
+/// One entry in `ls --json`.
+pub struct EntryJson<'a>(pub &'a TreeEntry);
+
+impl Serialize for EntryJson<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(serde::Serialize)]
+        struct Fields {
+            #[serde(flatten)]
+            path: BytesField,
+            #[serde(rename = "type")]
+            kind: &'static str,
+            mode: u32,
+            permissions: String,
+            uid: u32,
+            gid: u32,
+            size: u64,
+            mtime: String,
+            /// Files only.
+            #[serde(skip_serializing_if = "Option::is_none")]
+            chunks: Option<usize>,
+            /// Symlinks only.
+            #[serde(flatten)]
+            target: Option<BytesField>,
+            /// Device nodes only: the device number.
+            #[serde(skip_serializing_if = "Option::is_none")]
+            device: Option<u64>,
+        }
+        let e = self.0;
+        Fields {
+            path: BytesField::slash_path("path", &e.path),
+            kind: kind_name(e.kind),
+            mode: e.mode,
+            permissions: permissions(e.kind, e.mode),
+            uid: e.uid,
+            gid: e.gid,
+            size: e.size,
+            mtime: utc_rfc3339(e.mtime_sec, e.mtime_nsec),
+            chunks: (e.kind == EntryKind::File).then_some(e.chunks.len()),
+            target: (e.kind == EntryKind::Symlink).then(|| BytesField::new("target", &e.target)),
+            device: e.kind.is_device().then_some(e.rdev),
+        }
+        .serialize(s)
+    }
+}
+
+/// `-rw-r--r--  1000  1000         1234 2026-11-22 15:04:05 /home/me/a.txt`, and
+/// ` -> TARGET` for a symlink.
+pub fn long_line(e: &TreeEntry) -> String {
+    let time = utc_rfc3339(e.mtime_sec, e.mtime_nsec);
+    let (date, clock) = time.split_once('T').unwrap_or((&time, ""));
+    let mut line = format!(
+        "{} {:>5} {:>5} {:>12} {} {} {}",
+        permissions(e.kind, e.mode),
+        e.uid,
+        e.gid,
+        e.size,
+        date,
+        clock.get(..8).unwrap_or(clock),
+        display_path(&e.path)
+    );
+    if e.kind == EntryKind::Symlink {
+        line.push_str(" -> ");
+        line.push_str(&escape_name(&e.target));
+    }
+    line
+}
+
+/// `ls -l`'s mode column: the type from the entry's kind, then the permission bits
+/// with setuid, setgid and sticky shown as `s`/`S` and `t`/`T`.
+fn permissions(kind: EntryKind, mode: u32) -> String {
+    let mut s = String::with_capacity(10);
+    s.push(match kind {
+        EntryKind::File => '-',
+        EntryKind::Dir => 'd',
+        EntryKind::Symlink => 'l',
+        EntryKind::Fifo => 'p',
+        EntryKind::CharDevice => 'c',
+        EntryKind::BlockDevice => 'b',
+    });
+    for (shift, special_bit, special) in [(6, 0o4000, 's'), (3, 0o2000, 's'), (0, 0o1000, 't')] {
+        let bits = (mode >> shift) & 7;
+        s.push(if bits & 4 != 0 { 'r' } else { '-' });
+        s.push(if bits & 2 != 0 { 'w' } else { '-' });
+        s.push(match (mode & special_bit != 0, bits & 1 != 0) {
+            (true, true) => special,
+            (true, false) => special.to_ascii_uppercase(),
+            (false, true) => 'x',
+            (false, false) => '-',
+        });
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn permissions_read_like_ls() {
+        assert_eq!(permissions(EntryKind::File, 0o100644), "-rw-r--r--");
+        assert_eq!(permissions(EntryKind::Dir, 0o40755), "drwxr-xr-x");
+        assert_eq!(permissions(EntryKind::Symlink, 0o120777), "lrwxrwxrwx");
+        assert_eq!(permissions(EntryKind::File, 0o104755), "-rwsr-xr-x");
+        assert_eq!(permissions(EntryKind::File, 0o102644), "-rw-r-Sr--");
+        assert_eq!(permissions(EntryKind::Dir, 0o41777), "drwxrwxrwt");
+        assert_eq!(permissions(EntryKind::Dir, 0o41776), "drwxrwxrwT");
+    }
+
+    /// A name that is not UTF-8 keeps its exact bytes beside the lossy string.
+    #[test]
+    fn bytes_fields_add_hex_only_when_not_utf8() {
+        let json = |f: BytesField| serde_json::to_value(f).unwrap().to_string();
+        assert_eq!(json(BytesField::new("path", b"a")), r#"{"path":"a"}"#);
+        assert_eq!(
+            json(BytesField::slash_path("path", b"a\xff")),
+            "{\"path\":\"/a\u{fffd}\",\"path_hex\":\"2f61ff\"}"
+        );
+    }
+}
