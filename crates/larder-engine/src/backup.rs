@@ -46,6 +46,7 @@ use crate::{NoProgress, Progress};
 use commit::Committer;
 use gate::SerialGate;
 use index_stage::Indexer;
+use previous::Previous;
 use read_stage::{FileToRead, RoundEnd, Source};
 use round::Pipeline;
 use walk::{walk, Item, WalkOptions, Walked};
@@ -149,12 +150,43 @@ pub fn backup(
     let mut stages = StageTimes::default();
     let mut warnings = Vec::new();
     let roots = walk::source_roots(paths)?;
+    let threads = thread_pool(thread_count(opts.threads), "larder-walk")?;
     let walk_opts = WalkOptions {
         exclude: &opts.exclude,
-        xattrs: opts.xattrs,
+        threads: &threads,
     };
-    let Walked { items, excluded } = walk(&roots, &walk_opts, &mut warnings)?;
-    stages.walk = started.elapsed();
+    // The walk and the loading of the previous entries overlap: neither needs the
+    // other. Then the entries are completed from the previous ones.
+    let (walked, previous) = std::thread::scope(|s| {
+        let loading = s.spawn(|| {
+            let mut loading_warnings = Vec::new();
+            let started = Instant::now();
+            let previous = load_previous(repo, &roots, opts, &mut loading_warnings);
+            (previous, loading_warnings, started.elapsed())
+        });
+        let walked = walk(&roots, &walk_opts, &mut warnings);
+        stages.walk = started.elapsed();
+        let loaded = loading.join();
+        (walked, loaded)
+    });
+    let (previous, loading_warnings, loading_time) = previous
+        .map_err(|_| EngineError::Pipeline("loading the previous snapshots panicked".into()))?;
+    stages.previous = loading_time;
+    warnings.extend(loading_warnings);
+    let Walked {
+        mut items,
+        excluded,
+    } = walked?;
+    let previous = previous?;
+    let completing = Instant::now();
+    warnings.extend(walk::complete(
+        &mut items,
+        &previous,
+        opts.skip,
+        opts.xattrs,
+        &threads,
+    ));
+    stages.walk += completing.elapsed();
     for w in &warnings {
         opts.progress.warn(w);
     }
@@ -162,12 +194,11 @@ pub fn backup(
     let job = Job {
         items,
         excluded,
-        roots,
         snapshot_paths,
         stdin: false,
         began,
     };
-    run(repo, job, opts, started, stages, warnings)
+    run(repo, job, previous, opts, started, stages, warnings)
 }
 
 /// Backs up standard input, read to its end, as the file `name` (a relative path,
@@ -211,52 +242,87 @@ pub fn backup_stdin(
     let job = Job {
         items,
         excluded: 0,
-        roots: Vec::new(),
         snapshot_paths: vec![format!("/{path}")],
         stdin: true,
         began,
     };
-    run(repo, job, opts, started, StageTimes::default(), Vec::new())
+    // Standard input has nothing to compare with, and one file to checkpoint.
+    let opts = BackupOptions {
+        parents: Parents::None,
+        checkpoint_interval: None,
+        exclude: PatternList::default(),
+        progress: opts.progress.clone(),
+        remote: opts.remote.clone(),
+        hostname: opts.hostname.clone(),
+        username: opts.username.clone(),
+        ..BackupOptions::default()
+    };
+    run(
+        repo,
+        job,
+        Previous::default(),
+        &opts,
+        started,
+        StageTimes::default(),
+        Vec::new(),
+    )
 }
 
 /// What one backup takes in: the walked items and where they came from.
 struct Job {
     items: Vec<Item>,
     excluded: u64,
-    /// The sources, absolute and normalized (none for standard input).
-    roots: Vec<PathBuf>,
     /// What the snapshot records as its paths.
     snapshot_paths: Vec<String>,
+    /// The one file is standard input.
     stdin: bool,
     /// When the backup began: its snapshots' time.
     began: SystemTime,
+}
+
+fn thread_count(threads: usize) -> usize {
+    match threads {
+        0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
+        n => n,
+    }
+}
+
+/// The previous entries of the files under `roots` (docs/design/nightly.md); what
+/// could not be read is a warning, printed at once.
+fn load_previous(
+    repo: &Repository,
+    roots: &[PathBuf],
+    opts: &BackupOptions,
+    warnings: &mut Vec<Warning>,
+) -> Result<Previous> {
+    let mut loading = Vec::new();
+    let previous = Previous::load(
+        repo,
+        roots,
+        &opts.hostname,
+        &opts.parents,
+        opts.skip.racy_window,
+        &mut loading,
+    )?;
+    for w in &loading {
+        opts.progress.warn(w);
+    }
+    warnings.extend(loading);
+    Ok(previous)
 }
 
 /// Decides what to read, runs the rounds and commits each.
 fn run(
     repo: &mut Repository,
     job: Job,
+    previous: Previous,
     opts: &BackupOptions,
     started: Instant,
     mut stages: StageTimes,
-    mut warnings: Vec<Warning>,
+    warnings: Vec<Warning>,
 ) -> Result<BackupSummary> {
     let previous_started = Instant::now();
-    // Standard input has nothing to compare with, and one file to checkpoint.
-    let (parents, checkpoint_interval) = match job.stdin {
-        true => (&Parents::None, None),
-        false => (&opts.parents, opts.checkpoint_interval),
-    };
-    let mut loading = Vec::new();
-    let previous = previous::Previous::load(
-        repo,
-        &job.roots,
-        &opts.hostname,
-        parents,
-        opts.skip.racy_window,
-        &mut loading,
-    )?;
-    let decisions = previous.decide(&job.items, opts.skip, |fps| {
+    let mut decisions = previous.decide(&job.items, opts.skip, |fps| {
         Ok(repo
             .index()
             .get_batch(fps)?
@@ -264,23 +330,18 @@ fn run(
             .map(Option::is_some)
             .collect())
     })?;
-    stages.previous = previous_started.elapsed();
-    for w in &loading {
-        opts.progress.warn(w);
-    }
-    warnings.extend(loading);
+    stages.previous += previous_started.elapsed();
 
     let config = repo.config().clone();
     let chunker = config.chunker.build();
-    let threads = match opts.threads {
-        0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
-        n => n,
-    };
+    let threads = thread_count(opts.threads);
+    // The reused recipes become the indexer's; the files without one are read.
+    let reused = std::mem::take(&mut decisions.reused);
     let files: Vec<FileToRead<'_>> = job
         .items
         .iter()
         .enumerate()
-        .filter(|(i, it)| it.entry.kind == EntryKind::File && decisions.reused[*i].is_none())
+        .filter(|(i, it)| it.entry.kind == EntryKind::File && reused[*i].is_none())
         .map(|(item, it)| FileToRead {
             item,
             source: if job.stdin {
@@ -298,7 +359,7 @@ fn run(
         remote: opts.remote.clone(),
         zero_chunk: round::zero_chunk(config.hash, config.chunker.max_chunk_size()),
         sizes: job.items.iter().map(|i| i.entry.size).collect(),
-        recipes: decisions.reused.clone(),
+        recipes: reused,
         chunks: 0,
         chunks_new: 0,
         bytes_new: 0,
@@ -321,7 +382,7 @@ fn run(
         warnings: &warnings,
         remote: opts.remote.clone(),
     };
-    let round_bytes = match checkpoint_interval {
+    let round_bytes = match opts.checkpoint_interval {
         Some(_) => (to_read / CHECKPOINT_SHARES).max(CHECKPOINT_MIN_BYTES),
         None => u64::MAX,
     };
@@ -331,7 +392,7 @@ fn run(
     loop {
         let end = RoundEnd {
             bytes: round_bytes,
-            deadline: checkpoint_interval.map(|d| Instant::now() + d),
+            deadline: opts.checkpoint_interval.map(|d| Instant::now() + d),
         };
         let out = repo.lend_index(|repo, index| {
             pipeline.round(repo, &mut indexer, index, &files[next..], &end, &mut stages)

@@ -120,6 +120,9 @@ fn sized_call(mut fill: impl FnMut(&mut [u8]) -> isize) -> io::Result<Option<Vec
                 _ => Err(e),
             };
         }
+        if len == 0 {
+            return Ok(Some(Vec::new()));
+        }
         let mut buf = vec![0u8; len as usize];
         let got = fill(&mut buf);
         if got >= 0 {

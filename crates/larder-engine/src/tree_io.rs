@@ -95,10 +95,22 @@ fn corrupt(name: &str, reason: String) -> StoreError {
 
 /// Reads and decodes a snapshot's whole tree stream.
 pub fn load_tree(reader: &mut ChunkReader<'_>, fps: &[Fingerprint]) -> Result<Vec<TreeEntry>> {
-    let mut stream = Vec::new();
+    let stream = read_stream(reader, fps, 0)?;
+    let entries = TreeDecoder::new(&stream)?.collect::<Result<Vec<_>, StoreError>>()?;
+    Ok(entries)
+}
+
+/// The bytes of a stream stored as chunks `fps`, every chunk verified; `size_hint`
+/// (the length the snapshot records, at most 256 MiB of it trusted) sizes the buffer
+/// once.
+pub(crate) fn read_stream(
+    reader: &mut ChunkReader<'_>,
+    fps: &[Fingerprint],
+    size_hint: u64,
+) -> Result<Vec<u8>> {
+    let mut stream = Vec::with_capacity(size_hint.min(256 << 20) as usize);
     for fp in fps {
         reader.read_into(fp, &mut stream)?;
     }
-    let entries = TreeDecoder::new(&stream)?.collect::<Result<Vec<_>, StoreError>>()?;
-    Ok(entries)
+    Ok(stream)
 }

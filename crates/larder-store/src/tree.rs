@@ -120,6 +120,13 @@ impl TreeEntry {
     /// bytes are left out (Linux has none); attribute names must be strictly
     /// ascending (the walk sorts them).
     pub fn encode(&self, out: &mut Vec<u8>) {
+        self.encode_as(self.size, &self.chunks, out);
+    }
+
+    /// Appends the entry as [`TreeEntry::encode`] does, with `size` and `chunks` in
+    /// place of its own (a file's size and recipe as a backup found them, without
+    /// copying the entry).
+    pub fn encode_as(&self, size: u64, chunks: &[Fingerprint], out: &mut Vec<u8>) {
         out.push(self.kind.code());
         put_bytes32(out, &self.path);
         out.extend_from_slice(&self.mode.to_le_bytes());
@@ -129,7 +136,7 @@ impl TreeEntry {
         out.extend_from_slice(&self.ctime_nsec.to_le_bytes());
         out.extend_from_slice(&self.uid.to_le_bytes());
         out.extend_from_slice(&self.gid.to_le_bytes());
-        out.extend_from_slice(&self.size.to_le_bytes());
+        out.extend_from_slice(&size.to_le_bytes());
         out.extend_from_slice(&self.inode.to_le_bytes());
         out.extend_from_slice(&self.device.to_le_bytes());
         out.extend_from_slice(&self.nlink.to_le_bytes());
@@ -146,15 +153,15 @@ impl TreeEntry {
             out.extend_from_slice(&x.name);
             put_bytes32(out, &x.value);
         }
-        self.encode_tail(out);
+        self.encode_tail(chunks, out);
     }
 
     /// The kind's own fields, laid out alike in both versions (devices: version 2).
-    fn encode_tail(&self, out: &mut Vec<u8>) {
+    fn encode_tail(&self, chunks: &[Fingerprint], out: &mut Vec<u8>) {
         match self.kind {
             EntryKind::File => {
-                out.extend_from_slice(&(self.chunks.len() as u64).to_le_bytes());
-                for fp in &self.chunks {
+                out.extend_from_slice(&(chunks.len() as u64).to_le_bytes());
+                for fp in chunks {
                     out.extend_from_slice(fp.as_bytes());
                 }
             }

@@ -12,12 +12,12 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use larder_hash::Fingerprint;
-use larder_store::{EntryKind, Repository, Snapshot, TreeEntry};
+use larder_store::{EntryKind, Repository, Snapshot, TreeDecoder, TreeEntry, Xattr};
 
 use super::walk::{normalize, Item};
 use crate::error::{Result, Warning};
 use crate::time::parse_utc_rfc3339_nanos;
-use crate::tree_io::{load_tree, ChunkReader};
+use crate::tree_io::{read_stream, ChunkReader};
 
 /// A previous entry whose ctime or mtime lies less than this before its snapshot's
 /// backup began is racy, and not trusted: the file may have changed again after it
@@ -64,19 +64,38 @@ impl Default for SkipRules {
     }
 }
 
-/// The fields of a previous file entry the skip logic needs.
-struct PreviousFile {
+/// What the skip logic and the walk use of a previous entry.
+pub(super) struct PreviousEntry {
+    kind: EntryKind,
     size: u64,
     mtime: (i64, u32),
     ctime: (i64, u32),
     inode: u64,
     chunks: Vec<Fingerprint>,
+    pub xattrs: Vec<Xattr>,
+    pub target: Vec<u8>,
 }
 
-/// The previous entries of the files under a backup's roots.
+impl PreviousEntry {
+    fn new(e: TreeEntry) -> Self {
+        Self {
+            kind: e.kind,
+            size: e.size,
+            mtime: (e.mtime_sec, e.mtime_nsec),
+            ctime: (e.ctime_sec, e.ctime_nsec),
+            inode: e.inode,
+            chunks: e.chunks,
+            xattrs: e.xattrs,
+            target: e.target,
+        }
+    }
+}
+
+/// The previous entries under a backup's roots, each from the newest snapshot that
+/// holds its path; racy entries are left out.
 #[derive(Default)]
 pub(super) struct Previous {
-    files: HashMap<Vec<u8>, PreviousFile>,
+    entries: HashMap<Vec<u8>, PreviousEntry>,
     /// The snapshots they came from, newest first.
     parents: Vec<String>,
 }
@@ -136,15 +155,17 @@ impl Previous {
         let mut previous = Self::default();
         let mut reader = ChunkReader::new(repo);
         for (id, snapshot) in chosen {
+            // A time that does not parse trusts nothing (racy for every entry).
+            let began = parse_utc_rfc3339_nanos(&snapshot.time).unwrap_or((i64::MIN, 0));
+            let trusted_before = minus(began, racy_window);
             let entries = snapshot
                 .tree
                 .fingerprints()
                 .map_err(Into::into)
-                .and_then(|fps| load_tree(&mut reader, &fps));
-            // A time that does not parse trusts nothing (racy for every entry).
-            let began = parse_utc_rfc3339_nanos(&snapshot.time).unwrap_or((i64::MIN, 0));
+                .and_then(|fps| read_stream(&mut reader, &fps, snapshot.tree.size))
+                .and_then(|stream| trusted_entries(&stream, &roots, trusted_before));
             match entries {
-                Ok(entries) => previous.add(entries, &roots, began, racy_window),
+                Ok(entries) => previous.add(entries),
                 Err(e) => {
                     warnings.push(Warning::notice(
                         repo.root(),
@@ -161,32 +182,27 @@ impl Previous {
         Ok(previous)
     }
 
-    /// Adds the file entries under `roots` that no newer snapshot gave, of a backup
-    /// that began at `began` (seconds and nanoseconds since the epoch). An entry
-    /// changed within `window` of `began`, or later, is racy: left out, so the file
-    /// is read again.
-    fn add(
-        &mut self,
-        entries: Vec<TreeEntry>,
-        roots: &[&[u8]],
-        began: (i64, u32),
-        window: Duration,
-    ) {
-        let trusted_before = minus(began, window);
-        for e in entries {
-            let racy = (e.ctime_sec, e.ctime_nsec) >= trusted_before
-                || (e.mtime_sec, e.mtime_nsec) >= trusted_before;
-            if e.kind != EntryKind::File || racy || !roots.iter().any(|r| is_under(&e.path, r)) {
-                continue;
-            }
-            self.files.entry(e.path).or_insert(PreviousFile {
-                size: e.size,
-                mtime: (e.mtime_sec, e.mtime_nsec),
-                ctime: (e.ctime_sec, e.ctime_nsec),
-                inode: e.inode,
-                chunks: e.chunks,
-            });
+    /// Adds the entries (of one snapshot) whose paths no newer snapshot gave.
+    fn add(&mut self, entries: Vec<(Vec<u8>, PreviousEntry)>) {
+        self.entries.reserve(entries.len());
+        for (path, e) in entries {
+            self.entries.entry(path).or_insert(e);
         }
+    }
+
+    /// The previous entry of `now`'s path if it is the same inode in the same state:
+    /// same kind, inode (unless ignored) and ctime. Its extended attributes and
+    /// symlink target are then `now`'s too, since changing either changes the ctime;
+    /// `None` when ctimes are ignored.
+    pub fn same_inode(&self, now: &TreeEntry, rules: SkipRules) -> Option<&PreviousEntry> {
+        if rules.ignore_ctime {
+            return None;
+        }
+        self.entries.get(&now.path).filter(|prev| {
+            prev.kind == now.kind
+                && prev.ctime == (now.ctime_sec, now.ctime_nsec)
+                && (rules.ignore_inode || prev.inode == now.inode)
+        })
     }
 
     /// Decides, for every file of `items`, whether it is new, changed or unchanged.
@@ -211,11 +227,12 @@ impl Previous {
             if item.entry.kind != EntryKind::File {
                 continue;
             }
-            match self.files.remove(&item.entry.path) {
+            match self.entries.remove(&item.entry.path) {
                 None => d.files_new += 1,
                 Some(prev) if unchanged(&prev, &item.entry, rules) => {
                     candidates.push((i, prev.chunks))
                 }
+                // A path that held something else before counts as changed.
                 Some(_) => d.files_changed += 1,
             }
         }
@@ -234,6 +251,29 @@ impl Previous {
         }
         Ok(d)
     }
+}
+
+/// The entries of tree stream `stream` under `roots`, keyed by path, but the racy
+/// ones: those changed at or after `trusted_before` (their backup's start less the
+/// racy window), which are left out, so their files are read again. Nothing if the
+/// stream does not decode.
+fn trusted_entries(
+    stream: &[u8],
+    roots: &[&[u8]],
+    trusted_before: (i64, u32),
+) -> Result<Vec<(Vec<u8>, PreviousEntry)>> {
+    let mut entries = Vec::with_capacity(stream.len() / 128);
+    for e in TreeDecoder::new(stream)? {
+        let mut e = e?;
+        let racy = (e.ctime_sec, e.ctime_nsec) >= trusted_before
+            || (e.mtime_sec, e.mtime_nsec) >= trusted_before;
+        if racy || !roots.iter().any(|r| is_under(&e.path, r)) {
+            continue;
+        }
+        let path = std::mem::take(&mut e.path);
+        entries.push((path, PreviousEntry::new(e)));
+    }
+    Ok(entries)
 }
 
 /// The snapshots to load for `roots`, newest first: of this host, each holding a path
@@ -286,8 +326,9 @@ fn minus(t: (i64, u32), d: Duration) -> (i64, u32) {
 }
 
 /// Whether the metadata of `now` says the file is the one `prev` recorded.
-fn unchanged(prev: &PreviousFile, now: &TreeEntry, rules: SkipRules) -> bool {
-    prev.size == now.size
+fn unchanged(prev: &PreviousEntry, now: &TreeEntry, rules: SkipRules) -> bool {
+    prev.kind == EntryKind::File
+        && prev.size == now.size
         && prev.mtime == (now.mtime_sec, now.mtime_nsec)
         && (rules.ignore_ctime || prev.ctime == (now.ctime_sec, now.ctime_nsec))
         && (rules.ignore_inode || prev.inode == now.inode)
@@ -348,18 +389,30 @@ mod tests {
             (e.ctime_sec, e.mtime_sec) = (ctime, mtime);
             e
         };
-        let mut previous = Previous::default();
-        let entries = vec![
+        let mut stream = Vec::new();
+        larder_store::encode_tree_header(&mut stream);
+        for e in [
             file("a", 990, 990),
             file("b", 998, 900),
             file("c", 900, 2000),
             file("d", 997, 997),
             file("e", 997, 998),
-        ];
-        previous.add(entries, &[b""], (1000, 0), RACY_WINDOW);
-        let mut kept: Vec<&[u8]> = previous.files.keys().map(Vec::as_slice).collect();
-        kept.sort();
-        assert_eq!(kept, [&b"a"[..], b"d"]);
+        ] {
+            e.encode(&mut stream);
+        }
+        stream.push(0);
+        let trusted_before = minus((1000, 0), RACY_WINDOW);
+        let kept: Vec<Vec<u8>> = trusted_entries(&stream, &[b""], trusted_before)
+            .unwrap()
+            .into_iter()
+            .map(|(path, _)| path)
+            .collect();
+        assert_eq!(kept, [b"a".to_vec(), b"d".to_vec()]);
+        // Half a second off the window's edge, to the nanosecond.
+        assert_eq!(
+            minus((1000, 200), Duration::from_millis(500)),
+            (999, 500_000_200)
+        );
     }
 
     #[test]

@@ -19,6 +19,9 @@ pub(super) struct StoredStream {
     pub new: u64,
 }
 
+/// About what one entry takes in a tree stream, to size its buffer once.
+const ENTRY_BYTES: usize = 320;
+
 /// Serializes `items` (a prefix of the walk, in tree order): every entry but the
 /// files without a recipe (not read yet, or failed).
 pub(super) fn build_tree(
@@ -26,15 +29,12 @@ pub(super) fn build_tree(
     recipes: &[Option<Vec<Fingerprint>>],
     sizes: &[u64],
 ) -> Vec<u8> {
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(ENTRY_BYTES * items.len());
     encode_tree_header(&mut out);
     for (i, item) in items.iter().enumerate() {
         if item.entry.kind == EntryKind::File {
             let Some(recipe) = &recipes[i] else { continue };
-            let mut entry = item.entry.clone();
-            entry.chunks.clone_from(recipe);
-            entry.size = sizes[i];
-            entry.encode(&mut out);
+            item.entry.encode_as(sizes[i], recipe, &mut out);
         } else {
             item.entry.encode(&mut out);
         }

@@ -1,15 +1,28 @@
 //! Walking the backup sources into the ordered list of tree entries, leaving out what
 //! exclude patterns and `.larderignore` files select (docs/design/patterns.md).
+//!
+//! Directories are listed on several threads (subdirectories in parallel, their
+//! listings put back in order), and each entry is `lstat`ed relative to its open
+//! directory (`DirEntry::metadata`, `statx` on the directory's descriptor), so the
+//! kernel does not walk the whole path again for every entry. The walk needs nothing
+//! from earlier snapshots, so it runs while they load; [`complete`] then gives each
+//! entry its extended attributes and symlink target, from its previous entry when
+//! that is the same inode with the same ctime (changing either changes the ctime;
+//! docs/design/nightly.md), else by reading them.
 
-use std::ffi::OsStr;
-use std::fs::{self, FileType, Metadata};
+use std::ffi::{OsStr, OsString};
+use std::fs::{self, DirEntry, FileType, Metadata};
 use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use larder_store::{EntryKind, TreeEntry};
+use rayon::prelude::*;
 
+use super::lock;
+use super::previous::{Previous, SkipRules};
 use crate::error::{EngineError, Result, Warning};
 use crate::meta::{read_xattrs, Owners};
 use crate::pattern::{parse_pattern_file, PathUnits, PatternList};
@@ -87,47 +100,43 @@ pub(crate) struct Walked {
 pub(crate) struct WalkOptions<'a> {
     /// Patterns matched against snapshot paths; `.larderignore` files add their own.
     pub exclude: &'a PatternList,
-    /// Record extended attributes (ACLs included).
-    pub xattrs: bool,
+    /// The threads that list directories.
+    pub threads: &'a rayon::ThreadPool,
 }
 
-/// Lists every entry under `roots` (from [`source_roots`]) in tree order (depth-first, each directory before
-/// its contents, names sorted bytewise), with entries for the roots' parent
-/// directories, each with its owner names and (if asked) extended attributes.
-/// Entries that `exclude` (matched against snapshot paths) or a `.larderignore` file
-/// selects are left out without being read; an excluded directory is not listed.
-/// Sockets are skipped with a notice. Problems with single paths become warnings.
+/// Lists every entry under `roots` (from [`source_roots`]) in tree order (depth-first,
+/// each directory before its contents, names sorted bytewise), with entries for the
+/// roots' parent directories, each with its `lstat` fields and owner names (extended
+/// attributes and symlink targets come from [`complete`]). Entries that `exclude` (matched against snapshot paths) or a
+/// `.larderignore` file selects are left out without being read; an excluded
+/// directory is not listed. Sockets are skipped with a notice. Problems with single
+/// paths become warnings.
 pub(crate) fn walk(
     roots: &[PathBuf],
     opts: &WalkOptions<'_>,
     warnings: &mut Vec<Warning>,
 ) -> Result<Walked> {
-    let exclude = opts.exclude;
     let mut kept = Vec::new();
     for root in roots {
         let meta = fs::symlink_metadata(root).map_err(|e| EngineError::Source {
             path: root.clone(),
             reason: format!("cannot back up: {e}"),
         })?;
-        kept.push((root.clone(), meta.is_dir()));
+        kept.push((root.clone(), meta));
     }
-    let mut walker = Walker {
-        items: Vec::new(),
-        warnings,
-        exclude,
-        xattrs: opts.xattrs,
-        owners: Owners::default(),
-        ignore_files: Vec::new(),
-        excluded: 0,
+    let walker = Walker {
+        opts,
+        owners: Mutex::new(Owners::default()),
     };
+    let mut out = Listing::default();
     let mut emitted_parents = std::collections::BTreeSet::new();
-    for (root, is_dir) in &kept {
+    for (root, meta) in kept {
         // The roots' parents are not scanned, so only `exclude` applies to a root, and
         // to it as to any path: through its parent directories too.
-        if exclude.selects(&rel_of(root), *is_dir) {
-            walker.excluded += 1;
-            walker.warnings.push(Warning::notice(
-                root,
+        if opts.exclude.selects(&rel_of(&root), meta.is_dir()) {
+            out.excluded += 1;
+            out.warnings.push(Warning::notice(
+                &root,
                 "not backed up: it matches an exclude pattern",
             ));
             continue;
@@ -138,20 +147,18 @@ pub(crate) fn walk(
             parent.push(c);
             if emitted_parents.insert(parent.clone()) {
                 match fs::symlink_metadata(&parent) {
-                    Ok(meta) => {
-                        let entry = entry_from_meta(EntryKind::Dir, rel_of(&parent), &meta);
-                        walker.push(&parent, entry);
-                    }
-                    Err(e) => walker.warnings.push(Warning::error(&parent, e)),
+                    Ok(meta) => walker.add(&mut out, parent.clone(), &meta),
+                    Err(e) => out.warnings.push(Warning::error(&parent, e)),
                 }
             }
         }
-        walker.visit(root);
+        walker.visit_root(&mut out, root, &meta);
     }
-    Ok(Walked {
-        items: walker.items,
-        excluded: walker.excluded,
-    })
+    warnings.extend(std::mem::take(&mut out.warnings));
+    let excluded = out.excluded_total();
+    let mut items = Vec::with_capacity(out.count());
+    out.flatten_into(&mut items, warnings);
+    Ok(Walked { items, excluded })
 }
 
 /// The sources of a backup as the walk takes them: absolute, normalized, sorted, and
@@ -187,178 +194,246 @@ pub(super) fn normalize(path: &Path) -> PathBuf {
     out
 }
 
-struct Walker<'a> {
-    items: Vec<Item>,
-    warnings: &'a mut Vec<Warning>,
-    exclude: &'a PatternList,
-    xattrs: bool,
-    owners: Owners,
-    /// The `.larderignore` files of the directories being visited, outermost first:
-    /// the depth in components of the directory holding each, and its patterns.
-    ignore_files: Vec<(usize, PatternList)>,
+/// What the walk found below one directory, in tree order, its subdirectories'
+/// listings nested.
+#[derive(Default)]
+struct Listing {
+    nodes: Vec<Node>,
+    warnings: Vec<Warning>,
     excluded: u64,
 }
 
-impl Walker<'_> {
-    /// Adds the entry at `path`, with its owner names and extended attributes.
-    fn push(&mut self, path: &Path, mut entry: TreeEntry) {
-        entry.user = self.owners.user(entry.uid);
-        entry.group = self.owners.group(entry.gid);
-        if self.xattrs {
-            match read_xattrs(path) {
-                Ok(xattrs) => entry.xattrs = xattrs,
-                Err(e) => self.warnings.push(Warning::error(
-                    path,
-                    format!("cannot read extended attributes: {e}"),
-                )),
+enum Node {
+    Item(Item),
+    Below(Listing),
+}
+
+impl Listing {
+    fn count(&self) -> usize {
+        self.nodes
+            .iter()
+            .map(|n| match n {
+                Node::Item(_) => 1,
+                Node::Below(l) => l.count(),
+            })
+            .sum()
+    }
+
+    /// Moves every item, in order, into `items`, and every warning into `warnings`.
+    fn flatten_into(self, items: &mut Vec<Item>, warnings: &mut Vec<Warning>) {
+        warnings.extend(self.warnings);
+        for node in self.nodes {
+            match node {
+                Node::Item(item) => items.push(item),
+                Node::Below(listing) => listing.flatten_into(items, warnings),
             }
         }
-        self.items.push(Item {
-            entry,
-            abs: path.to_path_buf(),
+    }
+
+    fn excluded_total(&self) -> u64 {
+        self.excluded
+            + self
+                .nodes
+                .iter()
+                .map(|n| match n {
+                    Node::Below(l) => l.excluded_total(),
+                    Node::Item(_) => 0,
+                })
+                .sum::<u64>()
+    }
+}
+
+/// The `.larderignore` files of the directories above, outermost first: the depth in
+/// components of the directory holding each, and its patterns.
+type IgnoreFiles = Vec<(usize, Arc<PatternList>)>;
+
+struct Walker<'a> {
+    opts: &'a WalkOptions<'a>,
+    owners: Mutex<Owners>,
+}
+
+impl Walker<'_> {
+    /// Makes the entry at `path` (`meta` its `lstat`), with its owner names; `None`
+    /// for a socket (with a notice).
+    fn entry(
+        &self,
+        path: &Path,
+        meta: &Metadata,
+        warnings: &mut Vec<Warning>,
+    ) -> Option<TreeEntry> {
+        let Some(kind) = kind_of(meta.file_type()) else {
+            warnings.push(Warning::notice(path, "skipped: a socket is not backed up"));
+            return None;
+        };
+        let mut entry = entry_from_meta(kind, rel_of(path), meta);
+        let mut owners = lock(&self.owners);
+        entry.user = owners.user(entry.uid);
+        entry.group = owners.group(entry.gid);
+        Some(entry)
+    }
+
+    /// Adds the entry at `path` to `out`.
+    fn add(&self, out: &mut Listing, path: PathBuf, meta: &Metadata) {
+        if let Some(entry) = self.entry(&path, meta, &mut out.warnings) {
+            out.nodes.push(Node::Item(Item { abs: path, entry }));
+        }
+    }
+
+    /// Adds a root and everything below it.
+    fn visit_root(&self, out: &mut Listing, root: PathBuf, meta: &Metadata) {
+        if root.as_os_str() == "/" {
+            // The filesystem root itself: its children are the snapshot's top level.
+            if meta.is_dir() {
+                let below = self.list(&root, 0, &IgnoreFiles::new());
+                out.nodes.push(Node::Below(below));
+            }
+            return;
+        }
+        let depth = root.iter().count() - 1;
+        let is_dir = meta.is_dir();
+        self.add(out, root.clone(), meta);
+        if is_dir && matches!(out.nodes.last(), Some(Node::Item(item)) if item.abs == root) {
+            let below = self.list(&root, depth, &IgnoreFiles::new());
+            out.nodes.push(Node::Below(below));
+        }
+    }
+
+    /// Lists the children of `dir` (`depth` components below the snapshot root) that
+    /// are not excluded, with `dir`'s `.larderignore` patterns in force, and the
+    /// subdirectories' contents, these on the walk's threads.
+    fn list(&self, dir: &Path, depth: usize, ignore_files: &IgnoreFiles) -> Listing {
+        let mut out = Listing::default();
+        let mut children: Vec<(OsString, Option<FileType>, DirEntry)> = Vec::new();
+        match fs::read_dir(dir) {
+            Ok(entries) => {
+                for entry in entries {
+                    match entry {
+                        // The type comes from the directory listing where the file
+                        // system gives it, so an excluded entry is not even stat'ed.
+                        Ok(e) => children.push((e.file_name(), e.file_type().ok(), e)),
+                        Err(e) => out
+                            .warnings
+                            .push(Warning::error(dir, format!("cannot list directory: {e}"))),
+                    }
+                }
+            }
+            Err(e) => {
+                out.warnings
+                    .push(Warning::error(dir, format!("cannot read directory: {e}")));
+                return out;
+            }
+        }
+        children.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+        let mut ignore_here = ignore_files.clone();
+        if let Some((_, file_type, _)) = children
+            .iter()
+            .find(|(name, _, _)| name == IGNORE_FILE_NAME)
+        {
+            if let Some(list) = read_ignore_file(dir, *file_type, &mut out.warnings) {
+                ignore_here.push((depth, Arc::new(list)));
+            }
+        }
+        let mut subdirs = Vec::new();
+        for (name, file_type, dir_entry) in children {
+            let path = dir.join(name);
+            let is_dir = file_type.is_some_and(|t| t.is_dir());
+            if self.is_excluded(&rel_of(&path), is_dir, &ignore_here) {
+                out.excluded += 1;
+                continue;
+            }
+            // Relative to the directory's open descriptor (no path walk).
+            let meta = match dir_entry.metadata() {
+                Ok(m) => m,
+                Err(e) => {
+                    out.warnings.push(Warning::error(&path, e));
+                    continue;
+                }
+            };
+            let Some(entry) = self.entry(&path, &meta, &mut out.warnings) else {
+                continue;
+            };
+            if entry.kind == EntryKind::Dir {
+                subdirs.push(path.clone());
+            }
+            out.nodes.push(Node::Item(Item { abs: path, entry }));
+        }
+        let listings: Vec<Listing> = self.opts.threads.install(|| {
+            subdirs
+                .par_iter()
+                .map(|dir| self.list(dir, depth + 1, &ignore_here))
+                .collect()
         });
+        // Each subdirectory's listing goes right after its own entry.
+        let mut listings = listings.into_iter();
+        let nodes = std::mem::take(&mut out.nodes);
+        for node in nodes {
+            let is_dir = matches!(&node, Node::Item(item) if item.entry.kind == EntryKind::Dir);
+            out.nodes.push(node);
+            if is_dir {
+                out.nodes.extend(listings.next().map(Node::Below));
+            }
+        }
+        out
     }
 
     /// Whether `rel` (a snapshot path whose parent directory is not excluded) is
     /// excluded: by `exclude`, or by the `.larderignore` files above it, in which the
     /// last matching pattern decides and a deeper file's patterns come later.
-    fn is_excluded(&self, rel: &[u8], is_dir: bool) -> bool {
-        if self.exclude.is_empty() && self.ignore_files.is_empty() {
+    fn is_excluded(&self, rel: &[u8], is_dir: bool, ignore_files: &IgnoreFiles) -> bool {
+        if self.opts.exclude.is_empty() && ignore_files.is_empty() {
             return false;
         }
         let units = PathUnits::new(rel);
-        if self.exclude.decide(units.all(), is_dir) == Some(true) {
+        if self.opts.exclude.decide(units.all(), is_dir) == Some(true) {
             return true;
         }
         // The deepest file with an opinion decides.
-        let by_files = self
-            .ignore_files
+        let by_files = ignore_files
             .iter()
             .rev()
             .find_map(|(depth, list)| list.decide(units.below(*depth), is_dir));
         by_files == Some(true)
     }
+}
 
-    fn visit(&mut self, path: &Path) {
-        let meta = match fs::symlink_metadata(path) {
-            Ok(m) => m,
-            Err(e) => {
-                self.warnings.push(Warning::error(path, e));
-                return;
-            }
-        };
-        let rel = rel_of(path);
-        let ft = meta.file_type();
-        if rel.is_empty() {
-            // The filesystem root itself: its children are the snapshot's top level.
-            if ft.is_dir() {
-                self.visit_children(path, 0);
-            }
-            return;
-        }
-        let Some(kind) = kind_of(ft) else {
-            self.warnings
-                .push(Warning::notice(path, "skipped: a socket is not backed up"));
-            return;
-        };
-        let mut entry = entry_from_meta(kind, rel, &meta);
-        if kind == EntryKind::Symlink {
-            match fs::read_link(path) {
-                Ok(target) => entry.target = target.as_os_str().as_bytes().to_vec(),
-                Err(e) => {
-                    self.warnings
-                        .push(Warning::error(path, format!("cannot read symlink: {e}")));
-                    return;
-                }
-            }
-        }
-        let depth = entry.path.split(|&b| b == b'/').count();
-        self.push(path, entry);
-        if kind == EntryKind::Dir {
-            self.visit_children(path, depth);
-        }
+/// The patterns of `dir`'s `.larderignore`. A file that is not a regular file is not
+/// followed (like git, which never follows a symlinked `.gitignore`); an unreadable
+/// file or an invalid line is an error warning, so the backup is reported partial: it
+/// may hold entries the file meant to exclude.
+fn read_ignore_file(
+    dir: &Path,
+    file_type: Option<FileType>,
+    warnings: &mut Vec<Warning>,
+) -> Option<PatternList> {
+    let path = dir.join(IGNORE_FILE_NAME);
+    if !file_type.is_some_and(|t| t.is_file()) {
+        warnings.push(Warning::notice(
+            &path,
+            "not a regular file, so its patterns are not applied (symlinks are not followed)",
+        ));
+        return None;
     }
-
-    /// Visits the children of `dir` (`depth` components below the snapshot root) that
-    /// are not excluded, with the patterns of its `.larderignore` file in force.
-    fn visit_children(&mut self, dir: &Path, depth: usize) {
-        let entries = match fs::read_dir(dir) {
-            Ok(rd) => rd,
-            Err(e) => {
-                self.warnings
-                    .push(Warning::error(dir, format!("cannot read directory: {e}")));
-                return;
-            }
-        };
-        let mut children = Vec::new();
-        for entry in entries {
-            match entry {
-                // The type comes from the directory listing where the filesystem
-                // gives it, so an excluded entry is not even stat'ed.
-                Ok(e) => children.push((e.file_name(), e.file_type().ok())),
-                Err(e) => self
-                    .warnings
-                    .push(Warning::error(dir, format!("cannot list directory: {e}"))),
-            }
-        }
-        children.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-        let ignore_file = children
-            .iter()
-            .find(|(name, _)| name == IGNORE_FILE_NAME)
-            .and_then(|(_, file_type)| self.read_ignore_file(dir, *file_type));
-        let pushed = ignore_file.is_some();
-        if let Some(list) = ignore_file {
-            self.ignore_files.push((depth, list));
-        }
-        for (name, file_type) in children {
-            let path = dir.join(name);
-            let is_dir = file_type.is_some_and(|t| t.is_dir());
-            if self.is_excluded(&rel_of(&path), is_dir) {
-                self.excluded += 1;
-                continue;
-            }
-            self.visit(&path);
-        }
-        if pushed {
-            self.ignore_files.pop();
-        }
-    }
-
-    /// The patterns of `dir`'s `.larderignore`. A file that is not a regular file is
-    /// not followed (like git, which never follows a symlinked `.gitignore`); an
-    /// unreadable file or an invalid line is an error warning, so the backup is
-    /// reported partial: it may hold entries the file meant to exclude.
-    fn read_ignore_file(&mut self, dir: &Path, file_type: Option<FileType>) -> Option<PatternList> {
-        let path = dir.join(IGNORE_FILE_NAME);
-        if !file_type.is_some_and(|t| t.is_file()) {
-            self.warnings.push(Warning::notice(
+    let text = match read_nofollow(&path) {
+        Ok(text) => text,
+        Err(e) => {
+            warnings.push(Warning::error(
                 &path,
-                "not a regular file, so its patterns are not applied (symlinks are not followed)",
+                format!("cannot read: {e}; its patterns are not applied"),
             ));
             return None;
         }
-        let text = match read_nofollow(&path) {
-            Ok(text) => text,
-            Err(e) => {
-                self.warnings.push(Warning::error(
-                    &path,
-                    format!("cannot read: {e}; its patterns are not applied"),
-                ));
-                return None;
-            }
-        };
-        let mut patterns = Vec::new();
-        for (line, parsed) in parse_pattern_file(&text) {
-            match parsed {
-                Ok(pattern) => patterns.push(pattern),
-                Err(e) => self.warnings.push(Warning::error(
-                    &path,
-                    format!("line {line}: {e}; line skipped"),
-                )),
-            }
+    };
+    let mut patterns = Vec::new();
+    for (line, parsed) in parse_pattern_file(&text) {
+        match parsed {
+            Ok(pattern) => patterns.push(pattern),
+            Err(e) => warnings.push(Warning::error(
+                &path,
+                format!("line {line}: {e}; line skipped"),
+            )),
         }
-        Some(PatternList::new(patterns))
     }
+    Some(PatternList::new(patterns))
 }
 
 fn read_nofollow(path: &Path) -> std::io::Result<Vec<u8>> {
@@ -369,4 +444,65 @@ fn read_nofollow(path: &Path) -> std::io::Result<Vec<u8>> {
     let mut text = Vec::new();
     file.read_to_end(&mut text)?;
     Ok(text)
+}
+
+/// Completes walked entries with their extended attributes (if `xattrs`) and symlink
+/// targets, on `threads`: taken from the previous entry when it is the same inode in
+/// the same state ([`Previous::same_inode`]), read otherwise. An entry whose symlink
+/// target cannot be read is dropped with a warning; one whose attributes cannot be
+/// read is kept without them, with a warning.
+pub(crate) fn complete(
+    items: &mut Vec<Item>,
+    previous: &Previous,
+    rules: SkipRules,
+    xattrs: bool,
+    threads: &rayon::ThreadPool,
+) -> Vec<Warning> {
+    let outcomes: Vec<(bool, Option<Warning>)> = threads.install(|| {
+        items
+            .par_iter_mut()
+            .with_min_len(64)
+            .map(|item| complete_one(item, previous, rules, xattrs))
+            .collect()
+    });
+    let mut keep = outcomes.iter().map(|(keep, _)| *keep);
+    items.retain(|_| keep.next().unwrap_or(true));
+    outcomes.into_iter().filter_map(|(_, w)| w).collect()
+}
+
+/// Completes one entry; `false` when it must be dropped.
+fn complete_one(
+    item: &mut Item,
+    previous: &Previous,
+    rules: SkipRules,
+    xattrs: bool,
+) -> (bool, Option<Warning>) {
+    let entry = &mut item.entry;
+    if let Some(prev) = previous.same_inode(entry, rules) {
+        if xattrs {
+            entry.xattrs.clone_from(&prev.xattrs);
+        }
+        entry.target.clone_from(&prev.target);
+        return (true, None);
+    }
+    let mut warning = None;
+    if xattrs {
+        match read_xattrs(&item.abs) {
+            Ok(found) => entry.xattrs = found,
+            Err(e) => {
+                let w = Warning::error(&item.abs, format!("cannot read extended attributes: {e}"));
+                warning = Some(w);
+            }
+        }
+    }
+    if entry.kind == EntryKind::Symlink {
+        match fs::read_link(&item.abs) {
+            Ok(target) => entry.target = target.as_os_str().as_bytes().to_vec(),
+            Err(e) => {
+                let w = Warning::error(&item.abs, format!("cannot read symlink: {e}"));
+                return (false, Some(w));
+            }
+        }
+    }
+    (true, warning)
 }

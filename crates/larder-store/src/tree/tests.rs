@@ -61,7 +61,7 @@ fn encode_v1(e: &TreeEntry, out: &mut Vec<u8>) {
     out.extend_from_slice(&e.uid.to_le_bytes());
     out.extend_from_slice(&e.gid.to_le_bytes());
     out.extend_from_slice(&e.size.to_le_bytes());
-    e.encode_tail(out);
+    e.encode_tail(&e.chunks, out);
 }
 
 #[test]
