@@ -521,3 +521,54 @@ proptest! {
         }
     }
 }
+
+/// Sets user attribute `name` of `path`; false where the file system takes none.
+fn set_xattr(path: &Path, name: &str, value: &[u8]) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let p = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    let n = std::ffi::CString::new(name).unwrap();
+    // SAFETY: valid NUL-terminated strings and a value buffer of its length.
+    unsafe { libc::lsetxattr(p.as_ptr(), n.as_ptr(), value.as_ptr().cast(), value.len(), 0) == 0 }
+}
+
+/// The entries of snapshot `id`, by path.
+fn entries(repo: &Path, id: &str) -> BTreeMap<Vec<u8>, larder_store::TreeEntry> {
+    let repo = Repository::open(repo, LockMode::Shared).unwrap();
+    let (_, snapshot) = repo.find_snapshot(id).unwrap();
+    let mut reader = larder_engine::ChunkReader::new(&repo);
+    larder_engine::load_tree(&mut reader, &snapshot.tree.fingerprints().unwrap())
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.path.clone(), e))
+        .collect()
+}
+
+#[test]
+fn attributes_and_symlink_targets_that_changed_are_recorded_again() {
+    let f = fixture();
+    f.write("a", &bytes(1, 1000));
+    if !set_xattr(&f.src.join("a"), "user.k", b"one") {
+        eprintln!("skipped: the temporary directory's file system takes no user attributes");
+        return;
+    }
+    std::os::unix::fs::symlink("a", f.src.join("l")).unwrap();
+    let rel = |name: &str| f.src.join(name).strip_prefix("/").unwrap().as_os_str().as_encoded_bytes().to_vec();
+    let first = f.backup();
+    let e = entries(&f.repo, &first.snapshot_id);
+    assert_eq!(e[&rel("a")].xattrs[0].value, b"one");
+    assert_eq!(e[&rel("l")].target, b"a");
+    // Taken over unread, they stay what they were.
+    let same = f.backup();
+    let e = entries(&f.repo, &same.snapshot_id);
+    assert_eq!(e[&rel("a")].xattrs[0].value, b"one");
+    assert_eq!(e[&rel("l")].target, b"a");
+    // Changed: the attribute's change moves the ctime; the new link is a new inode.
+    assert!(set_xattr(&f.src.join("a"), "user.k", b"two"));
+    fs::remove_file(f.src.join("l")).unwrap();
+    std::os::unix::fs::symlink("elsewhere", f.src.join("l")).unwrap();
+    let changed = f.backup();
+    let e = entries(&f.repo, &changed.snapshot_id);
+    assert_eq!(e[&rel("a")].xattrs[0].value, b"two");
+    assert_eq!(e[&rel("l")].target, b"elsewhere");
+    assert_eq!(changed.files_changed, 1);
+}
