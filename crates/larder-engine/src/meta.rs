@@ -1,6 +1,11 @@
-//! Reading the metadata a tree entry records besides `lstat`'s: owner names and
+//! The metadata a tree entry records besides `lstat`'s: reading owner names and
 //! extended attributes (POSIX ACLs are the attributes `system.posix_acl_access` and
-//! `system.posix_acl_default`).
+//! `system.posix_acl_default`) for backup, here; setting owner, attributes, mode and
+//! times on what restore creates, in `apply`.
+
+mod apply;
+
+pub(crate) use apply::{restore_metadata, Node, OwnerPolicy};
 
 use std::collections::HashMap;
 use std::ffi::CString;
