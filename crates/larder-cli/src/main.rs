@@ -545,6 +545,7 @@ fn run(cli: Cli, out: &Output) -> Result<ExitCode> {
                 exclude,
                 cache_size,
                 progress: bar.clone() as Arc<dyn Progress>,
+                ..RestoreOptions::default()
             };
             let summary = larder_engine::restore(&repo, &snapshot, &target, &opts)?;
             bar.finish();
