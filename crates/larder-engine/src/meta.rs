@@ -143,7 +143,7 @@ fn sized_call(mut fill: impl FnMut(&mut [u8]) -> isize) -> io::Result<Option<Vec
 /// The extended attributes of `path` itself (never of a symlink's target), names
 /// ascending. A file system without attributes gives none; an attribute that
 /// vanishes while it is read is left out; any other failure is an error.
-pub(crate) fn read_xattrs(path: &Path) -> io::Result<Vec<Xattr>> {
+pub fn read_xattrs(path: &Path) -> io::Result<Vec<Xattr>> {
     let c = c_path(path)?;
     let list = sized_call(|buf| {
         // SAFETY: `c` is NUL-terminated; `buf` is valid for `buf.len()` bytes (a null
