@@ -39,7 +39,12 @@ fn set_xattr(path: &Path, name: &str, value: &[u8]) {
             0,
         )
     };
-    assert_eq!(rc, 0, "lsetxattr {name}: {}", std::io::Error::last_os_error());
+    assert_eq!(
+        rc,
+        0,
+        "lsetxattr {name}: {}",
+        std::io::Error::last_os_error()
+    );
 }
 
 fn get_xattr(path: &Path, name: &str) -> Option<Vec<u8>> {

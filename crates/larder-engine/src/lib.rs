@@ -35,12 +35,12 @@ pub use browse::{display_path, escape_name, SnapshotPath, SnapshotTree};
 pub use check::{check, CheckOptions, CheckReport, Damage};
 pub use diff::{diff_snapshots, diff_trees, Change, ChangeKind, ChangedField, TreeDiff};
 pub use error::{EngineError, Result, Warning};
-pub use meta::read_xattrs;
 pub use forget::{
     apply_policy, forget, plan_forget, plan_forget_named, ForgetDecision, KeepReason,
     RetentionPolicy,
 };
 pub use gc::{gc, mark, GcSummary};
+pub use meta::read_xattrs;
 pub use pattern::{parse_pattern_file, Pattern, PatternList};
 pub use restore::{restore, RestoreOptions, RestoreSummary, DEFAULT_RESTORE_CACHE};
 pub use time::{local_offset, parse_utc_rfc3339, utc_rfc3339};

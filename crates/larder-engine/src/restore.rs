@@ -246,7 +246,12 @@ impl Run<'_, '_> {
                 .then_some((e.chunks.as_slice(), e.size))
         });
         let plan = RestorePlan::new(self.repo, files);
-        self.total += plan.files.iter().flatten().map(|data| data.len).sum::<u64>();
+        self.total += plan
+            .files
+            .iter()
+            .flatten()
+            .map(|data| data.len)
+            .sum::<u64>();
         self.opts.progress.set_total(self.total);
         self.reads.table_reads += plan.stats.table_reads;
         self.reads.bytes_read += plan.stats.bytes_read;
@@ -292,9 +297,10 @@ impl Run<'_, '_> {
                     LinkRole::First(g) => Some(board.guard(*g)),
                     _ => None,
                 };
-                let checked = self.ns.check_parents(&dest).and_then(|()| {
-                    self.ns.clear_directory_at(&dest, || quiesce(&queues))
-                });
+                let checked = self
+                    .ns
+                    .check_parents(&dest)
+                    .and_then(|()| self.ns.clear_directory_at(&dest, || quiesce(&queues)));
                 if let Err(m) = checked {
                     self.warn(index, &dest, m);
                     continue;

@@ -20,8 +20,7 @@ use std::sync::Arc;
 
 use larder_chunk::ChunkerConfig;
 use larder_engine::{
-    backup, read_xattrs, restore, Pattern, PatternList, Progress, RestoreOptions,
-    RestoreSummary,
+    backup, read_xattrs, restore, Pattern, PatternList, Progress, RestoreOptions, RestoreSummary,
 };
 use larder_hash::HashAlgo;
 use larder_store::{LockMode, RepoConfig, Repository, Xattr};
@@ -131,7 +130,11 @@ fn raw_acl(entries: &[(u16, u16, u32)]) -> Vec<u8> {
 fn set_acl(path: &Path, default: bool) {
     let spec = "u::rwx,u:1234:r-x,g::r-x,g:5678:rw-,m::rwx,o::---";
     let ran = Command::new("setfacl")
-        .args(if default { &["-d", "-m"][..] } else { &["-m"][..] })
+        .args(if default {
+            &["-d", "-m"][..]
+        } else {
+            &["-m"][..]
+        })
         .arg(spec)
         .arg(path)
         .status();
@@ -225,7 +228,11 @@ fn differences(expected: &Path, actual: &Path) -> Vec<String> {
     let mut diffs = Vec::new();
     let mut inodes: HashMap<u64, u64> = HashMap::new();
     let mut back: HashMap<u64, u64> = HashMap::new();
-    for path in e.keys().chain(a.keys()).collect::<std::collections::BTreeSet<_>>() {
+    for path in e
+        .keys()
+        .chain(a.keys())
+        .collect::<std::collections::BTreeSet<_>>()
+    {
         match (e.get(path), a.get(path)) {
             (Some((en, ei)), Some((an, ai))) => {
                 if en != an {
@@ -257,7 +264,11 @@ fn differences(expected: &Path, actual: &Path) -> Vec<String> {
 #[track_caller]
 fn assert_same(expected: &Path, actual: &Path) {
     let diffs = differences(expected, actual);
-    assert!(diffs.is_empty(), "restore differs:\n  {}", diffs.join("\n  "));
+    assert!(
+        diffs.is_empty(),
+        "restore differs:\n  {}",
+        diffs.join("\n  ")
+    );
 }
 
 fn init(path: &Path) {
@@ -342,7 +353,12 @@ fn metadata_tree(root: &Path) -> PathBuf {
     let specials = src.join("specials");
     mknod(&specials.join("fifo"), libc::S_IFIFO, 0o640, 0);
     lchown(&specials.join("fifo"), 1234, 5678);
-    mknod(&specials.join("null"), libc::S_IFCHR, 0o666, libc::makedev(1, 3));
+    mknod(
+        &specials.join("null"),
+        libc::S_IFCHR,
+        0o666,
+        libc::makedev(1, 3),
+    );
     chmod(&specials.join("null"), 0o666);
     std::os::unix::fs::symlink("../data/a.txt", src.join("other/rel-link")).unwrap();
     std::os::unix::fs::symlink("/nonexistent/target", src.join("dangling")).unwrap();
@@ -370,7 +386,11 @@ fn metadata_tree(root: &Path) -> PathBuf {
     dirs.sort_by_key(|rel| std::cmp::Reverse(rel.components().count()));
     for rel in dirs {
         n += 1;
-        set_mtime(&src.join(rel), 1_400_000_000 + n * 1000, (n * 104_729) as u32);
+        set_mtime(
+            &src.join(rel),
+            1_400_000_000 + n * 1000,
+            (n * 104_729) as u32,
+        );
     }
     set_mtime(&src, 1_300_000_000, 5);
     src
@@ -405,7 +425,10 @@ fn every_recorded_piece_of_metadata_is_restored_as_root() {
     // One inode, three names; its data planned (and read) once.
     let m = fs::metadata(back.join("data/a.txt")).unwrap();
     assert_eq!(m.nlink(), 3);
-    assert_eq!(m.ino(), fs::metadata(back.join("other/link3.txt")).unwrap().ino());
+    assert_eq!(
+        m.ino(),
+        fs::metadata(back.join("other/link3.txt")).unwrap().ino()
+    );
     assert_eq!(summary.hard_links, 2);
     let data_bytes: u64 = 100_000 + 5000 + 12 + 10 + 6 + SPARSE_LEN;
     assert_eq!(summary.bytes, data_bytes);

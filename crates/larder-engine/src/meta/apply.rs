@@ -265,12 +265,7 @@ mod tests {
             value: b"v\x00".to_vec(),
         }];
         let entry = entry_with(xattrs.clone(), 0o100_444);
-        let failed = restore_metadata(
-            Node::File(&file),
-            &entry,
-            OwnerPolicy::new(true),
-            true,
-        );
+        let failed = restore_metadata(Node::File(&file), &entry, OwnerPolicy::new(true), true);
         let supported = failed.is_empty();
         if !supported {
             // The temporary directory's file system takes no user attributes.
@@ -282,7 +277,10 @@ mod tests {
         drop(file);
         let meta = std::fs::symlink_metadata(&path).unwrap();
         assert_eq!(meta.permissions().mode() & 0o7777, 0o444);
-        assert_eq!((meta.mtime(), meta.mtime_nsec()), (1_234_567_890, 123_456_789));
+        assert_eq!(
+            (meta.mtime(), meta.mtime_nsec()),
+            (1_234_567_890, 123_456_789)
+        );
         if supported {
             assert_eq!(read_xattrs(&path).unwrap(), xattrs);
         }

@@ -62,7 +62,11 @@ pub(super) fn link_roles<'a>(
 pub(super) enum FirstOutcome {
     Pending,
     /// Restored with its data at `path`, which was then inode `ino` of device `dev`.
-    Restored { path: PathBuf, dev: u64, ino: u64 },
+    Restored {
+        path: PathBuf,
+        dev: u64,
+        ino: u64,
+    },
     /// Not restored: later names carry their own data.
     Failed,
 }
@@ -201,6 +205,9 @@ mod tests {
             ino: 2,
         });
         assert_eq!(board.wait(0), FirstOutcome::Failed);
-        assert!(matches!(board.wait(1), FirstOutcome::Restored { ino: 2, .. }));
+        assert!(matches!(
+            board.wait(1),
+            FirstOutcome::Restored { ino: 2, .. }
+        ));
     }
 }

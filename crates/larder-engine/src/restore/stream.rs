@@ -124,17 +124,12 @@ impl SliceStream {
     /// Hands the stream's bytes `data` to `sink`, one piece per slice they span.
     /// Fails before handing over a piece that holds a damaged chunk, with that
     /// chunk's error. Calls must come in stream order.
-    pub fn pieces(
-        &mut self,
-        data: FileData,
-        mut sink: impl FnMut(Piece),
-    ) -> Result<(), String> {
+    pub fn pieces(&mut self, data: FileData, mut sink: impl FnMut(Piece)) -> Result<(), String> {
         let end = data.start + data.len;
         let mut pos = data.start;
         while pos < end {
             let slice = self.slice_at(pos)?;
-            let range =
-                (pos - slice.start) as usize..(end.min(slice.end()) - slice.start) as usize;
+            let range = (pos - slice.start) as usize..(end.min(slice.end()) - slice.start) as usize;
             if let Some((_, reason)) = slice
                 .damaged
                 .iter()

@@ -68,7 +68,9 @@ pub(super) enum How<'b> {
         first: Option<FirstGuard<'b>>,
     },
     /// A later name of hard link group `group`.
-    Link { group: usize },
+    Link {
+        group: usize,
+    },
     Symlink,
     Special,
 }
