@@ -74,7 +74,9 @@ fn main() {
     let mut variants = Vec::new();
     let mut rest = args[2..].iter();
     while let Some(flag) = rest.next() {
-        let value = rest.next().unwrap_or_else(|| panic!("{flag} needs a value"));
+        let value = rest
+            .next()
+            .unwrap_or_else(|| panic!("{flag} needs a value"));
         match flag.as_str() {
             "--rounds" => rounds = value.parse().expect("--rounds N"),
             "--threads" => {
