@@ -168,7 +168,10 @@ fn fifos_are_recorded_unread_and_sockets_skipped_with_a_notice() {
         ws.iter().all(|w| !w.2),
         "a skipped socket is a notice: {ws:?}"
     );
-    assert_eq!((&summary["files"], &summary["specials"]), (&1.into(), &1.into()));
+    assert_eq!(
+        (&summary["files"], &summary["specials"]),
+        (&1.into(), &1.into())
+    );
 
     // The FIFO as the only source: recorded, not read, no hang.
     let out = backup(&pipe);

@@ -125,9 +125,14 @@ struct FileEntry {
     chunks: Vec<Fp>,
 }
 
-/// Decodes a tree stream (docs/design/format.md, "Tree stream"); files only.
+/// Decodes a tree stream (docs/design/format.md, "Tree stream", version 1 or 2);
+/// files only.
 fn decode_tree(stream: &[u8]) -> Vec<FileEntry> {
-    assert_eq!(&stream[..8], b"LARDERT1");
+    let v2 = match &stream[..8] {
+        b"LARDERT1" => false,
+        b"LARDERT2" => true,
+        magic => panic!("not a tree stream: {magic:?}"),
+    };
     let mut pos = 8;
     let mut files = Vec::new();
     loop {
@@ -139,7 +144,22 @@ fn decode_tree(stream: &[u8]) -> Vec<FileEntry> {
         }
         let plen = le_u32(&stream[pos..]) as usize;
         let path = String::from_utf8_lossy(&stream[pos + 4..pos + 4 + plen]).into_owned();
-        pos += 4 + plen + 4 + 8 + 4 + 4 + 4 + 8;
+        if v2 {
+            // Mode, mtime, ctime, uid, gid, size, inode, device, link count.
+            pos += 4 + plen + 4 + 12 + 12 + 4 + 4 + 8 + 8 + 8 + 4;
+            // User and group names.
+            for _ in 0..2 {
+                pos += 1 + usize::from(stream[pos]);
+            }
+            let xattrs = le_u32(&stream[pos..]);
+            pos += 4;
+            for _ in 0..xattrs {
+                pos += 1 + usize::from(stream[pos]);
+                pos += 4 + le_u32(&stream[pos..]) as usize;
+            }
+        } else {
+            pos += 4 + plen + 4 + 8 + 4 + 4 + 4 + 8;
+        }
         match kind {
             1 => {
                 let k = le_u64(&stream[pos..]) as usize;
@@ -153,6 +173,8 @@ fn decode_tree(stream: &[u8]) -> Vec<FileEntry> {
             }
             2 => {}
             3 => pos += 4 + le_u32(&stream[pos..]) as usize,
+            4 => {}
+            5 | 6 => pos += 8,
             k => panic!("unknown entry kind {k}"),
         }
     }

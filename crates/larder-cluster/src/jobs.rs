@@ -140,6 +140,7 @@ impl NodeHandler {
                         exclude: PatternList::default(),
                         cache_size: DEFAULT_RESTORE_CACHE,
                         progress: Arc::new(NoProgress),
+                        ..RestoreOptions::default()
                     };
                     restore(&repo, &snapshot, Path::new(&target), &options)
                 })

@@ -40,6 +40,7 @@ pub use forget::{
     RetentionPolicy,
 };
 pub use gc::{gc, mark, GcSummary};
+pub use meta::read_xattrs;
 pub use pattern::{parse_pattern_file, Pattern, PatternList};
 pub use restore::{restore, RestoreOptions, RestoreSummary, DEFAULT_RESTORE_CACHE};
 pub use time::{local_offset, parse_utc_rfc3339, utc_rfc3339};

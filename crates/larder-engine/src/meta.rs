@@ -1,6 +1,11 @@
-//! Reading the metadata a tree entry records besides `lstat`'s: owner names and
+//! The metadata a tree entry records besides `lstat`'s: reading owner names and
 //! extended attributes (POSIX ACLs are the attributes `system.posix_acl_access` and
-//! `system.posix_acl_default`).
+//! `system.posix_acl_default`) for backup, here; setting owner, attributes, mode and
+//! times on what restore creates, in `apply`.
+
+mod apply;
+
+pub(crate) use apply::{restore_metadata, Node, OwnerPolicy};
 
 use std::collections::HashMap;
 use std::ffi::CString;
@@ -141,7 +146,7 @@ fn sized_call(mut fill: impl FnMut(&mut [u8]) -> isize) -> io::Result<Option<Vec
 /// The extended attributes of `path` itself (never of a symlink's target), names
 /// ascending. A file system without attributes gives none; an attribute that
 /// vanishes while it is read is left out; any other failure is an error.
-pub(crate) fn read_xattrs(path: &Path) -> io::Result<Vec<Xattr>> {
+pub fn read_xattrs(path: &Path) -> io::Result<Vec<Xattr>> {
     let c = c_path(path)?;
     let list = sized_call(|buf| {
         // SAFETY: `c` is NUL-terminated; `buf` is valid for `buf.len()` bytes (a null

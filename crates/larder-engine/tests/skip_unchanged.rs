@@ -528,7 +528,15 @@ fn set_xattr(path: &Path, name: &str, value: &[u8]) -> bool {
     let p = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
     let n = std::ffi::CString::new(name).unwrap();
     // SAFETY: valid NUL-terminated strings and a value buffer of its length.
-    unsafe { libc::lsetxattr(p.as_ptr(), n.as_ptr(), value.as_ptr().cast(), value.len(), 0) == 0 }
+    unsafe {
+        libc::lsetxattr(
+            p.as_ptr(),
+            n.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        ) == 0
+    }
 }
 
 /// The entries of snapshot `id`, by path.
@@ -552,7 +560,15 @@ fn attributes_and_symlink_targets_that_changed_are_recorded_again() {
         return;
     }
     std::os::unix::fs::symlink("a", f.src.join("l")).unwrap();
-    let rel = |name: &str| f.src.join(name).strip_prefix("/").unwrap().as_os_str().as_encoded_bytes().to_vec();
+    let rel = |name: &str| {
+        f.src
+            .join(name)
+            .strip_prefix("/")
+            .unwrap()
+            .as_os_str()
+            .as_encoded_bytes()
+            .to_vec()
+    };
     let first = f.backup();
     let e = entries(&f.repo, &first.snapshot_id);
     assert_eq!(e[&rel("a")].xattrs[0].value, b"one");

@@ -29,6 +29,13 @@ pub struct RestoreArgs {
     /// containers' byte ranges fit in this, and reads each container once per window
     #[arg(long, default_value = "256MiB", value_parser = size::parse)]
     cache_size: usize,
+    /// Leave owners as the restoring user's: do not set the recorded uid and gid
+    #[arg(long)]
+    no_owner: bool,
+    /// Threads creating and writing files, spread over directories [default: one per
+    /// core]
+    #[arg(long, default_value_t = 0)]
+    threads: usize,
     #[command(flatten)]
     selection: RestoreSelection,
 }
@@ -55,6 +62,8 @@ pub fn run(args: RestoreArgs, g: &Globals, out: &Output) -> Result<ExitCode> {
         exclude,
         cache_size: args.cache_size,
         progress: bar.clone() as Arc<dyn Progress>,
+        owners: !args.no_owner,
+        threads: args.threads,
     };
     let summary = larder_engine::restore(&repo, &args.snapshot, &args.target, &opts)?;
     bar.finish();
@@ -67,8 +76,12 @@ pub fn run(args: RestoreArgs, g: &Globals, out: &Output) -> Result<ExitCode> {
 struct Restored<'a> {
     snapshot: &'a str,
     files: u64,
+    /// Of `files`, those restored as a hard link to another restored file.
+    hard_links: u64,
     dirs: u64,
     symlinks: u64,
+    /// FIFOs and device nodes.
+    specials: u64,
     bytes: u64,
     filtered_out: u64,
     reads: &'a ReadStats,
@@ -85,8 +98,10 @@ impl<'a> Restored<'a> {
         Self {
             snapshot: &s.snapshot_id,
             files: s.files,
+            hard_links: s.hard_links,
             dirs: s.dirs,
             symlinks: s.symlinks,
+            specials: s.specials,
             bytes: s.bytes,
             filtered_out: s.filtered_out,
             reads: &s.reads,
@@ -100,9 +115,17 @@ impl<'a> Restored<'a> {
 
 impl Render for Restored<'_> {
     fn write_text(&self, w: &mut dyn Write) -> io::Result<()> {
+        let links = match self.hard_links {
+            0 => String::new(),
+            n => format!(" ({n} as hard links)"),
+        };
+        let specials = match self.specials {
+            0 => String::new(),
+            n => format!(", {n} FIFOs and devices"),
+        };
         writeln!(
             w,
-            "restored snapshot {}: {} files, {} dirs, {} symlinks, {} in {:.3} s",
+            "restored snapshot {}: {} files{links}, {} dirs, {} symlinks{specials}, {} in {:.3} s",
             &self.snapshot[..8],
             self.files,
             self.dirs,

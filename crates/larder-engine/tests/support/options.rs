@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use larder_engine::{BackupOptions, CheckOptions, NoProgress, PatternList, RestoreOptions};
+use larder_engine::{BackupOptions, CheckOptions, NoProgress, RestoreOptions};
 
 /// Options for a backup on `threads` fingerprinting threads.
 pub fn backup_options(threads: usize) -> BackupOptions {
@@ -22,11 +22,8 @@ pub fn backup_options(threads: usize) -> BackupOptions {
 /// bytes for container data.
 pub fn restore_options(cache_size: usize) -> RestoreOptions {
     RestoreOptions {
-        overwrite: false,
-        include: PatternList::default(),
-        exclude: PatternList::default(),
         cache_size,
-        progress: Arc::new(NoProgress),
+        ..RestoreOptions::default()
     }
 }
 
