@@ -73,10 +73,13 @@ fn write_generation(src: &Path, generation: u32) {
     }
 }
 
+/// A chunk as a container stores it: fingerprint, offset, stored bytes.
+type StoredChunk = (Fingerprint, u32, Vec<u8>);
+
 /// Every container's data chunks: id, then each chunk's fingerprint, place and stored
 /// bytes, in table order. Tree chunks are left out: the tree records the metadata of
 /// the source's parent directories, which other processes change.
-fn data_chunks(root: &Path) -> Vec<(u64, Vec<(Fingerprint, u32, Vec<u8>)>)> {
+fn data_chunks(root: &Path) -> Vec<(u64, Vec<StoredChunk>)> {
     let repo = Repository::open(root, LockMode::Shared).unwrap();
     let mut tree: HashSet<Fingerprint> = HashSet::new();
     for (_, s) in repo.snapshots().unwrap().0 {

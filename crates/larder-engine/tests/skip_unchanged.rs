@@ -67,16 +67,17 @@ fn fixture() -> Fixture {
 }
 
 impl Fixture {
-    fn backup_with(&self, paths: &[PathBuf], opts: &BackupOptions) -> BackupSummary {
+    fn backup_with(&self, paths: &[&Path], opts: &BackupOptions) -> BackupSummary {
         std::thread::sleep(WINDOW + Duration::from_millis(10));
         let mut repo = Repository::open(&self.repo, LockMode::Exclusive).unwrap();
-        let s = backup(&mut repo, paths, opts).unwrap();
+        let paths: Vec<PathBuf> = paths.iter().map(|p| p.to_path_buf()).collect();
+        let s = backup(&mut repo, &paths, opts).unwrap();
         assert!(!s.is_partial(), "{:?}", s.warnings);
         s
     }
 
     fn backup(&self) -> BackupSummary {
-        self.backup_with(&[self.src.clone()], &opts())
+        self.backup_with(&[&self.src], &opts())
     }
 
     /// Restores snapshot `id` and compares the restored copy of `src` with `src`.
@@ -139,7 +140,10 @@ fn unchanged_files_are_not_read_and_an_append_reads_one_file() {
     assert_eq!((second.files_unchanged, second.files_changed), (20, 0));
     assert_eq!(second.bytes_skipped, first.bytes_in);
     assert_eq!(second.bytes_in, first.bytes_in);
-    assert_eq!(second.parents, [first.snapshot_id.clone()]);
+    assert_eq!(
+        second.parents.as_slice(),
+        std::slice::from_ref(&first.snapshot_id)
+    );
     // Only the tree changed: it records the time of the second snapshot's parents.
     assert_eq!(second.chunks_new, second.tree_chunks_new);
     f.assert_restores(&second.snapshot_id);
@@ -191,7 +195,7 @@ fn a_rewrite_that_keeps_size_and_mtime_is_caught_by_ctime() {
         },
         ..backup_options(2)
     };
-    let s = f.backup_with(&[f.src.clone()], &ignoring);
+    let s = f.backup_with(&[&f.src], &ignoring);
     assert_eq!((s.files_unchanged, s.bytes_read), (1, 0));
 }
 
@@ -204,14 +208,14 @@ fn a_backup_of_a_parent_skips_the_files_of_a_child_snapshot() {
     let f = fixture();
     f.write("top", &bytes(1, 5000));
     f.write("d/inner", &bytes(2, 7000));
-    let child = f.backup_with(&[f.src.join("d")], &opts());
+    let child = f.backup_with(&[&f.src.join("d")], &opts());
     assert_eq!(child.files, 1);
     let parent = f.backup();
     assert_eq!((parent.files_new, parent.files_unchanged), (1, 1));
     assert_eq!(parent.bytes_read, 5000);
     f.assert_restores(&parent.snapshot_id);
     // And the other way round: a backup of the child after the parent reads nothing.
-    let again = f.backup_with(&[f.src.join("d")], &opts());
+    let again = f.backup_with(&[&f.src.join("d")], &opts());
     assert_eq!(again.bytes_read, 0);
 }
 
@@ -221,7 +225,7 @@ fn parents_can_be_chosen_or_refused() {
     f.write("a", &bytes(1, 5000));
     let first = f.backup();
     let forced = f.backup_with(
-        &[f.src.clone()],
+        &[&f.src],
         &BackupOptions {
             parents: Parents::None,
             ..opts()
@@ -230,17 +234,20 @@ fn parents_can_be_chosen_or_refused() {
     assert_eq!((forced.bytes_read, forced.files_new), (5000, 1));
     assert!(forced.parents.is_empty());
     let named = f.backup_with(
-        &[f.src.clone()],
+        &[&f.src],
         &BackupOptions {
             parents: Parents::Snapshot(first.snapshot_id[..10].to_string()),
             ..opts()
         },
     );
     assert_eq!(named.bytes_read, 0);
-    assert_eq!(named.parents, [first.snapshot_id.clone()]);
+    assert_eq!(
+        named.parents.as_slice(),
+        std::slice::from_ref(&first.snapshot_id)
+    );
     // Another host's snapshots are not parents by default.
     let other = f.backup_with(
-        &[f.src.clone()],
+        &[&f.src],
         &BackupOptions {
             hostname: "elsewhere".into(),
             ..opts()
@@ -269,7 +276,10 @@ fn a_recipe_whose_chunks_are_gone_is_read_again() {
     // a's metadata matches, but its recipe is not all in the index: read again.
     assert_eq!((third.files_changed, third.files_unchanged), (1, 1));
     assert_eq!(third.bytes_read, 50_000);
-    assert_eq!(third.parents, [second.snapshot_id.clone()]);
+    assert_eq!(
+        third.parents.as_slice(),
+        std::slice::from_ref(&second.snapshot_id)
+    );
     f.assert_restores(&third.snapshot_id);
     drop(first);
 }
@@ -366,7 +376,7 @@ fn a_backup_that_fails_after_a_checkpoint_is_resumed_from_it() {
     let mut repo =
         Repository::open_with_backend(&f.repo, LockMode::Exclusive, Duration::ZERO, backend)
             .unwrap();
-    assert!(backup(&mut repo, &[f.src.clone()], &checkpointing).is_err());
+    assert!(backup(&mut repo, std::slice::from_ref(&f.src), &checkpointing).is_err());
     drop(repo);
     let repo = Repository::open(&f.repo, LockMode::Shared).unwrap();
     let (snapshots, _) = repo.snapshots().unwrap();
@@ -378,9 +388,12 @@ fn a_backup_that_fails_after_a_checkpoint_is_resumed_from_it() {
     assert!(repo.find_snapshot("latest").is_err());
     drop(repo);
 
-    let resumed = f.backup_with(&[f.src.clone()], &checkpointing);
+    let resumed = f.backup_with(&[&f.src], &checkpointing);
     assert_eq!(resumed.bytes_read, 12 * 200_000 - covered);
-    assert_eq!(resumed.parents, [snapshots[0].0.clone()]);
+    assert_eq!(
+        resumed.parents.as_slice(),
+        std::slice::from_ref(&snapshots[0].0)
+    );
     assert!(resumed.checkpoints > 0);
     // The checkpoints, the killed backup's included, are gone: one snapshot left.
     let repo = Repository::open(&f.repo, LockMode::Shared).unwrap();

@@ -237,10 +237,12 @@ impl Previous {
             }
         }
         let all: Vec<Fingerprint> = candidates.iter().flat_map(|(_, c)| c).copied().collect();
-        let mut found = present(&all)?.into_iter();
+        let found = present(&all)?;
+        let mut at = 0;
         for (i, chunks) in candidates {
-            // Consumes exactly this recipe's answers.
-            let complete = found.by_ref().take(chunks.len()).fold(true, |a, b| a && b);
+            // This recipe's answers.
+            let complete = found[at..at + chunks.len()].iter().all(|&b| b);
+            at += chunks.len();
             if complete {
                 d.files_unchanged += 1;
                 d.bytes_skipped += items[i].entry.size;

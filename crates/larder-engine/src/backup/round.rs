@@ -153,7 +153,6 @@ impl Pipeline<'_> {
                 warnings: self.warnings,
             };
             let index_result = index_stage::run(indexer, index, &fp_rx, &out, gate);
-            drop(out);
             drop((write_tx, fp_rx));
             let (mut writer, write_result) = join(write, "write")?;
             let (chunk_busy, taken) = join(chunk, "chunk")?;

@@ -266,10 +266,8 @@ proptest! {
     ) {
         let mut bytes = if v2 { MAGIC_V2.to_vec() } else { MAGIC_V1.to_vec() };
         bytes.extend(tail);
-        for r in TreeDecoder::new(&bytes).unwrap() {
-            if let Ok(e) = r {
-                prop_assert!(is_safe_relative_path(&e.path));
-            }
+        for e in TreeDecoder::new(&bytes).unwrap().flatten() {
+            prop_assert!(is_safe_relative_path(&e.path));
         }
     }
 }
