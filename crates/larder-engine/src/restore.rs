@@ -185,11 +185,26 @@ pub fn restore(
         if !run.ns.is_safe(dest) {
             continue;
         }
-        for m in restore_metadata(Node::Path(dest), entries[*index], run.owners, true) {
+        for m in restore_metadata(Node::Path(dest), entries[*index], &run.owners, true) {
             let w = Warning::error(dest, m);
             opts.progress.warn(&w);
             run.tally.warnings.push((*index, w));
         }
+    }
+    let refused = run
+        .owners
+        .refused
+        .load(std::sync::atomic::Ordering::Relaxed);
+    if refused > 0 {
+        let w = Warning::notice(
+            &run.ns.target,
+            format!(
+                "the owners of {refused} entries were not restored: only root may give files \
+                 to other users (restore as root to restore them, or pass --no-owner)"
+            ),
+        );
+        opts.progress.warn(&w);
+        run.tally.warnings.push((entries.len(), w));
     }
     let mut tally = run.tally;
     tally.warnings.sort_by_key(|(index, _)| *index);
@@ -259,7 +274,7 @@ impl Run<'_, '_> {
         let board = LinkBoard::new(groups);
         let shared = Shared {
             overwrite: self.opts.overwrite,
-            owners: self.owners,
+            owners: self.owners.clone(),
             links: &board,
             progress: self.opts.progress.as_ref(),
             load: (0..self.writers).map(|_| AtomicUsize::new(0)).collect(),

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use larder_chunk::ChunkerConfig;
-use larder_engine::{backup, check, restore, DEFAULT_RESTORE_CACHE};
+use larder_engine::{backup, check, restore, BackupOptions, Parents, DEFAULT_RESTORE_CACHE};
 use larder_hash::HashAlgo;
 use larder_store::{Backend, FileKind, LockMode, ObjectBackend, RepoConfig, Repository};
 
@@ -100,13 +100,19 @@ fn backup_to_object_storage_restores_byte_identical() {
         std::slice::from_ref(&first.snapshot_id)
     );
 
-    // The same data again: every chunk is found through the segments on the server.
+    // The same data again, every file read: every data chunk is found through the
+    // segments on the server (the tree may have a new chunk: it records the times of
+    // the source's parent directories, which other tests change).
     let second = {
         let mut repo = open(&root, &backend, LockMode::Exclusive);
-        backup(&mut repo, std::slice::from_ref(&src), &backup_options(2)).unwrap()
+        let read_all = BackupOptions {
+            parents: Parents::None,
+            ..backup_options(2)
+        };
+        backup(&mut repo, std::slice::from_ref(&src), &read_all).unwrap()
     };
-    assert_eq!(second.chunks_new, 0, "{second:?}");
-    assert_eq!(second.containers_written, 0);
+    assert_eq!(second.bytes_read, second.bytes_in);
+    assert_eq!(second.chunks_new, second.tree_chunks_new, "{second:?}");
 
     let repo = open(&root, &backend, LockMode::Shared);
     let report = check(&repo, &check_options(true)).unwrap();

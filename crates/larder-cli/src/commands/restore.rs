@@ -68,7 +68,7 @@ pub fn run(args: RestoreArgs, g: &Globals, out: &Output) -> Result<ExitCode> {
     let summary = larder_engine::restore(&repo, &args.snapshot, &args.target, &opts)?;
     bar.finish();
     out.print(&Restored::new(&summary))?;
-    Ok(exit_code(!summary.warnings.is_empty()))
+    Ok(exit_code(summary.warnings.iter().any(|w| w.is_error)))
 }
 
 /// What a restore wrote, and what it read to do so.

@@ -22,6 +22,8 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use larder_store::{TreeEntry, Xattr};
 
@@ -36,7 +38,7 @@ pub(crate) enum Node<'a> {
 }
 
 /// Whether and how owners are restored.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct OwnerPolicy {
     /// Restore the recorded uid and gid at all.
     pub restore: bool,
@@ -44,6 +46,10 @@ pub(crate) struct OwnerPolicy {
     /// not root tries only where the recorded ids differ from what the entry got (it
     /// may still change the group to one of its own).
     pub root: bool,
+    /// Entries whose owner a user that is not root was not permitted to set. Like
+    /// `cp -a`, `rsync -a` and restic, that is not an error of each entry: the restore
+    /// reports the count once.
+    pub refused: Arc<AtomicU64>,
 }
 
 impl OwnerPolicy {
@@ -51,7 +57,11 @@ impl OwnerPolicy {
     pub fn new(restore: bool) -> Self {
         // SAFETY: geteuid has no preconditions and cannot fail.
         let root = unsafe { libc::geteuid() } == 0;
-        Self { restore, root }
+        Self {
+            restore,
+            root,
+            refused: Arc::new(AtomicU64::new(0)),
+        }
     }
 }
 
@@ -66,7 +76,7 @@ fn is_acl(x: &Xattr) -> bool {
 pub(crate) fn restore_metadata(
     node: Node<'_>,
     entry: &TreeEntry,
-    owners: OwnerPolicy,
+    owners: &OwnerPolicy,
     mode: bool,
 ) -> Vec<String> {
     let mut failed = Vec::new();
@@ -83,8 +93,12 @@ pub(crate) fn restore_metadata(
         (Node::Path(_), None) => unreachable!("a path node has its C path"),
     };
     if owners.restore {
-        if let Err(message) = restore_owner(node, target, entry, owners.root) {
-            failed.push(message);
+        match restore_owner(node, target, entry, owners.root) {
+            Ok(Owner::Set) => {}
+            Ok(Owner::NotPermitted) => {
+                owners.refused.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(message) => failed.push(message),
         }
     }
     for x in entry.xattrs.iter().filter(|x| !is_acl(x)) {
@@ -125,37 +139,47 @@ enum Target<'a> {
     Path(&'a CString),
 }
 
+/// What became of an entry's owner.
+enum Owner {
+    Set,
+    /// A user that is not root may not give the entry that owner (`EPERM`); the group
+    /// was set where the user may.
+    NotPermitted,
+}
+
 /// Changes the owner to the recorded uid and gid: always as root; otherwise only if
-/// they differ from what the entry has, and if the whole change is refused, the group
-/// alone (a user may give a file any group it belongs to).
+/// they differ from what the entry has, and if the whole change is not permitted, the
+/// group alone (a user may give a file any group it belongs to).
 fn restore_owner(
     node: Node<'_>,
     target: Target<'_>,
     entry: &TreeEntry,
     root: bool,
-) -> Result<(), String> {
+) -> Result<Owner, String> {
     let (uid, gid) = (entry.uid, entry.gid);
-    if !root {
-        let meta = match node {
-            Node::File(f) => f.metadata(),
-            Node::Path(p) => std::fs::symlink_metadata(p),
-        }
-        .map_err(|e| format!("cannot restore owner {uid}:{gid}: {e}"))?;
-        if (meta.uid(), meta.gid()) == (uid, gid) {
-            return Ok(());
-        }
-        if let Err(e) = chown(target, uid, gid) {
-            let group_restored = meta.gid() != gid && chown(target, u32::MAX, gid).is_ok();
-            let note = if group_restored {
-                " (the group was restored)"
-            } else {
-                ""
-            };
-            return Err(format!("cannot restore owner {uid}:{gid}: {e}{note}"));
-        }
-        return Ok(());
+    let failed = |e: io::Error| format!("cannot restore owner {uid}:{gid}: {e}");
+    if root {
+        return chown(target, uid, gid).map(|()| Owner::Set).map_err(failed);
     }
-    chown(target, uid, gid).map_err(|e| format!("cannot restore owner {uid}:{gid}: {e}"))
+    let meta = match node {
+        Node::File(f) => f.metadata(),
+        Node::Path(p) => std::fs::symlink_metadata(p),
+    }
+    .map_err(failed)?;
+    if (meta.uid(), meta.gid()) == (uid, gid) {
+        return Ok(Owner::Set);
+    }
+    match chown(target, uid, gid) {
+        Ok(()) => Ok(Owner::Set),
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
+            if meta.gid() != gid {
+                // Best effort: a group the user does not belong to is refused too.
+                let _ = chown(target, u32::MAX, gid);
+            }
+            Ok(Owner::NotPermitted)
+        }
+        Err(e) => Err(failed(e)),
+    }
 }
 
 /// `fchown` or `lchown`; an id of `u32::MAX` (-1) leaves that id as it is.
@@ -265,7 +289,7 @@ mod tests {
             value: b"v\x00".to_vec(),
         }];
         let entry = entry_with(xattrs.clone(), 0o100_444);
-        let failed = restore_metadata(Node::File(&file), &entry, OwnerPolicy::new(true), true);
+        let failed = restore_metadata(Node::File(&file), &entry, &OwnerPolicy::new(true), true);
         let supported = failed.is_empty();
         if !supported {
             // The temporary directory's file system takes no user attributes.
@@ -299,7 +323,7 @@ mod tests {
             }],
             0o100_640,
         );
-        let failed = restore_metadata(Node::Path(&path), &entry, OwnerPolicy::new(true), true);
+        let failed = restore_metadata(Node::Path(&path), &entry, &OwnerPolicy::new(true), true);
         assert_eq!(failed.len(), 1, "{failed:?}");
         assert!(
             failed[0].starts_with("cannot restore extended attribute nonsense.attribute: "),

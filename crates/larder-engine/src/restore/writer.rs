@@ -214,7 +214,7 @@ impl<'e, 'b> Writer<'_, 'e, 'b> {
                 for m in restore_metadata(
                     Node::Path(&dest),
                     entry,
-                    self.shared.owners,
+                    &self.shared.owners,
                     entry.kind != EntryKind::Symlink,
                 ) {
                     self.warn(index, &dest, m);
@@ -360,7 +360,7 @@ impl<'e, 'b> Writer<'_, 'e, 'b> {
         if written_end != len {
             f.set_len(len).map_err(|e| format!("cannot write: {e}"))?;
         }
-        let warnings = restore_metadata(Node::File(f), entry, self.shared.owners, true);
+        let warnings = restore_metadata(Node::File(f), entry, &self.shared.owners, true);
         let meta = f.metadata().map_err(|e| e.to_string())?;
         Ok((warnings, meta.dev(), meta.ino()))
     }
