@@ -326,10 +326,10 @@ fn a_killed_lazy_backup_leaves_a_repository_that_checks_and_stores_nothing_twice
     repo.backup(&first);
     let mut killed_mid_backup = 0;
     let containers = |r: &Repo| fs::read_dir(r.path.join("containers")).unwrap().count();
-    // Two kills at moments of the run, and one as soon as the run has written a
-    // container (so that one kill surely leaves containers no segment names, however
-    // busy the machine is).
-    for fraction in [0.3, 0.6, f64::NAN] {
+    // One kill as soon as the run has written a container (so that one kill surely
+    // leaves containers no segment names, however busy the machine is), then two at
+    // moments of the run.
+    for fraction in [f64::NAN, 0.3, 0.6] {
         let mut args = vec!["backup".to_string()];
         args.extend(all.iter().map(|p| p.display().to_string()));
         let before = containers(&repo);
