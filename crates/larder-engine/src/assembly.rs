@@ -14,8 +14,10 @@ use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::OnceLock;
 
-use larder_hash::{Fingerprint, HashAlgo};
-use larder_store::{error_chain, ChunkDecoder, ChunkEncoding, ChunkEntry, Repository, StoreError};
+use larder_hash::Fingerprint;
+use larder_store::{
+    error_chain, ChunkCodec, ChunkEncoding, ChunkEntry, Repository, StoreError, StoredChunk,
+};
 use rayon::prelude::*;
 use serde::Serialize;
 
@@ -233,7 +235,7 @@ impl RestorePlan {
         &self,
         data: &WindowData,
         slice: Range<usize>,
-        algo: HashAlgo,
+        codec: &ChunkCodec,
         buf: &mut Vec<u8>,
     ) -> Vec<(Range<usize>, String)> {
         let chunks = &self.chunks[slice];
@@ -258,9 +260,7 @@ impl RestorePlan {
             .into_par_iter()
             .with_min_len(16)
             .map(|(c, at, slot)| {
-                let reason = DECODER
-                    .with_borrow_mut(|decoder| decode_chunk(data, c, algo, decoder, slot))
-                    .err()?;
+                let reason = decode_chunk(data, c, codec, slot).err()?;
                 Some((at..at + slot.len(), reason))
             })
             .flatten()
@@ -268,11 +268,6 @@ impl RestorePlan {
         damage.sort_unstable_by_key(|(r, _)| r.start);
         damage
     }
-}
-
-thread_local! {
-    /// One zstd context per thread of the pool, reused across slices and windows.
-    static DECODER: std::cell::RefCell<ChunkDecoder> = std::cell::RefCell::new(ChunkDecoder::new());
 }
 
 /// Largest gap between two needed chunks of a container that one read spans: reading
@@ -326,8 +321,7 @@ impl WindowData {
 fn decode_chunk(
     data: &WindowData,
     c: &ChunkRef,
-    algo: HashAlgo,
-    decoder: &mut ChunkDecoder,
+    codec: &ChunkCodec,
     slot: &mut [u8],
 ) -> Result<(), String> {
     let container = data
@@ -345,17 +339,14 @@ fn decode_chunk(
     let stored = bytes
         .get(at..at + c.stored_len as usize)
         .ok_or("the chunk lies outside its run")?;
-    let fp = c.fingerprint;
-    decoder
-        .decode_to_slice(c.encoding, stored, slot)
-        .map_err(|reason| damaged(container.id, format!("chunk {fp} is damaged: {reason}")))?;
-    if algo.fingerprint(slot) != fp {
-        return Err(damaged(
-            container.id,
-            format!("chunk {fp} is damaged (its data no longer matches its fingerprint)"),
-        ));
-    }
-    Ok(())
+    let chunk = StoredChunk {
+        fingerprint: c.fingerprint,
+        encoding: c.encoding,
+        bytes: stored,
+    };
+    codec
+        .decode_to_slice(chunk, slot)
+        .map_err(|reason| damaged(container.id, reason))
 }
 
 /// The runs to read for chunks at `chunks` (offset, end) of one container: sorted,

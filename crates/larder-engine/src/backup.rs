@@ -372,9 +372,9 @@ fn run(
         algo: config.hash,
         threads,
         chunk_threads: thread_pool(threads, "larder-chunk")?,
-        compression: match config.compression {
+        compress_threads: match config.compression {
             Compression::None => None,
-            Compression::Zstd { level } => Some((level, thread_pool(threads, "larder-compress")?)),
+            Compression::Zstd { .. } => Some(thread_pool(threads, "larder-compress")?),
         },
         container_size: config.container_size,
         gate: SerialGate::new(opts.serial),

@@ -79,7 +79,7 @@ pub fn check(repo: &Repository, opts: &CheckOptions) -> Result<CheckReport> {
     }
 
     // Every indexed container: structure, and with read_data every chunk.
-    let algo = repo.algo();
+    let codec = repo.codec();
     let ids: Vec<u64> = repo.indexed_containers().iter().copied().collect();
     report.containers = ids.len();
     let results: Vec<(u64, ContainerScan)> = ids
@@ -96,7 +96,7 @@ pub fn check(repo: &Repository, opts: &CheckOptions) -> Result<CheckReport> {
                         .sum::<u64>();
                     opts.progress.advance(bytes);
                     let bad = if opts.read_data {
-                        c.verify_chunks(algo)
+                        c.verify_chunks(&codec)
                             .iter()
                             .map(|e| e.fingerprint)
                             .collect()

@@ -4,7 +4,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use larder_hash::Fingerprint;
-use larder_store::{ChunkDecoder, ParsedContainer, Repository, StoreError, TreeDecoder, TreeEntry};
+use larder_store::{ParsedContainer, Repository, StoreError, TreeDecoder, TreeEntry};
 
 use crate::error::Result;
 
@@ -17,7 +17,6 @@ pub struct ChunkReader<'r> {
     repo: &'r Repository,
     cache: HashMap<u64, Arc<ParsedContainer>>,
     order: VecDeque<u64>,
-    decoder: ChunkDecoder,
     containers_read: u64,
     bytes_read: u64,
 }
@@ -28,7 +27,6 @@ impl<'r> ChunkReader<'r> {
             repo,
             cache: HashMap::new(),
             order: VecDeque::new(),
-            decoder: ChunkDecoder::new(),
             containers_read: 0,
             bytes_read: 0,
         }
@@ -71,16 +69,7 @@ impl<'r> ChunkReader<'r> {
             .entry_at(loc.offset)
             .filter(|e| e.stored_len == loc.length && e.fingerprint == *fp)
             .ok_or_else(|| corrupt(&name, format!("chunk {fp} is not in its table")))?;
-        let start = out.len();
-        container.read_raw(entry, &mut self.decoder, out)?;
-        if self.repo.algo().fingerprint(&out[start..]) != *fp {
-            out.truncate(start);
-            return Err(corrupt(
-                &name,
-                format!("chunk {fp} is damaged (its data no longer matches its fingerprint)"),
-            )
-            .into());
-        }
+        container.read_chunk(entry, &self.repo.codec(), out)?;
         Ok(())
     }
 }

@@ -5,7 +5,8 @@ use larder_hash::{Fingerprint, HashAlgo};
 use larder_index::ChunkLocation;
 
 use crate::backend::{Backend, FileKind};
-use crate::compression::{ChunkDecoder, ChunkEncoding, MAX_COMPRESSED_RAW_LEN};
+use crate::chunk_codec::{ChunkCodec, StoredChunk};
+use crate::compression::{ChunkEncoding, MAX_COMPRESSED_RAW_LEN};
 use crate::error::{Result, StoreError};
 
 const MAGIC: &[u8; 8] = b"LARDERC1";
@@ -406,43 +407,46 @@ impl ParsedContainer {
         self.entries.get(i)
     }
 
-    /// Appends the raw bytes of `entry`, one of this container's, to `out`, decoding
-    /// them; on an error `out` is left as it was. Does not check the fingerprint.
-    pub fn read_raw(
+    /// Appends the raw bytes of `entry`, one of this container's, to `out`, decoded
+    /// and verified against its fingerprint by `codec`; on an error `out` is left as
+    /// it was.
+    pub fn read_chunk(
         &self,
         entry: &ChunkEntry,
-        decoder: &mut ChunkDecoder,
+        codec: &ChunkCodec,
         out: &mut Vec<u8>,
     ) -> Result<()> {
-        let damaged = |reason: String| {
-            StoreError::corrupt(
-                "container",
-                format!("{:016x}", self.id),
-                format!("chunk {} {reason}", entry.fingerprint),
-            )
-        };
-        let stored = self
+        let damaged =
+            |reason: String| StoreError::corrupt("container", format!("{:016x}", self.id), reason);
+        let fp = entry.fingerprint;
+        let bytes = self
             .chunk(entry.offset, entry.stored_len)
-            .ok_or_else(|| damaged("lies outside the file".into()))?;
-        let encoding = entry
-            .encoding()
-            .ok_or_else(|| damaged(format!("has unknown encoding (flags {})", entry.flags)))?;
-        decoder
-            .decode_into(encoding, stored, entry.raw_len, out)
-            .map_err(|reason| damaged(format!("is damaged: {reason}")))
+            .ok_or_else(|| damaged(format!("chunk {fp} lies outside the file")))?;
+        let encoding = entry.encoding().ok_or_else(|| {
+            damaged(format!(
+                "chunk {fp} has unknown encoding (flags {})",
+                entry.flags
+            ))
+        })?;
+        let chunk = StoredChunk {
+            fingerprint: fp,
+            encoding,
+            bytes,
+        };
+        codec
+            .decode_into(chunk, entry.raw_len, out)
+            .map_err(damaged)
     }
 
-    /// Decodes and re-hashes every chunk; returns the entries that no longer decode
-    /// or whose raw bytes no longer match their fingerprints.
-    pub fn verify_chunks(&self, algo: HashAlgo) -> Vec<ChunkEntry> {
-        let mut decoder = ChunkDecoder::new();
+    /// Decodes and verifies every chunk; returns the entries that no longer decode or
+    /// whose raw bytes no longer match their fingerprints.
+    pub fn verify_chunks(&self, codec: &ChunkCodec) -> Vec<ChunkEntry> {
         let mut raw = Vec::new();
         self.entries
             .iter()
             .filter(|e| {
                 raw.clear();
-                self.read_raw(e, &mut decoder, &mut raw).is_err()
-                    || algo.fingerprint(&raw) != e.fingerprint
+                self.read_chunk(e, codec, &mut raw).is_err()
             })
             .copied()
             .collect()
@@ -452,7 +456,9 @@ impl ParsedContainer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compression::ChunkCompressor;
+    use crate::compression::Compression;
+
+    const CODEC: ChunkCodec = ChunkCodec::new(Compression::DEFAULT, HashAlgo::Blake3);
 
     fn sample() -> (Vec<u8>, Vec<ChunkEntry>) {
         let algo = HashAlgo::Blake3;
@@ -481,12 +487,11 @@ mod tests {
     fn mixed_sample() -> (Vec<u8>, Vec<ChunkEntry>) {
         let algo = HashAlgo::Blake3;
         let mut b = ContainerBuilder::new(7, algo, 1 << 16);
-        let mut z = ChunkCompressor::new(3).unwrap();
         for i in 0..6 {
             let raw = mixed_chunk(i);
             let fp = algo.fingerprint(&raw);
-            match z.compress(&raw).unwrap() {
-                Some(frame) => b.push_stored(fp, frame, raw.len() as u32, ChunkEncoding::Zstd),
+            match CODEC.compress(&raw).unwrap() {
+                Some(frame) => b.push_stored(fp, &frame, raw.len() as u32, ChunkEncoding::Zstd),
                 None => b.push(fp, &raw),
             };
         }
@@ -501,15 +506,14 @@ mod tests {
         assert!(encodings.contains(&ChunkEncoding::Raw));
         let c = ParsedContainer::parse(bytes, 7, HashAlgo::Blake3).unwrap();
         assert_eq!(c.entries, entries);
-        let mut decoder = ChunkDecoder::new();
         for (i, e) in entries.iter().enumerate() {
             assert_eq!(c.entry_at(e.offset), Some(e));
             let mut out = Vec::new();
-            c.read_raw(e, &mut decoder, &mut out).unwrap();
+            c.read_chunk(e, &CODEC, &mut out).unwrap();
             assert_eq!(out, mixed_chunk(i as u32));
         }
         assert_eq!(c.entry_at(entries[0].offset + 1), None);
-        assert!(c.verify_chunks(HashAlgo::Blake3).is_empty());
+        assert!(c.verify_chunks(&CODEC).is_empty());
     }
 
     #[test]
@@ -521,7 +525,7 @@ mod tests {
             match ParsedContainer::parse(damaged, 7, HashAlgo::Blake3) {
                 Err(_) => {}
                 Ok(c) => {
-                    let bad = c.verify_chunks(HashAlgo::Blake3);
+                    let bad = c.verify_chunks(&CODEC);
                     assert_eq!(
                         bad.len(),
                         1,
@@ -530,7 +534,7 @@ mod tests {
                     let e = bad[0];
                     assert!((e.offset as usize..(e.offset + e.stored_len) as usize).contains(&i));
                     let mut out = vec![1, 2];
-                    let read = c.read_raw(&e, &mut ChunkDecoder::new(), &mut out);
+                    let read = c.read_chunk(&e, &CODEC, &mut out);
                     assert!(read.is_err() || out.len() == 2 + e.raw_len as usize);
                     assert!(entries.contains(&e));
                 }
@@ -572,7 +576,7 @@ mod tests {
         let c = ParsedContainer::parse(with_entry(1, b"abc", 1000), 7, HashAlgo::Blake3).unwrap();
         let mut out = Vec::new();
         let err = c
-            .read_raw(&c.entries[0], &mut ChunkDecoder::new(), &mut out)
+            .read_chunk(&c.entries[0], &CODEC, &mut out)
             .unwrap_err()
             .to_string();
         assert!(
@@ -580,7 +584,7 @@ mod tests {
             "{err}"
         );
         assert!(out.is_empty());
-        assert_eq!(c.verify_chunks(HashAlgo::Blake3).len(), 1);
+        assert_eq!(c.verify_chunks(&CODEC).len(), 1);
     }
 
     /// Parses a container the way a restore reads it: footer, then table, then header.
@@ -654,7 +658,7 @@ mod tests {
             c.chunk(entries[2].offset, entries[2].stored_len).unwrap(),
             &[2u8; 102][..]
         );
-        assert!(c.verify_chunks(HashAlgo::Blake3).is_empty());
+        assert!(c.verify_chunks(&CODEC).is_empty());
     }
 
     #[test]
@@ -666,7 +670,7 @@ mod tests {
             match ParsedContainer::parse(damaged, 7, HashAlgo::Blake3) {
                 Err(_) => {}
                 Ok(c) => assert_eq!(
-                    c.verify_chunks(HashAlgo::Blake3).len(),
+                    c.verify_chunks(&CODEC).len(),
                     1,
                     "flip at byte {i} went unnoticed"
                 ),
@@ -683,15 +687,14 @@ mod tests {
                 bytes.extend_from_slice(END_MAGIC);
             }
             if let Ok(c) = ParsedContainer::parse(bytes, 7, HashAlgo::Blake3) {
-                let mut decoder = ChunkDecoder::new();
                 for e in &c.entries {
                     proptest::prop_assert!(c.chunk(e.offset, e.stored_len).is_some());
                     let mut out = Vec::new();
-                    if c.read_raw(e, &mut decoder, &mut out).is_ok() {
+                    if c.read_chunk(e, &CODEC, &mut out).is_ok() {
                         proptest::prop_assert_eq!(out.len(), e.raw_len as usize);
                     }
                 }
-                let _ = c.verify_chunks(HashAlgo::Blake3);
+                let _ = c.verify_chunks(&CODEC);
             }
         }
 
@@ -705,10 +708,9 @@ mod tests {
                 bytes[i] ^= x;
             }
             if let Ok(c) = ParsedContainer::parse(bytes, 7, HashAlgo::Blake3) {
-                let mut decoder = ChunkDecoder::new();
                 for e in &c.entries {
                     let mut out = Vec::new();
-                    if c.read_raw(e, &mut decoder, &mut out).is_ok() {
+                    if c.read_chunk(e, &CODEC, &mut out).is_ok() {
                         proptest::prop_assert_eq!(out.len(), e.raw_len as usize);
                     }
                 }

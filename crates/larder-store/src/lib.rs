@@ -3,6 +3,7 @@
 //! here implements one of its sections.
 
 mod backend;
+mod chunk_codec;
 mod compression;
 mod container;
 mod direct;
@@ -18,9 +19,9 @@ mod tree;
 #[cfg(feature = "object-store")]
 pub use backend::{parse_s3_url, ObjectBackend};
 pub use backend::{Backend, FileKind, LocalBackend};
+pub use chunk_codec::{ChunkCodec, StoredChunk};
 pub use compression::{
-    ChunkCompressor, ChunkDecoder, ChunkEncoding, Compression, DEFAULT_ZSTD_LEVEL,
-    MAX_COMPRESSED_RAW_LEN, ZSTD_LEVELS,
+    ChunkEncoding, Compression, DEFAULT_ZSTD_LEVEL, MAX_COMPRESSED_RAW_LEN, ZSTD_LEVELS,
 };
 pub use container::{
     parse_container_table, read_container_table, ChunkEntry, ContainerBuilder, ParsedContainer,

@@ -16,6 +16,7 @@ use larder_index::CuckooIndex;
 use serde::{Deserialize, Serialize};
 
 use crate::backend::{sync_dir, Backend, FileKind, LocalBackend};
+use crate::chunk_codec::ChunkCodec;
 use crate::compression::Compression;
 use crate::container::{read_container_table, ChunkEntry, ParsedContainer};
 use crate::error::{error_chain, Result, StoreError};
@@ -538,6 +539,11 @@ impl Repository {
 
     pub fn algo(&self) -> HashAlgo {
         self.config.hash
+    }
+
+    /// The codec every chunk of this repository is written and read through.
+    pub fn codec(&self) -> ChunkCodec {
+        ChunkCodec::new(self.config.compression, self.config.hash)
     }
 
     pub fn report(&self) -> &OpenReport {

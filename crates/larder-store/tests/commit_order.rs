@@ -114,7 +114,15 @@ fn assert_segments_name_only_durable_containers(root: &Path, step: &str) {
         let parsed = ParsedContainer::parse(raw, id, ALGO)
             .unwrap_or_else(|e| panic!("{step}: named container {id:016x} is damaged: {e}"));
         assert_eq!(parsed.entries, c.entries, "{step}: table of {id:016x}");
-        assert!(parsed.verify_chunks(ALGO).is_empty(), "{step}: {id:016x}");
+        assert!(
+            parsed
+                .verify_chunks(&larder_store::ChunkCodec::new(
+                    larder_store::Compression::None,
+                    ALGO
+                ))
+                .is_empty(),
+            "{step}: {id:016x}"
+        );
     }
 }
 

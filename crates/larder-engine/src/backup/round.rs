@@ -33,8 +33,8 @@ pub(super) struct Pipeline<'a> {
     /// Fingerprinting threads (and chunking and compression threads).
     pub threads: usize,
     pub chunk_threads: rayon::ThreadPool,
-    /// The zstd level and its threads, if compression is on.
-    pub compression: Option<(i32, rayon::ThreadPool)>,
+    /// The threads that compress new chunks, if the repository compresses.
+    pub compress_threads: Option<rayon::ThreadPool>,
     pub container_size: usize,
     pub gate: SerialGate,
     pub progress: &'a dyn Progress,
@@ -90,8 +90,8 @@ impl Pipeline<'_> {
         let (reuse_tx, reuse_rx) = bounded(SYNC_THREADS);
         let mut writer = ContainerWriter {
             repo,
-            algo: self.algo,
-            compression: self.compression.as_ref().map(|(l, t)| (*l, t)),
+            codec: repo.codec(),
+            compress_threads: self.compress_threads.as_ref(),
             container_size: self.container_size,
             capacity: self.container_size + self.chunker.max_size(),
             open: None,

@@ -2,14 +2,13 @@
 //! containers by their stored sizes and hands sealed containers to syncer threads that
 //! write them durably.
 
-use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
-use larder_hash::{Fingerprint, HashAlgo};
+use larder_hash::Fingerprint;
 use larder_store::{
-    Backend, ChunkCompressor, ChunkEncoding, ChunkEntry, ContainerBuilder, FileKind, Repository,
+    Backend, ChunkCodec, ChunkEncoding, ChunkEntry, ContainerBuilder, FileKind, Repository,
     SegmentContainer,
 };
 use rayon::prelude::*;
@@ -30,9 +29,10 @@ pub(super) type Sealed = (u64, Vec<u8>, Vec<ChunkEntry>);
 /// threads' queue.
 pub(super) struct ContainerWriter<'r> {
     pub repo: &'r Repository,
-    pub algo: HashAlgo,
-    /// The zstd level and the threads that compress, if compression is on.
-    pub compression: Option<(i32, &'r rayon::ThreadPool)>,
+    /// Every new chunk is encoded through it.
+    pub codec: ChunkCodec,
+    /// The threads that compress, if the repository compresses.
+    pub compress_threads: Option<&'r rayon::ThreadPool>,
     /// Stored bytes a container is filled to (header included); one chunk never spans
     /// two containers, so the last chunk may take it past this.
     pub container_size: usize,
@@ -49,37 +49,20 @@ pub(super) struct ContainerWriter<'r> {
     pub compress_wall: Duration,
 }
 
-thread_local! {
-    /// A compression thread's zstd context, made on its first chunk.
-    static COMPRESSOR: RefCell<Option<ChunkCompressor>> = const { RefCell::new(None) };
-}
-
-/// The zstd frame of `raw` if it is shorter, with this thread's context at `level`.
-fn compress_chunk(level: i32, raw: &[u8]) -> Result<Option<Vec<u8>>> {
-    COMPRESSOR.with(|cell| {
-        let mut slot = cell.borrow_mut();
-        let compressor = match &mut *slot {
-            Some(c) if c.level() == level => c,
-            other => other.insert(ChunkCompressor::new(level)?),
-        };
-        Ok(compressor.compress(raw)?.map(<[u8]>::to_vec))
-    })
-}
-
 impl ContainerWriter<'_> {
     /// Compresses `chunks` (if compression is on; on the compression threads), then
     /// appends them in order. `data[p]` is the bytes of piece `p`.
     pub fn store(&mut self, chunks: &mut [NewChunk], data: &[&[u8]]) -> Result<()> {
-        if let Some((level, threads)) = &self.compression {
+        if let Some(threads) = self.compress_threads {
             let started = Instant::now();
-            let level = *level;
+            let codec = self.codec;
             // Each chunk is timed on its thread, so the sum is CPU time across threads.
             self.compress_time += threads.install(|| {
                 chunks
                     .par_iter_mut()
                     .map(|c| {
                         let started = Instant::now();
-                        c.compressed = compress_chunk(level, &data[c.piece][c.start..][..c.len])?;
+                        c.compressed = codec.compress(&data[c.piece][c.start..][..c.len])?;
                         Ok::<_, EngineError>(started.elapsed())
                     })
                     .try_reduce(|| Duration::ZERO, |a, b| Ok(a + b))
@@ -116,8 +99,8 @@ impl ContainerWriter<'_> {
             self.seal()?;
             let id = self.repo.allocate_container_id();
             self.open = Some(match self.reuse.try_recv() {
-                Ok(buf) => ContainerBuilder::with_buffer(id, self.algo, buf),
-                Err(_) => ContainerBuilder::new(id, self.algo, self.capacity),
+                Ok(buf) => ContainerBuilder::with_buffer(id, self.codec.algo(), buf),
+                Err(_) => ContainerBuilder::new(id, self.codec.algo(), self.capacity),
             });
         }
         if let Some(b) = self.open.as_mut() {

@@ -7,7 +7,6 @@
 use std::ops::Range;
 use std::sync::{mpsc, Arc};
 
-use larder_hash::HashAlgo;
 use larder_store::Repository;
 
 use crate::assembly::{FileData, ReadStats, RestorePlan};
@@ -58,7 +57,7 @@ pub(super) fn produce(
     buffers: usize,
     full: mpsc::SyncSender<Arc<AssembledSlice>>,
 ) -> ReadStats {
-    let algo: HashAlgo = repo.algo();
+    let codec = repo.codec();
     let (free_tx, free_rx) = mpsc::channel::<Vec<u8>>();
     for _ in 0..buffers {
         let _ = free_tx.send(Vec::new());
@@ -77,7 +76,7 @@ pub(super) fn produce(
                     more = false;
                     break;
                 };
-                let damaged = plan.fill_slice(&data, slice, algo, &mut buf);
+                let damaged = plan.fill_slice(&data, slice, &codec, &mut buf);
                 let len = buf.len() as u64;
                 let assembled = AssembledSlice {
                     start,

@@ -24,7 +24,6 @@ use serde::Serialize;
 
 use super::{ChunkBytes, DiskState, RepoIndex, Repository};
 use crate::backend::FileKind;
-use crate::compression::ChunkDecoder;
 use crate::container::{
     ChunkEntry, ContainerBuilder, ParsedContainer, CONTAINER_OVERHEAD, ENTRY_LEN,
 };
@@ -329,7 +328,7 @@ impl Repository {
             .write(FileKind::GcPlan, &plan.name(), &plan.encode())?;
         self.backend.sync(FileKind::GcPlan)?;
 
-        let mut decoder = ChunkDecoder::new();
+        let codec = self.codec();
         let mut raw = Vec::new();
         let mut source: Option<ParsedContainer> = None;
         for (group, &new_id) in groups.iter().zip(&plan.new_containers) {
@@ -342,18 +341,22 @@ impl Repository {
                 let c = source.as_ref().expect("loaded above");
                 // A live chunk is copied only after it verifies: gc never spreads damage.
                 raw.clear();
-                c.read_raw(&e, &mut decoder, &mut raw)?;
-                if algo.fingerprint(&raw) != e.fingerprint {
-                    return Err(StoreError::corrupt(
-                        "container",
-                        hex(src),
-                        format!(
-                            "live chunk {} is damaged; gc stopped and deleted nothing (run `larder check --read-data`)",
-                            e.fingerprint
-                        ),
-                    ));
+                match c.read_chunk(&e, &codec, &mut raw) {
+                    Ok(()) => {}
+                    Err(StoreError::Corrupt { what, name, reason }) => {
+                        return Err(StoreError::Corrupt {
+                            what,
+                            name,
+                            reason: format!(
+                                "live {reason}; gc stopped and deleted nothing (run `larder check --read-data`)"
+                            ),
+                        })
+                    }
+                    Err(other) => return Err(other),
                 }
-                let stored = c.chunk(e.offset, e.stored_len).expect("read_raw found it");
+                let stored = c
+                    .chunk(e.offset, e.stored_len)
+                    .expect("read_chunk found it");
                 let encoding = e.encoding().expect("parsed entries have known encodings");
                 builder.push_stored(e.fingerprint, stored, e.raw_len, encoding);
             }
