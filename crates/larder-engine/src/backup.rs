@@ -357,7 +357,7 @@ fn run(
     let mut indexer = Indexer {
         new_chunks: HashSet::with_hasher(FingerprintHasher),
         remote: opts.remote.clone(),
-        zero_chunk: round::zero_chunk(config.hash, config.chunker.max_chunk_size()),
+        zero_chunk: round::zero_chunk(&repo.codec(), config.chunker.max_chunk_size()),
         sizes: job.items.iter().map(|i| i.entry.size).collect(),
         recipes: reused,
         chunks: 0,
@@ -369,7 +369,7 @@ fn run(
     let pipeline = Pipeline {
         items: &job.items,
         chunker: chunker.as_ref(),
-        algo: config.hash,
+        codec: repo.codec(),
         threads,
         chunk_threads: thread_pool(threads, "larder-chunk")?,
         compress_threads: match config.compression {

@@ -4,14 +4,14 @@
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender};
-use larder_hash::HashAlgo;
+use larder_store::ChunkCodec;
 
 use super::gate::SerialGate;
 use super::read_stage::Batch;
 
 /// One fingerprinting thread: takes batches until stage 1 stops.
 pub(super) fn run(
-    algo: HashAlgo,
+    codec: &ChunkCodec,
     gate: &SerialGate,
     rx: &Receiver<Batch>,
     tx: &Sender<Batch>,
@@ -24,7 +24,7 @@ pub(super) fn run(
             let mut start = 0;
             for &len in &piece.lens {
                 let end = start + len as usize;
-                fps.push(algo.fingerprint(&piece.data[start..end]));
+                fps.push(codec.fingerprint(&piece.data[start..end]));
                 start = end;
             }
         }

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use crossbeam_channel::{bounded, unbounded};
 use larder_chunk::Chunker;
-use larder_hash::{Fingerprint, HashAlgo};
-use larder_store::{RepoIndex, Repository, SegmentContainer};
+use larder_hash::Fingerprint;
+use larder_store::{ChunkCodec, RepoIndex, Repository, SegmentContainer};
 
 use super::gate::SerialGate;
 use super::index_stage::{self, Indexer, StageOut, WriteBatch};
@@ -29,7 +29,8 @@ const QUEUE_DEPTH: usize = 4;
 pub(super) struct Pipeline<'a> {
     pub items: &'a [Item],
     pub chunker: &'a dyn Chunker,
-    pub algo: HashAlgo,
+    /// How chunks are fingerprinted and stored: the repository's.
+    pub codec: ChunkCodec,
     /// Fingerprinting threads (and chunking and compression threads).
     pub threads: usize,
     pub chunk_threads: rayon::ThreadPool,
@@ -90,7 +91,7 @@ impl Pipeline<'_> {
         let (reuse_tx, reuse_rx) = bounded(SYNC_THREADS);
         let mut writer = ContainerWriter {
             repo,
-            codec: repo.codec(),
+            codec: self.codec.clone(),
             compress_threads: self.compress_threads.as_ref(),
             container_size: self.container_size,
             capacity: self.container_size + self.chunker.max_size(),
@@ -131,11 +132,11 @@ impl Pipeline<'_> {
                 };
                 reader.run(files, end)
             });
-            let algo = self.algo;
+            let codec = &self.codec;
             let hashers: Vec<_> = (0..self.threads)
                 .map(|_| {
                     let (rx, tx) = (chunk_rx.clone(), fp_tx.clone());
-                    s.spawn(move || super::fingerprint_stage::run(algo, gate, &rx, &tx))
+                    s.spawn(move || super::fingerprint_stage::run(codec, gate, &rx, &tx))
                 })
                 .collect();
             drop((chunk_rx, fp_tx));
@@ -196,7 +197,7 @@ impl Pipeline<'_> {
         let tree = build_tree(&self.items[..upto], &indexer.recipes, &indexer.sizes);
         // In serial mode this takes the gate too: the syncers may still be writing.
         let span = self.gate.begin();
-        let stream = store_stream(&tree, self.chunker, self.algo, indexer, index, writer)?;
+        let stream = store_stream(&tree, self.chunker, &self.codec, indexer, index, writer)?;
         writer.seal()?;
         // `compress_wall` was measured inside the intervals summed here.
         stages.write += (write_busy + span.end()).saturating_sub(writer.compress_wall);
@@ -228,6 +229,6 @@ fn collect(
 }
 
 /// The zero chunk of `chunker`: a chunk of its largest size, all zeros.
-pub(super) fn zero_chunk(algo: HashAlgo, max_chunk_size: usize) -> Fingerprint {
-    algo.fingerprint(&vec![0; max_chunk_size])
+pub(super) fn zero_chunk(codec: &ChunkCodec, max_chunk_size: usize) -> Fingerprint {
+    codec.fingerprint(&vec![0; max_chunk_size])
 }

@@ -3,8 +3,8 @@
 //! unchanged part of the tree deduplicates against earlier trees.
 
 use larder_chunk::Chunker;
-use larder_hash::{Fingerprint, HashAlgo};
-use larder_store::{encode_tree_header, EntryKind, RepoIndex};
+use larder_hash::Fingerprint;
+use larder_store::{encode_tree_header, ChunkCodec, EntryKind, RepoIndex};
 
 use super::index_stage::{Indexer, NewChunk};
 use super::walk::Item;
@@ -49,7 +49,7 @@ pub(super) fn build_tree(
 pub(super) fn store_stream(
     data: &[u8],
     chunker: &dyn Chunker,
-    algo: HashAlgo,
+    codec: &ChunkCodec,
     indexer: &mut Indexer,
     index: &mut RepoIndex,
     writer: &mut ContainerWriter<'_>,
@@ -58,7 +58,7 @@ pub(super) fn store_stream(
     let mut fps = Vec::with_capacity(lens.len());
     let mut start = 0;
     for &len in &lens {
-        fps.push(algo.fingerprint(&data[start..start + len]));
+        fps.push(codec.fingerprint(&data[start..start + len]));
         start += len;
     }
     let is_new = indexer.decide_now(index, &fps)?;
