@@ -12,6 +12,8 @@ pub mod aead;
 pub mod container;
 pub mod envelope;
 mod error;
+#[cfg(test)]
+mod golden;
 mod hex;
 pub mod keyfile;
 pub mod keys;
