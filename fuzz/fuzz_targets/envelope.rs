@@ -1,0 +1,40 @@
+//! Opening metadata (`LARDERE1`) and sealed (`LARDERP1`) envelopes
+//! (docs/design/crypto.md, "Envelopes") of any bytes with a fixed key must fail or
+//! succeed without panicking; what opens is exactly the envelope minus its header and
+//! tag. Input: kind code (1 byte), name length (1 byte), the name, the envelope. The
+//! key is the one `larder-crypto`'s tests/fuzz_seeds.rs seals the seeds with.
+#![no_main]
+use larder_crypto::envelope::ENVELOPE_OVERHEAD;
+use larder_crypto::{ObjectKind, RepoKeys};
+use libfuzzer_sys::fuzz_target;
+
+fn fuzz_keys() -> RepoKeys {
+    let mut material = vec![1, 1, 4];
+    material.extend_from_slice(&[0x46; 16]);
+    material.extend(0..128u8);
+    RepoKeys::from_material(&material).expect("fixed key material")
+}
+
+fuzz_target!(|data: &[u8]| {
+    let [kind, name_len, rest @ ..] = data else {
+        return;
+    };
+    let (Some(kind), Some(name), Some(bytes)) = (
+        ObjectKind::from_code(*kind),
+        rest.get(..usize::from(*name_len)),
+        rest.get(usize::from(*name_len)..),
+    ) else {
+        return;
+    };
+    let keys = fuzz_keys();
+    for opened in [
+        keys.open_object(kind, name, bytes),
+        keys.open_sealed(kind, name, bytes),
+        keys.write_only().open_object(kind, name, bytes),
+    ] {
+        if let Ok(plain) = opened {
+            assert_eq!(plain.len() + ENVELOPE_OVERHEAD, bytes.len());
+        }
+    }
+    assert!(keys.write_only().open_sealed(kind, name, bytes).is_err());
+});
