@@ -74,8 +74,14 @@ pub fn adopted_chunks(
     let repo = storage.open_repository(id, LockMode::Exclusive, Duration::from_secs(60))?;
     let mut entries = Vec::new();
     for &id in &repo.report().adopted_containers {
-        let (table, _) = repo.load_container_table(id)?;
-        entries.extend(SegmentContainer { id, entries: table }.locations());
+        let table = repo.load_container_table(id)?;
+        entries.extend(
+            SegmentContainer {
+                id,
+                entries: table.entries,
+            }
+            .locations(),
+        );
     }
     Ok(entries)
 }

@@ -87,6 +87,21 @@ impl ContainerSealer {
         );
     }
 
+    /// As [`Self::seal_chunk`], for stored bytes already in place inside the
+    /// container's buffer: encrypts `chunk` and returns the tag to append after it.
+    pub fn seal_chunk_detached(
+        &self,
+        index: u32,
+        fingerprint: &[u8; 32],
+        chunk: &mut [u8],
+    ) -> [u8; TAG_LEN] {
+        self.data.seal_detached(
+            u64::from(index),
+            &self.chunk_aad.of(index, fingerprint),
+            chunk,
+        )
+    }
+
     /// Seals the table's 48-byte entries in place and appends the tag (`nonce(0)`).
     pub fn seal_table(&self, entries: &mut Vec<u8>) {
         self.table.seal_in_place(0, &self.table_aad, entries);

@@ -14,9 +14,11 @@ use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::OnceLock;
 
+use larder_crypto::ChunkOpener;
 use larder_hash::Fingerprint;
 use larder_store::{
-    error_chain, ChunkCodec, ChunkEncoding, ChunkEntry, Repository, StoreError, StoredChunk,
+    error_chain, ChunkCodec, ChunkEncoding, ChunkSeal, ContainerTable, Repository, StoreError,
+    StoredChunk,
 };
 use rayon::prelude::*;
 use serde::Serialize;
@@ -50,6 +52,8 @@ pub struct FileData {
 struct ChunkRef {
     /// Index into [`RestorePlan::containers`].
     container: u32,
+    /// The chunk's place in its container's table (what opens a sealed chunk).
+    index: u32,
     offset: u32,
     stored_len: u32,
     raw_len: u32,
@@ -61,6 +65,9 @@ struct ChunkRef {
 pub struct RestorePlan {
     /// Ids of the containers the chunks lie in.
     containers: Vec<u64>,
+    /// Per container in `containers`, in an encrypted repository: what opens its chunks
+    /// (`None` inside for a write-only key). `None` in a plaintext repository.
+    seals: Vec<Option<Option<ChunkOpener>>>,
     chunks: Vec<ChunkRef>,
     /// Per file given to [`RestorePlan::new`]: its place in the stream, or why it
     /// cannot be restored (a missing chunk, an unreadable table, a wrong size).
@@ -101,15 +108,23 @@ impl RestorePlan {
                 (recipe, size, locations)
             })
             .collect();
-        let tables: Vec<Result<(Vec<ChunkEntry>, u64), String>> = containers
+        let tables: Vec<Result<ContainerTable, String>> = containers
             .par_iter()
             .map(|&id| repo.load_container_table(id).map_err(|e| error_chain(&e)))
             .collect();
         let mut stats = ReadStats {
             table_reads: tables.iter().filter(|t| t.is_ok()).count() as u64,
-            bytes_read: tables.iter().flatten().map(|(_, read)| read).sum(),
+            bytes_read: tables.iter().flatten().map(|t| t.read).sum(),
             ..ReadStats::default()
         };
+        let sealed = repo.keys().is_some();
+        let seals = tables
+            .iter()
+            .map(|t| {
+                let opener = t.as_ref().ok().and_then(|t| t.opener.clone());
+                sealed.then_some(opener)
+            })
+            .collect();
         let mut chunks = Vec::new();
         let mut pos = 0u64;
         let files = located
@@ -121,12 +136,12 @@ impl RestorePlan {
                     for (fp, (c, offset, stored_len)) in recipe.iter().zip(locations) {
                         let id = containers[c as usize];
                         let table = tables[c as usize].as_ref().map_err(Clone::clone)?;
-                        let entry = table
-                            .0
+                        let (index, entry) = table
+                            .entries
                             .binary_search_by_key(&offset, |e| e.offset)
                             .ok()
-                            .map(|i| table.0[i])
-                            .filter(|e| e.stored_len == stored_len && e.fingerprint == *fp)
+                            .map(|i| (i as u32, table.entries[i]))
+                            .filter(|(_, e)| e.stored_len == stored_len && e.fingerprint == *fp)
                             .ok_or_else(|| {
                                 damaged(id, format!("chunk {fp} is not in its table"))
                             })?;
@@ -136,6 +151,7 @@ impl RestorePlan {
                         len += u64::from(entry.raw_len);
                         chunks.push(ChunkRef {
                             container: c,
+                            index,
                             offset,
                             stored_len,
                             raw_len: entry.raw_len,
@@ -164,6 +180,7 @@ impl RestorePlan {
         stats.distinct_containers = used.iter().filter(|&&u| u).count() as u64;
         Self {
             containers,
+            seals,
             chunks,
             files,
             stats,
@@ -202,6 +219,7 @@ impl RestorePlan {
             .map(|(c, chunks)| {
                 let runs = ContainerRuns {
                     id: self.containers[c as usize],
+                    seal: self.seals[c as usize].clone(),
                     runs: read_runs(chunks, MAX_GAP),
                     data: OnceLock::new(),
                 };
@@ -277,6 +295,8 @@ const MAX_GAP: u64 = 64 << 10;
 /// The runs of a container that a window needs, and once read, their bytes.
 struct ContainerRuns {
     id: u64,
+    /// What opens its chunks, in an encrypted repository (see [`RestorePlan`]).
+    seal: Option<Option<ChunkOpener>>,
     runs: Vec<Range<u64>>,
     /// Each run's bytes, in the order of `runs`; set once, by [`WindowData::read_all`].
     data: OnceLock<Result<Vec<Vec<u8>>, String>>,
@@ -343,6 +363,10 @@ fn decode_chunk(
         fingerprint: c.fingerprint,
         encoding: c.encoding,
         bytes: stored,
+        seal: container.seal.as_ref().map(|opener| ChunkSeal {
+            opener: opener.as_ref(),
+            index: c.index,
+        }),
     };
     codec
         .decode_to_slice(chunk, slot)

@@ -289,6 +289,12 @@ fn thread_count(threads: usize) -> usize {
 
 /// The previous entries of the files under `roots` (docs/design/nightly.md); what
 /// could not be read is a warning, printed at once.
+/// Whether the repository was opened with a write-only key: its backups cannot read
+/// earlier snapshots (so skip nothing) and write no checkpoints.
+fn write_only(repo: &Repository) -> bool {
+    repo.keys().is_some_and(|k| !k.is_full())
+}
+
 fn load_previous(
     repo: &Repository,
     roots: &[PathBuf],
@@ -382,7 +388,9 @@ fn run(
         warnings: &warnings,
         remote: opts.remote.clone(),
     };
-    let round_bytes = match opts.checkpoint_interval {
+    // A write-only key writes no checkpoints: it could never read one back to resume.
+    let checkpoint_interval = opts.checkpoint_interval.filter(|_| !write_only(repo));
+    let round_bytes = match checkpoint_interval {
         Some(_) => (to_read / CHECKPOINT_SHARES).max(CHECKPOINT_MIN_BYTES),
         None => u64::MAX,
     };
@@ -392,7 +400,7 @@ fn run(
     loop {
         let end = RoundEnd {
             bytes: round_bytes,
-            deadline: opts.checkpoint_interval.map(|d| Instant::now() + d),
+            deadline: checkpoint_interval.map(|d| Instant::now() + d),
         };
         let out = repo.lend_index(|repo, index| {
             pipeline.round(repo, &mut indexer, index, &files[next..], &end, &mut stages)

@@ -1,10 +1,14 @@
 //! The one chunk codec (docs/design/format.md, "Chunk codec"): every chunk a
-//! repository stores goes through it. Writing compresses (if the repository does);
-//! reading decodes exactly the raw length and then verifies the chunk against its
-//! fingerprint, so no caller can use a chunk it has not verified.
+//! repository stores goes through it. It fingerprints raw chunks (keyed in an
+//! encrypted repository); writing compresses (if the repository does) and the
+//! container seals; reading opens a sealed chunk, decodes exactly the raw length and
+//! then verifies the chunk against its fingerprint, so no caller can use a chunk it
+//! has not verified.
 
 use std::cell::RefCell;
+use std::sync::Arc;
 
+use larder_crypto::{ChunkOpener, RepoKeys};
 use larder_hash::{Fingerprint, HashAlgo};
 
 use crate::compression::{ChunkCompressor, ChunkDecoder, ChunkEncoding, Compression};
@@ -15,14 +19,37 @@ thread_local! {
     static COMPRESSOR: RefCell<Option<ChunkCompressor>> = const { RefCell::new(None) };
     /// This thread's zstd decompression context, made on its first compressed chunk.
     static DECODER: RefCell<ChunkDecoder> = RefCell::new(ChunkDecoder::new());
+    /// This thread's buffer for opening sealed chunks.
+    static OPENED: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
-/// How a repository turns raw chunks into stored bytes and back. Cheap to copy; every
+/// What names a repository's fingerprint function in container and segment headers:
+/// a plaintext repository's hash, or a codec (keyed in an encrypted repository).
+pub trait IdCode {
+    /// The code: the hash's (1 to 3), or the keyed fingerprint's (4, 5).
+    fn id_code(&self) -> u8;
+}
+
+impl IdCode for HashAlgo {
+    fn id_code(&self) -> u8 {
+        self.code()
+    }
+}
+
+impl IdCode for &ChunkCodec {
+    fn id_code(&self) -> u8 {
+        ChunkCodec::id_code(self)
+    }
+}
+
+/// How a repository turns raw chunks into stored bytes and back. Cheap to clone; every
 /// thread that encodes or decodes uses its own zstd contexts.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct ChunkCodec {
     compression: Compression,
     algo: HashAlgo,
+    /// The repository's keys, if it is encrypted.
+    keys: Option<Arc<RepoKeys>>,
 }
 
 /// A chunk as a container stores it: which chunk, how encoded, and the stored bytes.
@@ -31,16 +58,62 @@ pub struct StoredChunk<'a> {
     pub fingerprint: Fingerprint,
     pub encoding: ChunkEncoding,
     pub bytes: &'a [u8],
+    /// How to open it, if its container is sealed (crypto.md, "Containers, encrypted").
+    pub seal: Option<ChunkSeal<'a>>,
+}
+
+/// What opens a sealed chunk: its container's opener (`None` when the key is
+/// write-only) and the chunk's index in the container's table.
+#[derive(Debug, Clone, Copy)]
+pub struct ChunkSeal<'a> {
+    pub opener: Option<&'a ChunkOpener>,
+    pub index: u32,
 }
 
 impl ChunkCodec {
+    /// The codec of a plaintext repository.
     pub const fn new(compression: Compression, algo: HashAlgo) -> Self {
-        Self { compression, algo }
+        Self {
+            compression,
+            algo,
+            keys: None,
+        }
     }
 
-    /// The fingerprint algorithm chunks are verified with.
+    /// The codec of an encrypted repository: fingerprints are keyed, containers sealed.
+    pub fn encrypted(compression: Compression, algo: HashAlgo, keys: Arc<RepoKeys>) -> Self {
+        Self {
+            compression,
+            algo,
+            keys: Some(keys),
+        }
+    }
+
+    /// The repository's keys, if it is encrypted.
+    pub fn keys(&self) -> Option<&Arc<RepoKeys>> {
+        self.keys.as_ref()
+    }
+
+    /// The unkeyed hash the repository's fingerprints are built on.
     pub fn algo(&self) -> HashAlgo {
         self.algo
+    }
+
+    /// The fingerprint code in container and segment headers: the hash's (1 to 3), or
+    /// the keyed fingerprint's (4, 5) in an encrypted repository.
+    pub fn id_code(&self) -> u8 {
+        match &self.keys {
+            Some(keys) => keys.fingerprint_kind().code(),
+            None => self.algo.code(),
+        }
+    }
+
+    /// The name of the fingerprint function, for errors.
+    pub fn id_name(&self) -> &'static str {
+        match &self.keys {
+            Some(keys) => keys.fingerprint_kind().name(),
+            None => self.algo.name(),
+        }
     }
 
     /// Whether new chunks are compressed.
@@ -48,9 +121,12 @@ impl ChunkCodec {
         self.compression != Compression::None
     }
 
-    /// The fingerprint of a raw chunk.
+    /// The fingerprint of a raw chunk: keyed in an encrypted repository.
     pub fn fingerprint(&self, raw: &[u8]) -> Fingerprint {
-        self.algo.fingerprint(raw)
+        match &self.keys {
+            Some(keys) => Fingerprint(keys.fingerprint(raw)),
+            None => self.algo.fingerprint(raw),
+        }
     }
 
     /// How `raw` is to be stored: its zstd frame if compression is on and the frame is
@@ -77,9 +153,11 @@ impl ChunkCodec {
         out: &mut [u8],
     ) -> std::result::Result<(), String> {
         let fp = chunk.fingerprint;
-        DECODER
-            .with_borrow_mut(|d| d.decode_to_slice(chunk.encoding, chunk.bytes, out))
-            .map_err(|reason| format!("chunk {fp} is damaged: {reason}"))?;
+        refuse_write_only(chunk)?;
+        with_opened(chunk, |stored| {
+            DECODER.with_borrow_mut(|d| d.decode_to_slice(chunk.encoding, stored, out))
+        })
+        .map_err(|reason| format!("chunk {fp} is damaged: {reason}"))?;
         self.verify(fp, out)
     }
 
@@ -93,10 +171,12 @@ impl ChunkCodec {
         out: &mut Vec<u8>,
     ) -> std::result::Result<(), String> {
         let fp = chunk.fingerprint;
+        refuse_write_only(chunk)?;
         let start = out.len();
-        DECODER
-            .with_borrow_mut(|d| d.decode_into(chunk.encoding, chunk.bytes, raw_len, out))
-            .map_err(|reason| format!("chunk {fp} is damaged: {reason}"))?;
+        with_opened(chunk, |stored| {
+            DECODER.with_borrow_mut(|d| d.decode_into(chunk.encoding, stored, raw_len, out))
+        })
+        .map_err(|reason| format!("chunk {fp} is damaged: {reason}"))?;
         let verified = self.verify(fp, &out[start..]);
         if verified.is_err() {
             out.truncate(start);
@@ -105,7 +185,7 @@ impl ChunkCodec {
     }
 
     fn verify(&self, fp: Fingerprint, raw: &[u8]) -> std::result::Result<(), String> {
-        if self.algo.fingerprint(raw) == fp {
+        if self.fingerprint(raw) == fp {
             Ok(())
         } else {
             Err(format!(
@@ -114,6 +194,38 @@ impl ChunkCodec {
         }
     }
 }
+
+/// Calls `decode` with the chunk's stored bytes: its bytes as they are, or opened into
+/// this thread's buffer if the chunk is sealed.
+fn with_opened<T>(
+    chunk: StoredChunk<'_>,
+    decode: impl FnOnce(&[u8]) -> std::result::Result<T, String>,
+) -> std::result::Result<T, String> {
+    let Some(seal) = chunk.seal else {
+        return decode(chunk.bytes);
+    };
+    let opener = seal.opener.ok_or(WRITE_ONLY)?;
+    OPENED.with_borrow_mut(|buf| {
+        buf.clear();
+        buf.extend_from_slice(chunk.bytes);
+        opener
+            .open_chunk(seal.index, chunk.fingerprint.as_bytes(), buf)
+            .map_err(|e| e.to_string())?;
+        decode(buf)
+    })
+}
+
+/// A sealed chunk without an opener: the key is write-only.
+fn refuse_write_only(chunk: StoredChunk<'_>) -> std::result::Result<(), String> {
+    match chunk.seal {
+        Some(ChunkSeal { opener: None, .. }) => Err(WRITE_ONLY.into()),
+        _ => Ok(()),
+    }
+}
+
+/// Why a write-only key cannot decode a chunk.
+pub(crate) const WRITE_ONLY: &str =
+    "this key is write-only: it can back up into the repository but not read chunks back";
 
 #[cfg(test)]
 mod tests {
@@ -130,11 +242,13 @@ mod tests {
                 fingerprint: fp,
                 encoding: ChunkEncoding::Zstd,
                 bytes: f,
+                seal: None,
             },
             None => StoredChunk {
                 fingerprint: fp,
                 encoding: ChunkEncoding::Raw,
                 bytes: raw,
+                seal: None,
             },
         }
     }

@@ -1,11 +1,16 @@
 //! Containers: sealed files of chunk data plus a table (docs/design/format.md,
-//! "Container").
+//! "Container"; encrypted ones in `sealed`, docs/design/crypto.md).
 
+mod sealed;
+
+use larder_crypto::ChunkOpener;
 use larder_hash::{Fingerprint, HashAlgo};
 use larder_index::ChunkLocation;
 
+pub use sealed::{padded_len, SealedTable};
+
 use crate::backend::{Backend, FileKind};
-use crate::chunk_codec::{ChunkCodec, StoredChunk};
+use crate::chunk_codec::{ChunkCodec, ChunkSeal, StoredChunk};
 use crate::compression::{ChunkEncoding, MAX_COMPRESSED_RAW_LEN};
 use crate::error::{Result, StoreError};
 
@@ -52,6 +57,63 @@ pub fn read_container_table(
     let entries = parse_container_table(&header, &tail, loc, id, algo)?;
     let read = footer.len() + tail.len() + header.len();
     Ok((entries, read as u64))
+}
+
+/// A container's table, verified, as a reader needs it to read chunks.
+pub struct ContainerTable {
+    pub entries: Vec<ChunkEntry>,
+    /// What opens the chunks of an encrypted container (`None` for a plaintext one,
+    /// and for a write-only key).
+    pub opener: Option<ChunkOpener>,
+    /// Bytes read to get it.
+    pub read: u64,
+}
+
+/// Reads and verifies container `id`'s table from `backend` as [`read_container_table`]
+/// does, plaintext or encrypted as `codec` says (encrypted: the header and the tail in
+/// one request, then the table).
+pub fn read_table(backend: &dyn Backend, id: u64, codec: &ChunkCodec) -> Result<ContainerTable> {
+    let Some(keys) = codec.keys() else {
+        let (entries, read) = read_container_table(backend, id, codec.algo())?;
+        return Ok(ContainerTable {
+            entries,
+            opener: None,
+            read,
+        });
+    };
+    let name = format!("{id:016x}");
+    let kind = FileKind::Container;
+    let short = || StoreError::corrupt("container", container_name(id), "short read");
+    let file_len = backend.file_len(kind, &name)?;
+    if file_len < (sealed::HEADER_LEN + sealed::TAIL_LEN) as u64 {
+        return Err(StoreError::corrupt(
+            "container",
+            container_name(id),
+            format!("only {file_len} bytes long"),
+        ));
+    }
+    let ends = [
+        0..sealed::HEADER_LEN as u64,
+        file_len - sealed::TAIL_LEN as u64..file_len,
+    ];
+    let mut pieces = backend.read_ranges(kind, &name, &ends)?;
+    let (tail, header) = match (pieces.pop(), pieces.pop()) {
+        (Some(tail), Some(header)) => (tail, header),
+        _ => return Err(short()),
+    };
+    let loc = sealed::SealedLocation::parse(keys, codec.id_code(), &header, &tail, file_len, id)?;
+    let table_range = loc.table_offset..loc.table_offset + loc.table_len() as u64;
+    let table = backend
+        .read_ranges(kind, &name, std::slice::from_ref(&table_range))?
+        .pop()
+        .ok_or_else(short)?;
+    let read = (header.len() + tail.len() + table.len()) as u64;
+    let SealedTable { entries, opener } = loc.open_table(keys, table, id)?;
+    Ok(ContainerTable {
+        entries,
+        opener,
+        read,
+    })
 }
 
 /// One row of a container's table.
@@ -118,11 +180,11 @@ pub(crate) fn le_u64(b: &[u8]) -> u64 {
     u64::from_le_bytes(a)
 }
 
-fn header(id: u64, algo: HashAlgo) -> [u8; HEADER_LEN] {
+fn header(id: u64, id_code: u8) -> [u8; HEADER_LEN] {
     let mut h = [0u8; HEADER_LEN];
     h[..8].copy_from_slice(MAGIC);
     h[8..12].copy_from_slice(&VERSION.to_le_bytes());
-    h[12] = algo.code();
+    h[12] = id_code;
     h[16..24].copy_from_slice(&id.to_le_bytes());
     h
 }
@@ -132,23 +194,74 @@ pub struct ContainerBuilder {
     id: u64,
     buf: Vec<u8>,
     entries: Vec<ChunkEntry>,
+    /// Set for an encrypted container: seals each chunk as it is pushed.
+    sealing: Option<sealed::Sealing>,
 }
 
 impl ContainerBuilder {
+    /// A plaintext container of a repository that uses `algo`.
     pub fn new(id: u64, algo: HashAlgo, capacity: usize) -> Self {
-        Self::with_buffer(id, algo, Vec::with_capacity(capacity + HEADER_LEN))
+        Self::with_buffer(
+            id,
+            &ChunkCodec::new(Default::default(), algo),
+            Vec::with_capacity(capacity + HEADER_LEN),
+            0,
+        )
     }
 
-    /// Like [`ContainerBuilder::new`], reusing the allocation of `buf` (its contents are
-    /// discarded), e.g. a sealed container's bytes after they were written.
-    pub fn with_buffer(id: u64, algo: HashAlgo, mut buf: Vec<u8>) -> Self {
+    /// A container of the repository whose codec is `codec`: encrypted if it is, and
+    /// then padded to the size class of `container_size` (crypto.md) when sealed.
+    pub fn for_codec(id: u64, codec: &ChunkCodec, capacity: usize, container_size: usize) -> Self {
+        Self::with_buffer(
+            id,
+            codec,
+            Vec::with_capacity(capacity + sealed::HEADER_LEN),
+            container_size,
+        )
+    }
+
+    /// Like [`ContainerBuilder::for_codec`], reusing the allocation of `buf` (its
+    /// contents are discarded), e.g. a sealed container's bytes after they were written.
+    pub fn with_buffer(
+        id: u64,
+        codec: &ChunkCodec,
+        mut buf: Vec<u8>,
+        container_size: usize,
+    ) -> Self {
         buf.clear();
-        buf.extend_from_slice(&header(id, algo));
+        let sealing = match codec.keys() {
+            Some(keys) => Some(sealed::Sealing::start(
+                keys,
+                id,
+                codec.id_code(),
+                container_size,
+                &mut buf,
+            )),
+            None => {
+                buf.extend_from_slice(&header(id, codec.id_code()));
+                None
+            }
+        };
         Self {
             id,
             buf,
             entries: Vec::new(),
+            sealing,
         }
+    }
+
+    /// Whether a chunk of `stored_len` stored bytes may join this container without
+    /// taking it past `container_size`: counting the chunk data for a plaintext
+    /// container, and the whole file (tags, table, footer) for an encrypted one.
+    pub fn fits(&self, stored_len: usize, container_size: usize) -> bool {
+        let after = match self.sealing {
+            None => self.buf.len() + stored_len,
+            Some(_) => sealed::Sealing::unpadded_len(
+                self.buf.len() + stored_len + sealed::TAG_LEN,
+                self.entries.len() + 1,
+            ),
+        };
+        self.is_empty() || after <= container_size
     }
 
     pub fn id(&self) -> u64 {
@@ -182,20 +295,29 @@ impl ContainerBuilder {
         raw_len: u32,
         encoding: ChunkEncoding,
     ) -> ChunkEntry {
+        let offset = self.buf.len();
+        self.buf.extend_from_slice(stored);
+        if let Some(sealing) = &self.sealing {
+            let index = self.entries.len() as u32;
+            sealing.seal_chunk(index, fingerprint.as_bytes(), &mut self.buf, offset);
+        }
         let entry = ChunkEntry {
             fingerprint,
-            offset: self.buf.len() as u32,
-            stored_len: stored.len() as u32,
+            offset: offset as u32,
+            stored_len: (self.buf.len() - offset) as u32,
             raw_len,
             flags: encoding.flags(),
         };
-        self.buf.extend_from_slice(stored);
         self.entries.push(entry);
         entry
     }
 
     /// The complete container file and its table.
     pub fn seal(mut self) -> (Vec<u8>, Vec<ChunkEntry>) {
+        if let Some(sealing) = self.sealing.take() {
+            sealing.finish(&mut self.buf, &self.entries);
+            return (self.buf, self.entries);
+        }
         let table_offset = self.buf.len() as u64;
         let mut hasher = blake3::Hasher::new();
         hasher.update(&self.buf[..HEADER_LEN]);
@@ -360,6 +482,9 @@ pub struct ParsedContainer {
     pub id: u64,
     pub entries: Vec<ChunkEntry>,
     bytes: Vec<u8>,
+    /// Set for an encrypted container: its chunks are sealed, and `opener` (absent for
+    /// a write-only key) opens them.
+    sealed: Option<Option<ChunkOpener>>,
 }
 
 impl ParsedContainer {
@@ -384,7 +509,46 @@ impl ParsedContainer {
             id,
             algo,
         )?;
-        Ok(Self { id, entries, bytes })
+        Ok(Self {
+            id,
+            entries,
+            bytes,
+            sealed: None,
+        })
+    }
+
+    /// Parses and verifies `bytes` as container `id` of the repository whose codec is
+    /// `codec`: as [`ParsedContainer::parse`] for a plaintext repository, and for an
+    /// encrypted one the header, the sealed footer and table, and the tiling.
+    pub fn parse_with(bytes: Vec<u8>, id: u64, codec: &ChunkCodec) -> Result<Self> {
+        let Some(keys) = codec.keys() else {
+            return Self::parse(bytes, id, codec.algo());
+        };
+        let len = bytes.len();
+        if len < sealed::HEADER_LEN + sealed::TAIL_LEN {
+            return Err(StoreError::corrupt(
+                "container",
+                container_name(id),
+                format!("only {len} bytes long"),
+            ));
+        }
+        let loc = sealed::SealedLocation::parse(
+            keys,
+            codec.id_code(),
+            &bytes[..sealed::HEADER_LEN],
+            &bytes[len - sealed::TAIL_LEN..],
+            len as u64,
+            id,
+        )?;
+        let start = loc.table_offset as usize;
+        let table = bytes[start..start + loc.table_len()].to_vec();
+        let SealedTable { entries, opener } = loc.open_table(keys, table, id)?;
+        Ok(Self {
+            id,
+            entries,
+            bytes,
+            sealed: Some(opener),
+        })
     }
 
     /// Length of the container file.
@@ -400,11 +564,13 @@ impl ParsedContainer {
 
     /// The table entry of the chunk stored at `offset` (entries are in offset order).
     pub fn entry_at(&self, offset: u32) -> Option<&ChunkEntry> {
-        let i = self
-            .entries
+        self.entries.get(self.index_of(offset)?)
+    }
+
+    fn index_of(&self, offset: u32) -> Option<usize> {
+        self.entries
             .binary_search_by_key(&offset, |e| e.offset)
-            .ok()?;
-        self.entries.get(i)
+            .ok()
     }
 
     /// Appends the raw bytes of `entry`, one of this container's, to `out`, decoded
@@ -428,14 +594,51 @@ impl ParsedContainer {
                 entry.flags
             ))
         })?;
+        let seal = match &self.sealed {
+            None => None,
+            Some(opener) => Some(ChunkSeal {
+                opener: opener.as_ref(),
+                index: self
+                    .index_of(entry.offset)
+                    .ok_or_else(|| damaged(format!("chunk {fp} is not in the table")))?
+                    as u32,
+            }),
+        };
         let chunk = StoredChunk {
             fingerprint: fp,
             encoding,
             bytes,
+            seal,
         };
         codec
             .decode_into(chunk, entry.raw_len, out)
             .map_err(damaged)
+    }
+
+    /// The stored bytes of `entry` as its table's encoding reads them (raw, or one
+    /// zstd frame), into `out`: opened first if the container is sealed. For copying a
+    /// chunk verified with [`ParsedContainer::read_chunk`] into another container.
+    pub fn encoded_chunk(&self, entry: &ChunkEntry, out: &mut Vec<u8>) -> Result<()> {
+        let damaged =
+            |reason: String| StoreError::corrupt("container", format!("{:016x}", self.id), reason);
+        let fp = entry.fingerprint;
+        let bytes = self
+            .chunk(entry.offset, entry.stored_len)
+            .ok_or_else(|| damaged(format!("chunk {fp} lies outside the file")))?;
+        out.clear();
+        out.extend_from_slice(bytes);
+        let Some(sealed) = &self.sealed else {
+            return Ok(());
+        };
+        let opener = sealed
+            .as_ref()
+            .ok_or(StoreError::WriteOnly("read chunks"))?;
+        let index = self
+            .index_of(entry.offset)
+            .ok_or_else(|| damaged(format!("chunk {fp} is not in the table")))?;
+        opener
+            .open_chunk(index as u32, fp.as_bytes(), out)
+            .map_err(|e| damaged(format!("chunk {fp} is damaged: {e}")))
     }
 
     /// Decodes and verifies every chunk; returns the entries that no longer decode or

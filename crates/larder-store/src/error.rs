@@ -47,6 +47,14 @@ pub enum StoreError {
     MissingChunk(larder_hash::Fingerprint),
     #[error("invalid repository config: {0}")]
     Config(String),
+    #[error("wrong password or no matching key")]
+    WrongPassword,
+    #[error("repository {} is encrypted: it needs its password or key", .0.display())]
+    NeedsKey(PathBuf),
+    #[error("this key is write-only: it cannot {0}")]
+    WriteOnly(&'static str),
+    #[error("key {0}")]
+    Key(String),
     #[error("compression: {0}")]
     Compression(String),
     #[error("disk index: {0}")]

@@ -9,6 +9,7 @@ mod container;
 mod direct;
 mod error;
 mod gc_plan;
+pub mod keys;
 mod lock;
 mod partition_object;
 mod repo;
@@ -19,22 +20,23 @@ mod tree;
 #[cfg(feature = "object-store")]
 pub use backend::{parse_s3_url, ObjectBackend};
 pub use backend::{Backend, FileKind, LocalBackend};
-pub use chunk_codec::{ChunkCodec, StoredChunk};
+pub use chunk_codec::{ChunkCodec, ChunkSeal, IdCode, StoredChunk};
 pub use compression::{
     ChunkEncoding, Compression, DEFAULT_ZSTD_LEVEL, MAX_COMPRESSED_RAW_LEN, ZSTD_LEVELS,
 };
 pub use container::{
-    parse_container_table, read_container_table, ChunkEntry, ContainerBuilder, ParsedContainer,
-    TableLocation, CONTAINER_OVERHEAD, CONTAINER_TAIL_LEN, HEADER_LEN as CONTAINER_HEADER_LEN,
+    padded_len, parse_container_table, read_container_table, read_table, ChunkEntry,
+    ContainerBuilder, ContainerTable, ParsedContainer, TableLocation, CONTAINER_OVERHEAD,
+    CONTAINER_TAIL_LEN, HEADER_LEN as CONTAINER_HEADER_LEN,
 };
 pub use error::{error_chain, Result, StoreError};
 pub use gc_plan::GcPlan;
 pub use lock::{LockHolder, LockMode, RepoLock};
 pub use partition_object::{object_name, parse_object_name, PartitionObject, PartitionObjectKind};
 pub use repo::{
-    ChunkBytes, ContainerRuns, DiskLookup, DiskShape, DiskState, GcOptions, GcReport,
-    IdentifiedSnapshot, IndexSettings, OpenReport, RepoConfig, RepoDiskIndex, RepoIndex,
-    Repository, MIN_INDEX_MEMORY,
+    config_is_sealed, ChunkBytes, ContainerRuns, DiskLookup, DiskShape, DiskState, Encryption,
+    GcOptions, GcReport, IdentifiedSnapshot, IndexSettings, OpenReport, RepoConfig, RepoDiskIndex,
+    RepoIndex, Repository, ENCRYPTED_VERSION, MIN_INDEX_MEMORY,
 };
 pub use segment::{decode_segment, encode_segment, segment_len, SegmentContainer};
 pub use snapshot::{Snapshot, SnapshotSummary, TreeRef};

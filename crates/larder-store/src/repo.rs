@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use larder_chunk::ChunkerConfig;
+use larder_crypto::{AeadKind, KeySlot, RepoKeys};
 use larder_hash::HashAlgo;
 use larder_index::CuckooIndex;
 
@@ -18,10 +19,10 @@ use serde::{Deserialize, Serialize};
 use crate::backend::{sync_dir, Backend, FileKind, LocalBackend};
 use crate::chunk_codec::ChunkCodec;
 use crate::compression::Compression;
-use crate::container::{read_container_table, ChunkEntry, ParsedContainer};
+use crate::container::{read_table, ContainerTable, ParsedContainer};
 use crate::error::{error_chain, Result, StoreError};
 use crate::lock::{LockMode, RepoLock};
-use crate::segment::{decode_segment, encode_segment, SegmentContainer};
+use crate::segment::SegmentContainer;
 use crate::snapshot::Snapshot;
 
 /// Segments beyond this many are merged into one at the next commit.
@@ -40,12 +41,14 @@ const CONTAINER_SIZES: std::ops::RangeInclusive<usize> = (4 << 10)..=(1 << 30);
 
 mod gc;
 mod index;
+mod objects;
 pub use gc::{GcOptions, GcReport};
 use index::Unusable;
 pub use index::{
     ContainerRuns, DiskLookup, DiskShape, DiskState, IndexSettings, RepoDiskIndex, RepoIndex,
     MIN_INDEX_MEMORY,
 };
+pub use objects::config_is_sealed;
 
 /// The `config` file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -67,7 +70,21 @@ pub struct RepoConfig {
     /// Absent (0) in a repository of its own.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub container_base: u64,
+    /// How the repository is encrypted (docs/design/crypto.md); absent: not at all.
+    /// An encrypted repository's config is itself sealed (format version 3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encryption: Option<Encryption>,
 }
+
+/// The `encryption` field of an encrypted repository's config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Encryption {
+    /// The AEAD of every object.
+    pub aead: AeadKind,
+}
+
+/// The format version of encrypted repositories.
+pub const ENCRYPTED_VERSION: u32 = 3;
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
@@ -92,7 +109,30 @@ impl RepoConfig {
             compression: Compression::DEFAULT,
             index: IndexSettings::Memory,
             container_base: 0,
+            encryption: None,
         }
+    }
+
+    /// The same config, encrypted with `aead` (format version 3).
+    pub fn with_encryption(mut self, aead: AeadKind) -> Self {
+        self.encryption = Some(Encryption { aead });
+        self.version = ENCRYPTED_VERSION;
+        self
+    }
+
+    /// The repository id as 16 bytes (what key material binds).
+    pub fn id_bytes(&self) -> Result<[u8; 16]> {
+        let bad =
+            || StoreError::Config(format!("repository id {:?} is not 32 hex digits", self.id));
+        if self.id.len() != 32 {
+            return Err(bad());
+        }
+        let mut out = [0u8; 16];
+        for (i, b) in out.iter_mut().enumerate() {
+            *b = u8::from_str_radix(self.id.get(2 * i..2 * i + 2).ok_or_else(bad)?, 16)
+                .map_err(|_| bad())?;
+        }
+        Ok(out)
     }
 
     /// The same config with the index `index`.
@@ -117,12 +157,12 @@ impl RepoConfig {
             .ok()
             .and_then(|v| v.get("version").and_then(|v| v.as_u64()));
         match version {
-            Some(1 | 2) => {}
+            Some(1..=3) => {}
             Some(v) => {
                 return Err(StoreError::UnsupportedVersion {
                     what: "repository",
                     version: v,
-                    supported: "versions 1 and 2",
+                    supported: "versions 1 to 3",
                 })
             }
             None => return Err(StoreError::Config(format!("{name} is not a larder config"))),
@@ -150,6 +190,22 @@ impl RepoConfig {
         }
         self.compression.validate()?;
         self.index.validate()?;
+        if (self.version == ENCRYPTED_VERSION) != self.encryption.is_some() {
+            return Err(StoreError::Config(format!(
+                "format version {} {} an encrypted repository's ({ENCRYPTED_VERSION})",
+                self.version,
+                if self.encryption.is_some() {
+                    "is not"
+                } else {
+                    "is"
+                }
+            )));
+        }
+        if self.encryption.is_some() && self.hash == HashAlgo::Sha1 {
+            return Err(StoreError::Config(
+                "an encrypted repository cannot use SHA-1 fingerprints".into(),
+            ));
+        }
         if self.version < self.compression.format_version() {
             return Err(StoreError::Config(format!(
                 "format version {} cannot use compression {}; it needs version {}",
@@ -214,6 +270,8 @@ pub struct Repository {
     segments: Vec<String>,
     next_container: AtomicU64,
     report: OpenReport,
+    /// The key the repository was opened with, if it is encrypted.
+    keys: Option<Arc<RepoKeys>>,
     /// Held for the repository's lifetime; declared last so that it is released last.
     _lock: RepoLock,
 }
@@ -229,6 +287,31 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
 impl Repository {
     /// Creates a repository at `root`, which must not exist or be an empty directory.
     pub fn init(root: &Path, config: &RepoConfig) -> Result<()> {
+        Self::init_with(root, config, None)
+    }
+
+    /// Creates an encrypted repository at `root` whose keys are `keys` (made for
+    /// `config`'s id) and whose first key slot is `slot`, named `slot_id`.
+    pub fn init_encrypted(
+        root: &Path,
+        config: &RepoConfig,
+        keys: &RepoKeys,
+        slot_id: &str,
+        slot: &KeySlot,
+    ) -> Result<()> {
+        if config.encryption.is_none() || config.id_bytes()? != keys.repo_id() {
+            return Err(StoreError::Config(
+                "the keys are not this config's encrypted repository's".into(),
+            ));
+        }
+        Self::init_with(root, config, Some((keys, slot_id, slot)))
+    }
+
+    fn init_with(
+        root: &Path,
+        config: &RepoConfig,
+        keys: Option<(&RepoKeys, &str, &KeySlot)>,
+    ) -> Result<()> {
         config.validate()?;
         if root.exists() && fs::read_dir(root).map_err(io(root))?.next().is_some() {
             return Err(StoreError::AlreadyExists(root.to_path_buf()));
@@ -239,9 +322,12 @@ impl Repository {
             fs::create_dir_all(&p).map_err(io(&p))?;
         }
         File::create(root.join("lock")).map_err(io(root))?;
+        if let Some((_, id, slot)) = keys {
+            crate::keys::write_slot(root, id, slot)?;
+        }
         let tmp = root.join("tmp").join("config");
-        let json = serde_json::to_vec_pretty(config).expect("config always serializes");
-        fs::write(&tmp, json).map_err(io(&tmp))?;
+        let bytes = objects::encode_config(config, keys.map(|(k, _, _)| k));
+        fs::write(&tmp, bytes).map_err(io(&tmp))?;
         File::open(&tmp)
             .and_then(|f| f.sync_all())
             .map_err(io(&tmp))?;
@@ -284,13 +370,29 @@ impl Repository {
         wait: Duration,
         backend: Arc<dyn Backend>,
     ) -> Result<Self> {
+        Self::open_with(root, mode, wait, backend, None)
+    }
+
+    /// Like [`Repository::open_with_backend`], with the key of an encrypted
+    /// repository (from [`crate::keys::unlock`]); `None` opens a plaintext one.
+    pub fn open_with(
+        root: &Path,
+        mode: LockMode,
+        wait: Duration,
+        backend: Arc<dyn Backend>,
+        keys: Option<RepoKeys>,
+    ) -> Result<Self> {
         let config_path = root.join("config");
         if !config_path.is_file() {
             return Err(StoreError::NotARepository(root.to_path_buf()));
         }
-        let lock = RepoLock::acquire(root, mode, wait)?;
         let raw = fs::read(&config_path).map_err(io(&config_path))?;
-        let config = RepoConfig::decode(&raw, &config_path.display().to_string())?;
+        if config_is_sealed(&raw) && keys.is_none() {
+            return Err(StoreError::NeedsKey(root.to_path_buf()));
+        }
+        let lock = RepoLock::acquire(root, mode, wait)?;
+        let config =
+            objects::decode_config(&raw, &config_path.display().to_string(), keys.as_ref())?;
         let mut repo = Self {
             root: root.to_path_buf(),
             backend,
@@ -303,6 +405,7 @@ impl Repository {
             segments: Vec::new(),
             next_container: AtomicU64::new(1),
             report: OpenReport::default(),
+            keys: keys.map(Arc::new),
             _lock: lock,
         };
         if mode == LockMode::Exclusive {
@@ -388,12 +491,10 @@ impl Repository {
     }
 
     fn load_memory_index(&mut self) -> Result<()> {
-        let algo = self.config.hash;
         self.segments = self.backend.list(FileKind::IndexSegment)?;
         self.index = RepoIndex::Memory(CuckooIndex::with_capacity(self.segment_entry_estimate()));
         for name in self.segments.clone() {
-            let bytes = self.backend.read(FileKind::IndexSegment, &name)?;
-            match decode_segment(&bytes, &name, algo) {
+            match self.read_segment(&name) {
                 Ok(containers) => self.add_containers(&containers),
                 Err(e) => self.report.bad_segments.push((name, error_chain(&e))),
             }
@@ -453,11 +554,9 @@ impl Repository {
                 return self.load_memory_index();
             }
         };
-        let algo = self.config.hash;
         self.segments = self.backend.list(FileKind::IndexSegment)?;
         for name in self.segments.clone() {
-            let bytes = self.backend.read(FileKind::IndexSegment, &name)?;
-            let containers = match decode_segment(&bytes, &name, algo) {
+            let containers = match self.read_segment(&name) {
                 Ok(containers) => containers,
                 Err(e) => {
                     self.report.bad_segments.push((name, error_chain(&e)));
@@ -520,8 +619,7 @@ impl Repository {
         let mut seen = BTreeSet::new();
         let mut out = Vec::new();
         for name in &self.segments {
-            let bytes = self.backend.read(FileKind::IndexSegment, name)?;
-            if let Ok(containers) = decode_segment(&bytes, name, self.config.hash) {
+            if let Ok(containers) = self.read_segment(name) {
                 out.extend(containers.into_iter().filter(|c| seen.insert(c.id)));
             }
         }
@@ -543,7 +641,12 @@ impl Repository {
 
     /// The codec every chunk of this repository is written and read through.
     pub fn codec(&self) -> ChunkCodec {
-        ChunkCodec::new(self.config.compression, self.config.hash)
+        match &self.keys {
+            Some(keys) => {
+                ChunkCodec::encrypted(self.config.compression, self.config.hash, keys.clone())
+            }
+            None => ChunkCodec::new(self.config.compression, self.config.hash),
+        }
     }
 
     pub fn report(&self) -> &OpenReport {
@@ -593,14 +696,13 @@ impl Repository {
         let bytes = self
             .backend
             .read(FileKind::Container, &format!("{id:016x}"))?;
-        ParsedContainer::parse(bytes, id, self.config.hash)
+        ParsedContainer::parse_with(bytes, id, &self.codec())
     }
 
     /// Reads and verifies container `id`'s header, table and footer, not its chunk
-    /// data (three small reads: footer, table, header). Returns the table and the
-    /// bytes read.
-    pub fn load_container_table(&self, id: u64) -> Result<(Vec<ChunkEntry>, u64)> {
-        read_container_table(&*self.backend, id, self.config.hash)
+    /// data (a few small reads), with what opens its chunks in an encrypted repository.
+    pub fn load_container_table(&self, id: u64) -> Result<ContainerTable> {
+        read_table(&*self.backend, id, &self.codec())
     }
 
     /// The bytes of each range of container `id`, one read per range with the file
@@ -624,8 +726,7 @@ impl Repository {
         }
         self.backend.sync(FileKind::Container)?;
         let name = self.next_segment_name();
-        let bytes = encode_segment(self.config.hash, &containers);
-        self.backend.write(FileKind::IndexSegment, &name, &bytes)?;
+        self.write_segment(&name, &containers)?;
         self.backend.sync(FileKind::IndexSegment)?;
         self.segments.push(name);
         if let RepoIndex::Disk(state) = &mut self.index {
@@ -656,15 +757,12 @@ impl Repository {
     /// Merges every segment into one. The merged segment is durable before the old
     /// ones are removed, so a crash in between leaves duplicates, which are harmless.
     fn compact_segments(&mut self) -> Result<()> {
-        let algo = self.config.hash;
         let mut all = Vec::new();
         for name in &self.segments {
-            let bytes = self.backend.read(FileKind::IndexSegment, name)?;
-            all.extend(decode_segment(&bytes, name, algo)?);
+            all.extend(self.read_segment(name)?);
         }
         let merged = self.next_segment_name();
-        self.backend
-            .write(FileKind::IndexSegment, &merged, &encode_segment(algo, &all))?;
+        self.write_segment(&merged, &all)?;
         self.backend.sync(FileKind::IndexSegment)?;
         for name in std::mem::replace(&mut self.segments, vec![merged]) {
             self.backend.remove(FileKind::IndexSegment, &name)?;
@@ -694,11 +792,7 @@ impl Repository {
         let name = self.next_segment_name();
         let old = std::mem::take(&mut self.segments);
         self.backend.sync(FileKind::Container)?;
-        self.backend.write(
-            FileKind::IndexSegment,
-            &name,
-            &encode_segment(self.config.hash, &good),
-        )?;
+        self.write_segment(&name, &good)?;
         self.backend.sync(FileKind::IndexSegment)?;
         for n in &old {
             self.backend.remove(FileKind::IndexSegment, n)?;
@@ -730,8 +824,8 @@ impl Repository {
         to.validate()?;
         let config = self.config.clone().with_index(to);
         let tmp = self.root.join("tmp").join("config");
-        let json = serde_json::to_vec_pretty(&config).expect("config always serializes");
-        crate::direct::write_durable(&tmp, &json).map_err(io(&tmp))?;
+        let bytes = objects::encode_config(&config, self.keys.as_deref());
+        crate::direct::write_durable(&tmp, &bytes).map_err(io(&tmp))?;
         let dest = self.root.join("config");
         fs::rename(&tmp, &dest).map_err(io(&dest))?;
         sync_dir(&self.root)?;
@@ -758,14 +852,6 @@ impl Repository {
         Ok(())
     }
 
-    /// Writes a snapshot durably (rule 3) and returns its id.
-    pub fn save_snapshot(&self, snapshot: &Snapshot) -> Result<String> {
-        let (bytes, id) = snapshot.encode();
-        self.backend.write(FileKind::Snapshot, &id, &bytes)?;
-        self.backend.sync(FileKind::Snapshot)?;
-        Ok(id)
-    }
-
     /// Removes snapshot `id` durably (`forget`); its chunks stay until `gc`. Needs the
     /// exclusive lock.
     pub fn remove_snapshot(&self, id: &str) -> Result<()> {
@@ -775,14 +861,11 @@ impl Repository {
 
     /// Every readable snapshot, oldest first, and the errors of unreadable ones.
     pub fn snapshots(&self) -> Result<(Vec<IdentifiedSnapshot>, Vec<StoreError>)> {
+        self.require_full_key("read snapshots")?;
         let mut good = Vec::new();
         let mut bad = Vec::new();
         for id in self.backend.list(FileKind::Snapshot)? {
-            match self
-                .backend
-                .read(FileKind::Snapshot, &id)
-                .and_then(|b| Snapshot::decode(&b, &id))
-            {
+            match self.read_snapshot(&id) {
                 Ok(s) => good.push((id, s)),
                 Err(e) => bad.push(e),
             }

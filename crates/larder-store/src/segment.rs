@@ -1,9 +1,10 @@
 //! Index segments: cached copies of container tables (docs/design/format.md, "Index
 //! segment").
 
-use larder_hash::{Fingerprint, HashAlgo};
+use larder_hash::Fingerprint;
 use larder_index::ChunkLocation;
 
+use crate::chunk_codec::IdCode;
 use crate::container::{le_u32, le_u64, ChunkEntry, ENTRY_LEN};
 use crate::error::{Result, StoreError};
 
@@ -43,11 +44,12 @@ const SEGMENT_HEADER_LEN: usize = 24;
 /// Bytes before a container's entries in a segment: id, count, zero.
 const CONTAINER_HEADER_LEN: usize = 16;
 
-pub fn encode_segment(algo: HashAlgo, containers: &[SegmentContainer]) -> Vec<u8> {
+/// The plaintext of a segment naming `containers`, whose fingerprints are `ids`'s.
+pub fn encode_segment(ids: impl IdCode, containers: &[SegmentContainer]) -> Vec<u8> {
     let mut out = Vec::with_capacity(segment_len(containers) as usize);
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&VERSION.to_le_bytes());
-    out.push(algo.code());
+    out.push(ids.id_code());
     out.extend_from_slice(&[0; 3]);
     out.extend_from_slice(&(containers.len() as u64).to_le_bytes());
     for c in containers {
@@ -64,7 +66,7 @@ pub fn encode_segment(algo: HashAlgo, containers: &[SegmentContainer]) -> Vec<u8
 }
 
 /// Parses and verifies a segment. Never panics, whatever `bytes` holds.
-pub fn decode_segment(bytes: &[u8], name: &str, algo: HashAlgo) -> Result<Vec<SegmentContainer>> {
+pub fn decode_segment(bytes: &[u8], name: &str, ids: impl IdCode) -> Result<Vec<SegmentContainer>> {
     let bad = |reason: &str| StoreError::corrupt("index segment", name, reason);
     if bytes.len() < 24 + 32 {
         return Err(bad("too short"));
@@ -86,7 +88,7 @@ pub fn decode_segment(bytes: &[u8], name: &str, algo: HashAlgo) -> Result<Vec<Se
             supported: "version 1",
         });
     }
-    if body[12] != algo.code() {
+    if body[12] != ids.id_code() {
         return Err(bad("fingerprint algorithm differs from the repository's"));
     }
     let count = le_u64(&body[16..24]);

@@ -100,6 +100,12 @@ impl Snapshot {
                 "content does not match its id",
             ));
         }
+        Self::decode_opened(bytes, id)
+    }
+
+    /// Parses a snapshot's JSON whose integrity its caller checked: a plaintext file
+    /// that hashes to its name, or an encrypted one's opened envelope.
+    pub fn decode_opened(bytes: &[u8], id: &str) -> Result<Self> {
         let snap: Snapshot = serde_json::from_slice(bytes)
             .map_err(|e| StoreError::corrupt("snapshot", id, e.to_string()))?;
         if !(1..=Self::VERSION).contains(&snap.version) {

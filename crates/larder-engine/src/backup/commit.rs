@@ -166,6 +166,11 @@ impl<'o> Committer<'o> {
         repo: &Repository,
         warnings: &Mutex<Vec<Warning>>,
     ) -> Result<()> {
+        if repo.keys().is_some_and(|k| !k.is_full()) {
+            // A write-only key neither reads nor removes snapshots (and wrote no
+            // checkpoints).
+            return Ok(());
+        }
         let ours: Vec<PathBuf> = self.paths.iter().map(|p| normalize(Path::new(p))).collect();
         let (all, _) = repo.snapshots()?;
         for (id, s) in all {

@@ -146,6 +146,10 @@ impl Previous {
         let chosen: Vec<(String, Snapshot)> = match parents {
             Parents::None => return Ok(Self::default()),
             Parents::Snapshot(name) => vec![repo.find_snapshot(name)?],
+            // A write-only key reads no snapshot: every file is read again.
+            Parents::Auto if repo.keys().is_some_and(|k| !k.is_full()) => {
+                return Ok(Self::default())
+            }
             Parents::Auto => {
                 let (all, _) = repo.snapshots()?;
                 choose(all, roots, hostname)

@@ -55,7 +55,7 @@ impl ContainerWriter<'_> {
     pub fn store(&mut self, chunks: &mut [NewChunk], data: &[&[u8]]) -> Result<()> {
         if let Some(threads) = self.compress_threads {
             let started = Instant::now();
-            let codec = self.codec;
+            let codec = &self.codec;
             // Each chunk is timed on its thread, so the sum is CPU time across threads.
             self.compress_time += threads.install(|| {
                 chunks
@@ -94,14 +94,20 @@ impl ContainerWriter<'_> {
         let fits = self
             .open
             .as_ref()
-            .is_some_and(|b| b.is_empty() || b.data_end() + stored.len() <= self.container_size);
+            .is_some_and(|b| b.fits(stored.len(), self.container_size));
         if !fits {
             self.seal()?;
             let id = self.repo.allocate_container_id();
-            self.open = Some(match self.reuse.try_recv() {
-                Ok(buf) => ContainerBuilder::with_buffer(id, self.codec.algo(), buf),
-                Err(_) => ContainerBuilder::new(id, self.codec.algo(), self.capacity),
-            });
+            let buf = self
+                .reuse
+                .try_recv()
+                .unwrap_or_else(|_| Vec::with_capacity(self.capacity));
+            self.open = Some(ContainerBuilder::with_buffer(
+                id,
+                &self.codec,
+                buf,
+                self.container_size,
+            ));
         }
         if let Some(b) = self.open.as_mut() {
             b.push_stored(fp, stored, raw_len, encoding);

@@ -29,7 +29,7 @@ use crate::container::{
 };
 use crate::error::{error_chain, Result, StoreError};
 use crate::gc_plan::GcPlan;
-use crate::segment::{decode_segment, encode_segment, SegmentContainer};
+use crate::segment::SegmentContainer;
 
 /// Bytes of a segment besides its containers: header (24) and checksum (32).
 const SEGMENT_BASE: u64 = 24 + 32;
@@ -127,8 +127,7 @@ impl Repository {
     fn indexed_tables(&self) -> Result<BTreeMap<u64, Vec<ChunkEntry>>> {
         let mut tables = BTreeMap::new();
         for name in &self.segments {
-            let bytes = self.backend.read(FileKind::IndexSegment, name)?;
-            if let Ok(containers) = decode_segment(&bytes, name, self.config.hash) {
+            if let Ok(containers) = self.read_segment(name) {
                 for c in containers {
                     tables.entry(c.id).or_insert(c.entries);
                 }
@@ -320,20 +319,27 @@ impl Repository {
         mut segment: Vec<SegmentContainer>,
         crash: &mut CrashPoint,
     ) -> Result<bool> {
-        let algo = self.config.hash;
         if crash.reached() {
             return Ok(false);
         }
-        self.backend
-            .write(FileKind::GcPlan, &plan.name(), &plan.encode())?;
+        self.backend.write(
+            FileKind::GcPlan,
+            &plan.name(),
+            &self.seal_file(FileKind::GcPlan, &plan.name(), plan.encode())?,
+        )?;
         self.backend.sync(FileKind::GcPlan)?;
 
         let codec = self.codec();
-        let mut raw = Vec::new();
+        let (mut raw, mut stored) = (Vec::new(), Vec::new());
         let mut source: Option<ParsedContainer> = None;
         for (group, &new_id) in groups.iter().zip(&plan.new_containers) {
             let data: usize = group.iter().map(|(_, e)| e.stored_len as usize).sum();
-            let mut builder = ContainerBuilder::new(new_id, algo, data + ENTRY_LEN * group.len());
+            let mut builder = ContainerBuilder::for_codec(
+                new_id,
+                &codec,
+                data + ENTRY_LEN * group.len(),
+                self.config.container_size,
+            );
             for &(src, e) in group {
                 if source.as_ref().is_none_or(|c| c.id != src) {
                     source = Some(self.load_container(src)?);
@@ -354,11 +360,9 @@ impl Repository {
                     }
                     Err(other) => return Err(other),
                 }
-                let stored = c
-                    .chunk(e.offset, e.stored_len)
-                    .expect("read_chunk found it");
+                c.encoded_chunk(&e, &mut stored)?;
                 let encoding = e.encoding().expect("parsed entries have known encodings");
-                builder.push_stored(e.fingerprint, stored, e.raw_len, encoding);
+                builder.push_stored(e.fingerprint, &stored, e.raw_len, encoding);
             }
             let (bytes, entries) = builder.seal();
             if crash.reached() {
@@ -376,9 +380,7 @@ impl Repository {
         if crash.reached() {
             return Ok(false);
         }
-        let bytes = encode_segment(algo, &segment);
-        self.backend
-            .write(FileKind::IndexSegment, &plan.name(), &bytes)?;
+        self.write_segment(&plan.name(), &segment)?;
         self.backend.sync(FileKind::IndexSegment)?;
         Ok(true)
     }
@@ -430,7 +432,10 @@ impl Repository {
         fs::create_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))?;
         for name in self.backend.list(FileKind::GcPlan)? {
             let bytes = self.backend.read(FileKind::GcPlan, &name)?;
-            match GcPlan::decode(&bytes, &name) {
+            match self
+                .open_file(FileKind::GcPlan, &name, bytes)
+                .and_then(|plain| GcPlan::decode(&plain, &name))
+            {
                 Ok(plan) => {
                     let committed = self
                         .backend

@@ -1,0 +1,269 @@
+//! Encrypted repositories (docs/design/crypto.md): a backup restores byte for byte, no
+//! repository file holds a plaintext string, a file name or a plain digest of any
+//! chunk, a wrong password opens nothing, a write-only key backs up and deduplicates
+//! but reads nothing back, and `check --read-data` names every tampered object.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use larder_chunk::ChunkerConfig;
+use larder_crypto::{AeadKind, FingerprintKind, KdfParams, KeyKind, KeySlot, RepoKeys};
+use larder_engine::{backup, check, restore, DEFAULT_RESTORE_CACHE};
+use larder_hash::HashAlgo;
+use larder_store::{keys, LocalBackend, LockMode, RepoConfig, Repository, StoreError};
+
+#[path = "support/bytes.rs"]
+mod seeded;
+use seeded::bytes;
+
+#[path = "support/options.rs"]
+mod options;
+use options::{backup_options, check_options, restore_options};
+
+const PASSWORD: &[u8] = b"correct horse battery staple";
+const MARKER: &str = "LARDER-SECRET-MARKER-6d1f2";
+const NAME: &str = "quarterly-payroll-secret.xlsx";
+
+/// A slot cheap enough for tests: the parameters of a generated password.
+fn slot(keys: &RepoKeys, kind: KeyKind, password: &[u8]) -> KeySlot {
+    KeySlot::create(
+        keys,
+        kind,
+        password,
+        KdfParams::GENERATED,
+        "test".into(),
+        "test".into(),
+        "2026-11-28T00:00:00Z".into(),
+    )
+    .unwrap()
+}
+
+fn init(root: &Path, hash: HashAlgo, aead: AeadKind) -> RepoKeys {
+    let config = RepoConfig::new(ChunkerConfig::default(), hash).with_encryption(aead);
+    let fingerprint = match hash {
+        HashAlgo::Sha256 => FingerprintKind::HmacSha256,
+        _ => FingerprintKind::KeyedBlake3,
+    };
+    let keys = RepoKeys::generate(config.id_bytes().unwrap(), aead, fingerprint);
+    let first = slot(&keys, KeyKind::Full, PASSWORD);
+    Repository::init_encrypted(root, &config, &keys, "0000000000000001", &first).unwrap();
+    keys
+}
+
+fn open(root: &Path, password: &[u8], mode: LockMode) -> Result<Repository, StoreError> {
+    let (keys, _) = keys::unlock(root, password)?;
+    Repository::open_with(
+        root,
+        mode,
+        Duration::ZERO,
+        Arc::new(LocalBackend::new(root)),
+        Some(keys),
+    )
+}
+
+fn source(dir: &Path) -> PathBuf {
+    let src = dir.join("src");
+    fs::create_dir_all(src.join("sub")).unwrap();
+    let mut text = Vec::new();
+    for i in 0..4000 {
+        text.extend_from_slice(format!("line {i}: {MARKER} and some words\n").as_bytes());
+    }
+    fs::write(src.join(NAME), &text).unwrap();
+    fs::write(src.join("tiny.txt"), MARKER).unwrap();
+    let big = bytes(3, 3 << 20);
+    fs::write(src.join("sub/big.bin"), &big).unwrap();
+    fs::write(src.join("sub/copy.bin"), &big).unwrap();
+    src
+}
+
+/// Every file under `root` by relative path, with its content.
+fn files(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                let rel = path.strip_prefix(root).unwrap().to_path_buf();
+                out.insert(rel, fs::read(&path).unwrap());
+            }
+        }
+    }
+    out
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|w| w[0] == needle[0] && w == needle)
+}
+
+/// Plain digests (raw and hex) of every chunk an unkeyed FastCDC cuts from the
+/// source's files, and of the files themselves: none may appear in the repository.
+fn plain_digests(src: &Path) -> HashSet<Vec<u8>> {
+    let chunker = ChunkerConfig::default().build();
+    let mut out = HashSet::new();
+    for data in files(src).values() {
+        let mut pieces: Vec<&[u8]> = vec![data];
+        let mut rest = &data[..];
+        while !rest.is_empty() {
+            let len = chunker.next_chunk_len(rest);
+            pieces.push(&rest[..len]);
+            rest = &rest[len..];
+        }
+        for piece in pieces {
+            for algo in [HashAlgo::Blake3, HashAlgo::Sha256] {
+                let fp = algo.fingerprint(piece);
+                out.insert(fp.as_bytes().to_vec());
+                out.insert(fp.to_hex().into_bytes());
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn an_encrypted_backup_restores_and_leaks_no_plaintext() {
+    for (hash, aead) in [
+        (HashAlgo::Blake3, AeadKind::Aes256Gcm),
+        (HashAlgo::Sha256, AeadKind::XChaCha20Poly1305),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("repo");
+        init(&root, hash, aead);
+        let src = source(dir.path());
+        let summary = {
+            let mut repo = open(&root, PASSWORD, LockMode::Exclusive).unwrap();
+            backup(&mut repo, std::slice::from_ref(&src), &backup_options(2)).unwrap()
+        };
+        assert!(summary.warnings.is_empty(), "{:?}", summary.warnings);
+        // The copy deduplicated: at most one container's worth more than the data.
+        assert!(summary.bytes_new < (7 << 20), "{summary:?}");
+
+        let repo = open(&root, PASSWORD, LockMode::Shared).unwrap();
+        let report = check(&repo, &check_options(true)).unwrap();
+        assert!(report.is_ok(), "{:?}", report.damage);
+        let target = dir.path().join("restored");
+        let restored = restore(
+            &repo,
+            &summary.snapshot_id,
+            &target,
+            &restore_options(DEFAULT_RESTORE_CACHE),
+        )
+        .unwrap();
+        assert!(restored.warnings.is_empty(), "{:?}", restored.warnings);
+        assert!(files(&target.join(src.strip_prefix("/").unwrap())) == files(&src));
+        drop(repo);
+
+        let strings: [&[u8]; 5] = [
+            MARKER.as_bytes(),
+            NAME.as_bytes(),
+            b"tiny.txt",
+            b"big.bin",
+            b"line 17",
+        ];
+        let digests = plain_digests(&src);
+        for (path, content) in files(&root) {
+            for needle in strings {
+                assert!(
+                    !contains(&content, needle),
+                    "{} holds {:?}",
+                    path.display(),
+                    String::from_utf8_lossy(needle)
+                );
+            }
+            for len in [32, 64] {
+                let hit = content.windows(len).find(|w| digests.contains(*w));
+                assert!(
+                    hit.is_none(),
+                    "{} holds a plain chunk digest",
+                    path.display()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_wrong_password_opens_nothing_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("repo");
+    init(&root, HashAlgo::Blake3, AeadKind::Aes256Gcm);
+    let before = files(&root);
+    let Err(err) = open(&root, b"wrong", LockMode::Exclusive) else {
+        panic!("a wrong password opened the repository");
+    };
+    assert!(matches!(err, StoreError::WrongPassword), "{err}");
+    assert_eq!(err.to_string(), "wrong password or no matching key");
+    assert!(files(&root) == before);
+    // Without any key, the sealed config is refused clearly.
+    let Err(err) = Repository::open(&root, LockMode::Shared) else {
+        panic!("opened without a key");
+    };
+    assert!(matches!(err, StoreError::NeedsKey(_)), "{err}");
+}
+
+#[test]
+fn a_write_only_key_backs_up_and_deduplicates_but_reads_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("repo");
+    let keys = init(&root, HashAlgo::Blake3, AeadKind::Aes256Gcm);
+    keys::write_slot(
+        &root,
+        "00000000000000ff",
+        &slot(&keys, KeyKind::WriteOnly, b"writer"),
+    )
+    .unwrap();
+    let src = source(dir.path());
+    let first = {
+        let mut repo = open(&root, b"writer", LockMode::Exclusive).unwrap();
+        assert!(!repo.keys().unwrap().is_full());
+        backup(&mut repo, std::slice::from_ref(&src), &backup_options(2)).unwrap()
+    };
+    let second = {
+        let mut repo = open(&root, b"writer", LockMode::Exclusive).unwrap();
+        backup(&mut repo, std::slice::from_ref(&src), &backup_options(2)).unwrap()
+    };
+    assert_eq!(
+        second.bytes_read, second.bytes_in,
+        "it cannot skip: {second:?}"
+    );
+    assert!(
+        second.chunks_new <= second.tree_chunks_new + 1,
+        "{second:?}"
+    );
+    assert_ne!(first.snapshot_id, second.snapshot_id);
+
+    let writer = open(&root, b"writer", LockMode::Shared).unwrap();
+    let err = restore(
+        &writer,
+        &first.snapshot_id,
+        &dir.path().join("r"),
+        &restore_options(1 << 20),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("write-only"), "{err}");
+
+    // The full key reads what the writer wrote.
+    let repo = open(&root, PASSWORD, LockMode::Shared).unwrap();
+    let (snapshots, bad) = repo.snapshots().unwrap();
+    assert!(bad.is_empty(), "{bad:?}");
+    assert_eq!(snapshots.len(), 2);
+    let target = dir.path().join("restored");
+    restore(
+        &repo,
+        &second.snapshot_id,
+        &target,
+        &restore_options(DEFAULT_RESTORE_CACHE),
+    )
+    .unwrap();
+    assert!(files(&target.join(src.strip_prefix("/").unwrap())) == files(&src));
+    let report = check(&repo, &check_options(true)).unwrap();
+    assert!(report.is_ok(), "{:?}", report.damage);
+}
