@@ -17,6 +17,7 @@ pub mod gc;
 pub mod gen;
 pub mod index;
 pub mod init;
+pub mod key;
 pub mod ls;
 pub mod node;
 pub mod remote;

@@ -6,7 +6,9 @@
 
 mod commands;
 mod duration;
+mod host;
 mod output;
+mod password;
 mod pattern_args;
 mod repo_open;
 mod size;
@@ -19,7 +21,7 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 use crate::commands::{
-    backup, bench, cat, check, chunk, cluster, diff, forget, gc, gen, index, init, ls, node,
+    backup, bench, cat, check, chunk, cluster, diff, forget, gc, gen, index, init, key, ls, node,
     restore, snapshots, stats, unlock, Globals,
 };
 use crate::output::Output;
@@ -51,6 +53,8 @@ struct Cli {
         env = "LARDER_CLUSTER"
     )]
     cluster: Vec<String>,
+    #[command(flatten)]
+    password: password::PasswordArgs,
     #[command(subcommand)]
     command: Command,
 }
@@ -86,6 +90,9 @@ enum Command {
     /// Delete the data no snapshot uses, repacking containers that are mostly dead
     #[command(visible_alias = "prune")]
     Gc(gc::GcArgs),
+    /// An encrypted repository's keys: list, add (also write-only), remove, passwd
+    #[command(subcommand)]
+    Key(key::KeyCommand),
     /// Remove a stale lock note left by a killed process (a lock never outlives its process)
     Unlock(unlock::UnlockArgs),
     /// Chunk files (no repository): chunk sizes, dedup ratio, chunking speed
@@ -132,7 +139,7 @@ fn restore_default_sigpipe() {
 
 fn run(cli: Cli, out: &Output) -> Result<ExitCode> {
     let g = Globals {
-        repo: RepoOpener::new(cli.repo, cli.retry_lock.unwrap_or_default()),
+        repo: RepoOpener::new(cli.repo, cli.retry_lock.unwrap_or_default(), cli.password),
         cluster: cli.cluster,
     };
     match cli.command {
@@ -149,6 +156,7 @@ fn run(cli: Cli, out: &Output) -> Result<ExitCode> {
         Command::Index(command) => index::run(command, &g, out),
         Command::Forget(args) => forget::run(args, &g, out),
         Command::Gc(args) => gc::run(args, &g, out),
+        Command::Key(command) => key::run(command, &g, out),
         Command::Unlock(args) => unlock::run(args, &g, out),
         Command::Chunk(args) => chunk::run(args, out),
         Command::Gen(args) => gen::run(args, out),

@@ -107,7 +107,7 @@ fn chunks(repo: &Repository) -> Vec<(Fingerprint, u32)> {
     let mut out = Vec::new();
     for name in backend.list(larder_store::FileKind::Container).unwrap() {
         let id = u64::from_str_radix(&name, 16).unwrap();
-        let (entries, _) = repo.load_container_table(id).unwrap();
+        let entries = repo.load_container_table(id).unwrap().entries;
         out.extend(
             entries
                 .iter()
@@ -190,7 +190,7 @@ fn two_repositories_sharing_an_index_store_what_one_stores() {
             for e in repo
                 .load_container_table(id)
                 .unwrap()
-                .0
+                .entries
                 .into_iter()
                 .filter(|e| e.fingerprint != zero)
             {

@@ -131,7 +131,7 @@ pub fn decode_segment(bytes: &[u8], name: &str, ids: impl IdCode) -> Result<Vec<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use larder_hash::Fingerprint;
+    use larder_hash::{Fingerprint, HashAlgo};
     use proptest::prelude::*;
 
     fn containers() -> Vec<SegmentContainer> {

@@ -78,8 +78,8 @@ pub fn run(args: BackupArgs, g: &Globals, out: &Output) -> Result<ExitCode> {
     let bar = Arc::new(Bar::bytes(out));
     let opts = BackupOptions {
         threads: args.threads,
-        hostname: hostname(),
-        username: std::env::var("USER").unwrap_or_default(),
+        hostname: crate::host::hostname(),
+        username: crate::host::username(),
         exclude,
         progress: bar.clone() as Arc<dyn Progress>,
         parents: match (&args.parent, args.force) {
@@ -108,13 +108,6 @@ pub fn run(args: BackupArgs, g: &Globals, out: &Output) -> Result<ExitCode> {
     }
     out.print(&saved)?;
     Ok(exit_code(summary.is_partial()))
-}
-
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default()
 }
 
 /// The snapshot a backup saved, and what it took.

@@ -35,6 +35,7 @@ pub fn run(args: CatArgs, g: &Globals, out: &Output) -> Result<ExitCode> {
         Err(e) => return Ok(out.usage(&e.to_string())),
     };
     let repo = g.repo.open(LockMode::Shared, out)?;
+    repo.require_full_key("read files back")?;
     let tree = SnapshotTree::load(&repo, &args.snapshot)?;
     let mut stdout = BufWriter::with_capacity(1 << 20, std::io::stdout().lock());
     tree.write_file(&repo, &path, &mut stdout)?;

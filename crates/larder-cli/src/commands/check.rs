@@ -22,6 +22,7 @@ pub struct CheckArgs {
 /// Exit code 1 when the check found damage.
 pub fn run(args: CheckArgs, g: &Globals, out: &Output) -> Result<ExitCode> {
     let repo = g.repo.open(LockMode::Shared, out)?;
+    repo.require_full_key("check the repository")?;
     let bar = Arc::new(Bar::bytes(out));
     let opts = CheckOptions {
         read_data: args.read_data,

@@ -27,6 +27,7 @@ pub struct DiffArgs {
 
 pub fn run(args: DiffArgs, g: &Globals, out: &Output) -> Result<ExitCode> {
     let repo = g.repo.open(LockMode::Shared, out)?;
+    repo.require_full_key("compare snapshots")?;
     let old = SnapshotTree::load(&repo, &args.snapshot1)?;
     let new = SnapshotTree::load(&repo, &args.snapshot2)?;
     let diff = diff_snapshots(&repo, &old, &new);

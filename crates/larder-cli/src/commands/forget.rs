@@ -69,6 +69,7 @@ pub fn run(args: ForgetArgs, g: &Globals, out: &Output) -> Result<ExitCode> {
         Err(msg) => return Ok(out.usage(msg)),
     };
     let mut repo = g.repo.open(LockMode::Exclusive, out)?;
+    repo.require_full_key("forget snapshots")?;
     let decisions = decide(&repo, &args.snapshots, &policy, out)?;
     let removed: Vec<String> = decisions
         .iter()

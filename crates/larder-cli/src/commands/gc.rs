@@ -25,6 +25,7 @@ pub struct GcArgs {
 
 pub fn run(args: GcArgs, g: &Globals, out: &Output) -> Result<ExitCode> {
     let mut repo = g.repo.open(LockMode::Exclusive, out)?;
+    repo.require_full_key("collect garbage (it deletes)")?;
     let opts = GcOptions {
         repack_threshold: args.repack_threshold,
         dry_run: args.dry_run,

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 use clap::Args;
 use larder_chunk::{ChunkerConfig, ChunkerKind};
+use larder_crypto::{AeadKind, KdfParams};
 use larder_hash::HashAlgo;
 use larder_store::{Compression, RepoConfig, Repository};
 use serde::Serialize;
@@ -14,6 +15,8 @@ use serde::Serialize;
 use super::index::IndexArgs;
 use super::Globals;
 use crate::output::{Output, Render};
+use crate::password::{NewPasswordArgs, Password};
+use crate::repo_open::create_encrypted;
 use crate::size;
 
 #[derive(Args)]
@@ -39,6 +42,12 @@ pub struct InitArgs {
     /// How new chunks are stored: zstd (level 3), zstd:LEVEL (1 to 19) or none
     #[arg(long, default_value = "zstd")]
     compression: String,
+    /// aes-256-gcm, xchacha20-poly1305, or none for a plaintext repository (benchmarks,
+    /// the papers' experiments)
+    #[arg(long, default_value = "aes-256-gcm")]
+    encryption: String,
+    #[command(flatten)]
+    new_password: NewPasswordArgs,
     #[command(flatten)]
     index: IndexArgs,
 }
@@ -75,9 +84,26 @@ impl InitArgs {
             level: self.level,
         };
         chunker.validate().map_err(|e| e.to_string())?;
-        Ok(RepoConfig::new(chunker, hash)
+        let config = RepoConfig::new(chunker, hash)
             .with_compression(compression)
-            .with_index(self.index.settings()))
+            .with_index(self.index.settings());
+        match self.encryption.to_ascii_lowercase().as_str() {
+            "none" => Ok(config),
+            name => {
+                let aead = AeadKind::from_name(name).ok_or_else(|| {
+                    format!(
+                        "unknown encryption {:?}: use aes-256-gcm, xchacha20-poly1305 or none",
+                        self.encryption
+                    )
+                })?;
+                if hash == HashAlgo::Sha1 {
+                    return Err(
+                        "SHA-1 repositories cannot be encrypted: use --encryption none".into(),
+                    );
+                }
+                Ok(config.with_encryption(aead))
+            }
+        }
     }
 }
 
@@ -90,12 +116,36 @@ pub fn run(args: InitArgs, g: &Globals, out: &Output) -> Result<ExitCode> {
     if let Err(e) = config.index.validate() {
         return Ok(out.usage(&e.to_string()));
     }
-    Repository::init(&path, &config)?;
+    if config.encryption.is_none() {
+        Repository::init(&path, &config)?;
+    } else {
+        let (password, params) = new_password(&args, g)?;
+        create_encrypted(&path, &config, &password, params)?;
+    }
     out.print(&Created {
         repository: &path,
         config: &config,
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The password of the new repository's first key: `--new-password-file`,
+/// `LARDER_NEW_PASSWORD`, or the ordinary password sources; for the default
+/// repository, else a generated one (docs/design/crypto.md); else a prompt. With the
+/// Argon2id parameters its slot gets (lighter for a generated 256-bit password).
+fn new_password(args: &InitArgs, g: &Globals) -> Result<(Password, KdfParams)> {
+    if args.new_password.new_password_file.is_some()
+        || std::env::var_os("LARDER_NEW_PASSWORD").is_some()
+    {
+        return Ok((args.new_password.get()?, KdfParams::DEFAULT));
+    }
+    if let Some(p) = g.repo.password.given()? {
+        return Ok((p, KdfParams::DEFAULT));
+    }
+    if g.repo.is_default() {
+        return Ok((g.repo.new_default_password()?, KdfParams::GENERATED));
+    }
+    Ok((args.new_password.get()?, KdfParams::DEFAULT))
 }
 
 /// The repository `init` created.
@@ -111,7 +161,7 @@ impl Render for Created<'_> {
         let c = &config.chunker;
         writeln!(
             w,
-            "created repository {} at {} ({} {}/{}/{} level {}, {}, compression {})",
+            "created repository {} at {} ({} {}/{}/{} level {}, {}, compression {}, encryption {})",
             config.id,
             self.repository.display(),
             c.kind.name(),
@@ -120,7 +170,8 @@ impl Render for Created<'_> {
             c.max_size,
             c.level,
             config.hash.name(),
-            config.compression.name()
+            config.compression.name(),
+            config.encryption.map_or("none", |e| e.aead.name())
         )
     }
 }

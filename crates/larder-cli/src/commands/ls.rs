@@ -36,6 +36,7 @@ pub fn run(args: LsArgs, g: &Globals, out: &Output) -> Result<ExitCode> {
         Err(e) => return Ok(out.usage(&e.to_string())),
     };
     let repo = g.repo.open(LockMode::Shared, out)?;
+    repo.require_full_key("list snapshots' files")?;
     let tree = SnapshotTree::load(&repo, &args.snapshot)?;
     let entries = tree.list(&path)?;
     out.print(&Listing {

@@ -55,6 +55,7 @@ pub fn run(args: RestoreArgs, g: &Globals, out: &Output) -> Result<ExitCode> {
         return remote::restore(&g.cluster, &args.snapshot, &args.target, out);
     }
     let repo = g.repo.open(LockMode::Shared, out)?;
+    repo.require_full_key("restore snapshots")?;
     let bar = Arc::new(Bar::bytes(out));
     let opts = RestoreOptions {
         overwrite: args.overwrite,

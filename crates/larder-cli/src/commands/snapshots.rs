@@ -20,6 +20,7 @@ pub fn run(_args: SnapshotsArgs, g: &Globals, out: &Output) -> Result<ExitCode> 
         return remote::snapshots(&g.cluster, out);
     }
     let repo = g.repo.open(LockMode::Shared, out)?;
+    repo.require_full_key("list snapshots")?;
     let (snapshots, bad) = repo.snapshots()?;
     for e in &bad {
         out.warn(&larder_store::error_chain(e));

@@ -1,0 +1,209 @@
+//! Where passwords come from (docs/design/crypto.md, "Password sources"): a file, a
+//! command, the environment, the default repository's generated password file, or a
+//! prompt on the terminal; and new passwords for `init`, `key add` and `key passwd`.
+
+use std::fs;
+use std::io::{self, BufRead, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use zeroize::Zeroizing;
+
+/// A password, wiped from memory when dropped.
+pub type Password = Zeroizing<String>;
+
+/// The global options that give an encrypted repository's password.
+#[derive(Args, Clone, Default)]
+pub struct PasswordArgs {
+    /// Read the repository password from the first line of FILE
+    #[arg(long, global = true, value_name = "FILE")]
+    pub password_file: Option<PathBuf>,
+    /// Run CMD (with sh -c) and use the first line of its output as the password
+    #[arg(long, global = true, value_name = "CMD")]
+    pub password_command: Option<String>,
+}
+
+/// The options of commands that set a new password.
+#[derive(Args, Clone, Default)]
+pub struct NewPasswordArgs {
+    /// Read the new password from the first line of FILE (else LARDER_NEW_PASSWORD,
+    /// else a prompt)
+    #[arg(long, value_name = "FILE")]
+    pub new_password_file: Option<PathBuf>,
+}
+
+impl PasswordArgs {
+    /// The password from `--password-file`, `--password-command` or `LARDER_PASSWORD`,
+    /// if one of them is given.
+    pub fn given(&self) -> Result<Option<Password>> {
+        if let Some(file) = &self.password_file {
+            return first_line_of_file(file).map(Some);
+        }
+        if let Some(cmd) = &self.password_command {
+            return run_password_command(cmd).map(Some);
+        }
+        Ok(std::env::var("LARDER_PASSWORD").ok().map(Zeroizing::new))
+    }
+
+    /// The password: a given one, else the default repository's generated one (when
+    /// `default_file` is set and exists), else a prompt on the terminal.
+    pub fn get(&self, default_file: Option<&Path>) -> Result<Password> {
+        if let Some(p) = self.given()? {
+            return Ok(p);
+        }
+        if let Some(file) = default_file.filter(|f| f.exists()) {
+            return first_line_of_file(file);
+        }
+        prompt("repository password: ").context(
+            "the repository is encrypted and no password was given: set LARDER_PASSWORD, or use --password-file or --password-command",
+        )
+    }
+}
+
+impl NewPasswordArgs {
+    /// The new password: `--new-password-file`, `LARDER_NEW_PASSWORD`, or a prompt
+    /// asked twice. An empty password is refused.
+    pub fn get(&self) -> Result<Password> {
+        let password = if let Some(file) = &self.new_password_file {
+            first_line_of_file(file)?
+        } else if let Ok(p) = std::env::var("LARDER_NEW_PASSWORD") {
+            Zeroizing::new(p)
+        } else {
+            let first = prompt("new password: ").context(
+                "no new password given: set LARDER_NEW_PASSWORD or use --new-password-file",
+            )?;
+            let again = prompt("new password again: ")?;
+            if first != again {
+                bail!("the two new passwords differ");
+            }
+            first
+        };
+        if password.is_empty() {
+            bail!("refusing an empty password");
+        }
+        Ok(password)
+    }
+}
+
+fn first_line_of_file(path: &Path) -> Result<Password> {
+    let text = Zeroizing::new(
+        fs::read_to_string(path)
+            .with_context(|| format!("reading the password file {}", path.display()))?,
+    );
+    Ok(Zeroizing::new(
+        text.lines().next().unwrap_or("").to_string(),
+    ))
+}
+
+fn run_password_command(cmd: &str) -> Result<Password> {
+    let output = Command::new("sh")
+        .arg("-c")
+        .arg(cmd)
+        .stdin(Stdio::inherit())
+        .stderr(Stdio::inherit())
+        .output()
+        .with_context(|| format!("running the password command {cmd:?}"))?;
+    let stdout = Zeroizing::new(output.stdout);
+    if !output.status.success() {
+        bail!("the password command {cmd:?} failed ({})", output.status);
+    }
+    let text = std::str::from_utf8(&stdout).context("the password command printed non-UTF-8")?;
+    Ok(Zeroizing::new(
+        text.lines().next().unwrap_or("").to_string(),
+    ))
+}
+
+/// Reads a line from the terminal with echo off. Fails when there is no terminal.
+fn prompt(question: &str) -> Result<Password> {
+    let tty = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/tty")
+        .ok()
+        .filter(|_| {
+            // SAFETY: isatty only inspects the descriptor.
+            unsafe { libc::isatty(libc::STDIN_FILENO) == 1 }
+        });
+    let Some(mut tty) = tty else {
+        bail!("no terminal to ask for a password on");
+    };
+    tty.write_all(question.as_bytes())?;
+    tty.flush()?;
+    let echo = EchoOff::new(&tty)?;
+    let mut line = Zeroizing::new(String::new());
+    io::BufReader::new(&tty).read_line(&mut line)?;
+    drop(echo);
+    tty.write_all(b"\n")?;
+    Ok(Zeroizing::new(
+        line.trim_end_matches(['\n', '\r']).to_string(),
+    ))
+}
+
+/// Turns the terminal's echo off until dropped.
+struct EchoOff {
+    fd: i32,
+    saved: libc::termios,
+}
+
+impl EchoOff {
+    fn new(tty: &fs::File) -> Result<Self> {
+        use std::os::fd::AsRawFd;
+        let fd = tty.as_raw_fd();
+        // SAFETY: termios is plain data; tcgetattr fills it for a valid descriptor.
+        let mut saved: libc::termios = unsafe { std::mem::zeroed() };
+        if unsafe { libc::tcgetattr(fd, &mut saved) } != 0 {
+            bail!("cannot read the terminal's settings");
+        }
+        let mut quiet = saved;
+        quiet.c_lflag &= !libc::ECHO;
+        // SAFETY: a valid descriptor and settings derived from its own.
+        if unsafe { libc::tcsetattr(fd, libc::TCSANOW, &quiet) } != 0 {
+            bail!("cannot turn the terminal's echo off");
+        }
+        Ok(Self { fd, saved })
+    }
+}
+
+impl Drop for EchoOff {
+    fn drop(&mut self) {
+        // SAFETY: restores the settings read from the same descriptor.
+        unsafe {
+            libc::tcsetattr(self.fd, libc::TCSANOW, &self.saved);
+        }
+    }
+}
+
+/// Where the default repository's generated password lives:
+/// `$XDG_CONFIG_HOME/larder/default-repo.password` (or `~/.config/...`).
+pub fn default_password_file() -> Result<PathBuf> {
+    let base = match std::env::var_os("XDG_CONFIG_HOME").filter(|v| !v.is_empty()) {
+        Some(d) => PathBuf::from(d),
+        None => PathBuf::from(std::env::var_os("HOME").context("HOME is not set")?).join(".config"),
+    };
+    Ok(base.join("larder").join("default-repo.password"))
+}
+
+/// Generates the default repository's password and writes it to `path` (mode 0600,
+/// its directory 0700); refuses to replace an existing file.
+pub fn generate_password_file(path: &Path) -> Result<Password> {
+    if let Some(dir) = path.parent() {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let password = Zeroizing::new(larder_crypto::random_password());
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("creating the password file {}", path.display()))?;
+    file.write_all(format!("{}\n", password.as_str()).as_bytes())?;
+    file.sync_all()?;
+    Ok(password)
+}
