@@ -8,13 +8,22 @@
 #![no_main]
 use larder_crypto::aead::TAG_LEN;
 use larder_crypto::RepoKeys;
+use std::sync::OnceLock;
+
 use libfuzzer_sys::fuzz_target;
 
-fn fuzz_keys() -> RepoKeys {
-    let mut material = vec![1, 1, 4];
-    material.extend_from_slice(&[0x46; 16]);
-    material.extend(0..128u8);
-    RepoKeys::from_material(&material).expect("fixed key material")
+/// Made once: deriving `read_public` (an X25519 multiplication) per input would be
+/// most of a run.
+fn fuzz_keys() -> &'static (RepoKeys, RepoKeys) {
+    static KEYS: OnceLock<(RepoKeys, RepoKeys)> = OnceLock::new();
+    KEYS.get_or_init(|| {
+        let mut material = vec![1, 1, 4];
+        material.extend_from_slice(&[0x46; 16]);
+        material.extend(0..128u8);
+        let full = RepoKeys::from_material(&material).expect("fixed key material");
+        let write_only = full.write_only();
+        (full, write_only)
+    })
 }
 
 fuzz_target!(|data: &[u8]| {
@@ -32,7 +41,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let table = &rest[4 + chunk_len..rest.len() - 32];
     let footer = rest[rest.len() - 32..].try_into().unwrap();
-    let keys = fuzz_keys();
+    let (keys, write_only) = fuzz_keys();
 
     let tables = keys.table_opener(id, header, salt);
     let mut buf = table.to_vec();
@@ -46,5 +55,5 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(buf.len() + TAG_LEN, chunk.len());
         }
     }
-    assert!(keys.write_only().chunk_opener(id, header, key_block).is_err());
+    assert!(write_only.chunk_opener(id, header, key_block).is_err());
 });

@@ -1,7 +1,7 @@
 //! Golden bytes: fixed key material and fixed randomness give exactly these envelopes,
 //! container parts and key slot, so that any change to a format (a byte moved, a
 //! context string, the associated data) fails here before it reaches a repository.
-//! `scripts/crypto-crosscheck.py` recomputes these bytes from docs/design/crypto.md
+//! `scripts/crypto-crosscheck` recomputes these bytes from docs/design/crypto.md
 //! with Python's `cryptography` package, independently of this crate.
 //!
 //! A deliberate format change updates these vectors, the cross-check and the doc's

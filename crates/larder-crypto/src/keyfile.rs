@@ -416,6 +416,9 @@ mod tests {
         .unwrap()
     }
 
+    /// A change to a slot's JSON.
+    type Edit = fn(&mut serde_json::Value);
+
     /// The slot's JSON as a value, changed by `edit`, back to bytes.
     fn edited(edit: impl FnOnce(&mut serde_json::Value)) -> Vec<u8> {
         let mut v: serde_json::Value =
@@ -474,7 +477,7 @@ mod tests {
 
     #[test]
     fn changed_plain_fields_fail_to_unlock() {
-        let cases: [(&str, fn(&mut serde_json::Value)); 6] = [
+        let cases: [(&str, Edit); 6] = [
             ("kind", |v| v["kind"] = "write-only".into()),
             ("hostname", |v| v["hostname"] = "other".into()),
             ("username", |v| v["username"] = "other".into()),
@@ -490,7 +493,7 @@ mod tests {
 
     #[test]
     fn strict_parsing_names_what_is_wrong() {
-        let cases: [(&str, fn(&mut serde_json::Value)); 14] = [
+        let cases: [(&str, Edit); 14] = [
             ("version 2 is not supported", |v| v["version"] = 2.into()),
             ("version \"1\" is not supported", |v| {
                 v["version"] = "1".into()

@@ -454,7 +454,7 @@ mod tests {
         assert!(shown.contains(&hex::encode(&[7; 16])));
         for secret in [k.id_key, k.chunker_secret, k.meta_key, k.read_public] {
             assert!(!shown.contains(&hex::encode(&secret[..4])), "{shown}");
-            assert!(!shown.contains(&format!("{:?}", &secret[..4]).trim_end_matches(']')));
+            assert!(!shown.contains(format!("{:?}", &secret[..4]).trim_end_matches(']')));
         }
     }
 
