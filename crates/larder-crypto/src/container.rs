@@ -87,6 +87,14 @@ impl ContainerSealer {
         );
     }
 
+    /// Fills `padding` with the container's padding: zeros encrypted under the data
+    /// key at nonce [`PADDING_NONCE`] (above every chunk's), so that it looks like the
+    /// ciphertext around it and a full key can check it ([`ChunkOpener::padding_is`]).
+    pub fn fill_padding(&self, padding: &mut [u8]) {
+        padding.fill(0);
+        self.data.seal_detached(PADDING_NONCE, PADDING_AAD, padding);
+    }
+
     /// As [`Self::seal_chunk`], for stored bytes already in place inside the
     /// container's buffer: encrypts `chunk` and returns the tag to append after it.
     pub fn seal_chunk_detached(
@@ -164,7 +172,21 @@ struct ChunkOpenerInner {
     chunk_aad: ChunkAad,
 }
 
+/// The nonce of a container's padding: chunk nonces are table indices, below 2^32.
+pub const PADDING_NONCE: u64 = u64::MAX;
+/// The padding's associated data (its tag is discarded; only the keystream is used).
+const PADDING_AAD: &[u8] = b"larder container padding v1";
+
 impl ChunkOpener {
+    /// Whether `padding` is exactly what [`ContainerSealer::fill_padding`] wrote.
+    pub fn padding_is(&self, padding: &[u8]) -> bool {
+        let mut expected = vec![0u8; padding.len()];
+        self.0
+            .data
+            .seal_detached(PADDING_NONCE, PADDING_AAD, &mut expected);
+        expected == padding
+    }
+
     /// Opens chunk `index`'s sealed bytes (ciphertext ‖ tag) in place; `buf` is left
     /// holding its stored bytes (raw, or one zstd frame).
     pub fn open_chunk(&self, index: u32, fingerprint: &[u8; 32], buf: &mut Vec<u8>) -> Result<()> {

@@ -25,4 +25,4 @@ pub use envelope::ObjectKind;
 pub use error::{CryptoError, Result};
 pub use keyfile::{KdfParams, KeySlot};
 pub use keys::{FingerprintKind, KeyKind, RepoKeys};
-pub use random::{fill_random, random_id_hex, random_password};
+pub use random::{random_id_hex, random_password};

@@ -39,12 +39,6 @@ pub fn random_password() -> String {
     hex::encode(&bytes[..])
 }
 
-/// Fills `out` with random bytes: a container's padding, which must look like the
-/// ciphertext around it.
-pub fn fill_random(out: &mut [u8]) {
-    OsRandom.fill(out);
-}
-
 /// `bytes` random bytes as lower-case hex: a key slot's id is `random_id_hex(8)`.
 pub fn random_id_hex(bytes: usize) -> String {
     let mut buf = vec![0u8; bytes];

@@ -88,6 +88,12 @@ pub fn check(repo: &Repository, opts: &CheckOptions) -> Result<CheckReport> {
             let r = repo
                 .load_container(id)
                 .map_err(|e| error_chain(&e))
+                .and_then(|c| {
+                    if opts.read_data {
+                        c.verify_padding()?;
+                    }
+                    Ok(c)
+                })
                 .map(|c| {
                     let bytes = c
                         .entries

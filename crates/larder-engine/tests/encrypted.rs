@@ -42,7 +42,12 @@ fn slot(keys: &RepoKeys, kind: KeyKind, password: &[u8]) -> KeySlot {
 }
 
 fn init(root: &Path, hash: HashAlgo, aead: AeadKind) -> RepoKeys {
-    let config = RepoConfig::new(ChunkerConfig::default(), hash).with_encryption(aead);
+    init_sized(root, hash, aead, 4 << 20)
+}
+
+fn init_sized(root: &Path, hash: HashAlgo, aead: AeadKind, container_size: usize) -> RepoKeys {
+    let mut config = RepoConfig::new(ChunkerConfig::default(), hash).with_encryption(aead);
+    config.container_size = container_size;
     let fingerprint = match hash {
         HashAlgo::Sha256 => FingerprintKind::HmacSha256,
         _ => FingerprintKind::KeyedBlake3,
@@ -266,4 +271,148 @@ fn a_write_only_key_backs_up_and_deduplicates_but_reads_nothing() {
     assert!(files(&target.join(src.strip_prefix("/").unwrap())) == files(&src));
     let report = check(&repo, &check_options(true)).unwrap();
     assert!(report.is_ok(), "{:?}", report.damage);
+}
+
+/// A copy of the repository at `root` in `to`, with `tamper` applied to it.
+fn tampered_copy(root: &Path, to: &Path, tamper: impl FnOnce(&Path)) {
+    let _ = fs::remove_dir_all(to);
+    for (rel, content) in files(root) {
+        let dest = to.join(&rel);
+        fs::create_dir_all(dest.parent().unwrap()).unwrap();
+        fs::write(dest, content).unwrap();
+    }
+    for dir in ["tmp", "gc"] {
+        fs::create_dir_all(to.join(dir)).unwrap();
+    }
+    tamper(to);
+}
+
+fn flip(path: &Path, at: impl FnOnce(usize) -> usize) {
+    let mut bytes = fs::read(path).unwrap();
+    let i = at(bytes.len());
+    bytes[i] ^= 0x10;
+    fs::write(path, bytes).unwrap();
+}
+
+fn only(dir: &Path) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    out.sort();
+    out
+}
+
+/// What `check --read-data` reports for the tampered copy, or why it could not run.
+fn check_copy(root: &Path) -> String {
+    match open(root, PASSWORD, LockMode::Shared) {
+        Ok(repo) => match check(&repo, &check_options(true)) {
+            Ok(report) => format!("{:?}", report.damage),
+            Err(e) => format!("check failed: {e}"),
+        },
+        Err(e) => format!("open failed: {e}"),
+    }
+}
+
+#[test]
+fn check_read_data_names_every_tampered_object() {
+    let dir = tempfile::tempdir().unwrap();
+    let (root, other) = (dir.path().join("repo"), dir.path().join("other"));
+    init_sized(&root, HashAlgo::Blake3, AeadKind::Aes256Gcm, 256 << 10);
+    init(&other, HashAlgo::Blake3, AeadKind::Aes256Gcm);
+    let src = dir.path().join("src");
+    fs::create_dir_all(&src).unwrap();
+    for i in 0..3u64 {
+        fs::write(src.join(format!("f{i}")), bytes(i, 300_000)).unwrap();
+    }
+    for repo_root in [&root, &other] {
+        let mut repo = open(repo_root, PASSWORD, LockMode::Exclusive).unwrap();
+        backup(&mut repo, std::slice::from_ref(&src), &backup_options(2)).unwrap();
+    }
+    assert_eq!(check_copy(&root), "[]");
+    let containers = only(&root.join("containers"));
+    assert!(containers.len() >= 2, "{containers:?}");
+    let copy = dir.path().join("copy");
+    let container = containers[0].strip_prefix(&root).unwrap().to_path_buf();
+    let id = container.file_stem().unwrap().to_str().unwrap().to_string();
+    let cases: Vec<(&str, &str, Box<dyn Fn(&Path)>)> = vec![
+        (
+            "header",
+            &id,
+            Box::new(|r| flip(&r.join(&container), |_| 20)),
+        ),
+        (
+            "key block",
+            &id,
+            Box::new(|r| flip(&r.join(&container), |_| 70)),
+        ),
+        (
+            "table salt",
+            &id,
+            Box::new(|r| flip(&r.join(&container), |_| 120)),
+        ),
+        (
+            "first chunk",
+            &id,
+            Box::new(|r| flip(&r.join(&container), |_| 150)),
+        ),
+        (
+            "chunk data",
+            &id,
+            Box::new(|r| flip(&r.join(&container), |n| n / 3)),
+        ),
+        (
+            "table or padding",
+            &id,
+            Box::new(|r| flip(&r.join(&container), |n| n - 200)),
+        ),
+        (
+            "footer",
+            &id,
+            Box::new(|r| flip(&r.join(&container), |n| n - 40)),
+        ),
+        (
+            "end magic",
+            &id,
+            Box::new(|r| flip(&r.join(&container), |n| n - 1)),
+        ),
+        (
+            "index segment",
+            "Segment",
+            Box::new(|r| flip(&only(&r.join("index"))[0], |n| n / 2)),
+        ),
+        (
+            "snapshot",
+            "Snapshot",
+            Box::new(|r| flip(&only(&r.join("snapshots"))[0], |n| n / 2)),
+        ),
+        (
+            "swapped containers",
+            &id,
+            Box::new(|r| {
+                let all = only(&r.join("containers"));
+                let tmp = r.join("tmp/swap");
+                fs::rename(&all[0], &tmp).unwrap();
+                fs::rename(&all[1], &all[0]).unwrap();
+                fs::rename(&tmp, &all[1]).unwrap();
+            }),
+        ),
+        (
+            "snapshot from another repository",
+            "Snapshot",
+            Box::new(|r| {
+                let theirs = &only(&other.join("snapshots"))[0];
+                fs::copy(
+                    theirs,
+                    r.join("snapshots").join(theirs.file_name().unwrap()),
+                )
+                .unwrap();
+            }),
+        ),
+    ];
+    for (what, named, tamper) in cases {
+        tampered_copy(&root, &copy, tamper);
+        let found = check_copy(&copy);
+        assert!(found.contains(named), "{what}: check found {found}");
+    }
 }

@@ -485,6 +485,8 @@ pub struct ParsedContainer {
     /// Set for an encrypted container: its chunks are sealed, and `opener` (absent for
     /// a write-only key) opens them.
     sealed: Option<Option<ChunkOpener>>,
+    /// An encrypted container's padding: from its last chunk to its table.
+    padding: std::ops::Range<usize>,
 }
 
 impl ParsedContainer {
@@ -514,6 +516,7 @@ impl ParsedContainer {
             entries,
             bytes,
             sealed: None,
+            padding: 0..0,
         })
     }
 
@@ -543,11 +546,15 @@ impl ParsedContainer {
         let start = loc.table_offset as usize;
         let table = bytes[start..start + loc.table_len()].to_vec();
         let SealedTable { entries, opener } = loc.open_table(keys, table, id)?;
+        let data_end = entries
+            .last()
+            .map_or(sealed::HEADER_LEN, |e| (e.offset + e.stored_len) as usize);
         Ok(Self {
             id,
             entries,
             bytes,
             sealed: Some(opener),
+            padding: data_end..start,
         })
     }
 
@@ -639,6 +646,19 @@ impl ParsedContainer {
         opener
             .open_chunk(index as u32, fp.as_bytes(), out)
             .map_err(|e| damaged(format!("chunk {fp} is damaged: {e}")))
+    }
+
+    /// Checks an encrypted container's padding (the one part no chunk, table or
+    /// footer covers) against its data key's keystream; `Ok` for a plaintext one. A
+    /// write-only key cannot check it.
+    pub fn verify_padding(&self) -> std::result::Result<(), String> {
+        match &self.sealed {
+            Some(Some(opener)) if !opener.padding_is(&self.bytes[self.padding.clone()]) => {
+                Err("its padding was changed".into())
+            }
+            Some(None) => Err(crate::chunk_codec::WRITE_ONLY.into()),
+            _ => Ok(()),
+        }
     }
 
     /// Decodes and verifies every chunk; returns the entries that no longer decode or

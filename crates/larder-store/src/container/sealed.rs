@@ -1,7 +1,7 @@
 //! Encrypted containers (docs/design/crypto.md, "Containers, encrypted"): the
 //! `LARDERC2` layout. Each chunk is sealed on its own under the container's data key;
-//! the table and footer are sealed under a metadata subkey; the file is padded with
-//! random bytes to its size class.
+//! the table and footer are sealed under a metadata subkey; the file is padded to its
+//! size class with a keystream of the data key, which a full key can check.
 
 use larder_crypto::{ChunkOpener, ContainerFooter, ContainerSealer, RepoKeys, TableOpener};
 
@@ -70,7 +70,7 @@ impl Sealing {
         let padding = padded_len(len, self.target) - len;
         let start = buf.len();
         buf.resize(start + padding, 0);
-        larder_crypto::fill_random(&mut buf[start..]);
+        self.sealer.fill_padding(&mut buf[start..]);
         let table_offset = buf.len() as u64;
         let mut table = Vec::with_capacity(entries.len() * ENTRY_LEN + TAG_LEN);
         for e in entries {
