@@ -43,7 +43,9 @@ fn env_count(name: &str, default: usize) -> usize {
 
 fn larder(repo: &Path) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_larder"));
-    cmd.arg("--repo").arg(repo);
+    cmd.arg("--repo")
+        .arg(repo)
+        .env("LARDER_PASSWORD", "larder test password");
     cmd
 }
 
@@ -203,7 +205,17 @@ fn gc_killed_at_random_moments_loses_nothing() {
     let base = fs::canonicalize(dir.path()).unwrap();
     let (origin, tree, states) = (base.join("origin"), base.join("tree"), base.join("states"));
     fs::create_dir(&states).unwrap();
-    run_ok(larder(&origin).args(["-q", "init"]), "init");
+    run_ok(
+        larder(&origin).args([
+            "-q",
+            "init",
+            "--kdf-memory",
+            "8MiB",
+            "--kdf-iterations",
+            "1",
+        ]),
+        "init",
+    );
     let mut snapshots = Vec::new();
     for g in 0..5 {
         write_generation(&tree, &mut rng, g, 3);
@@ -324,7 +336,17 @@ fn two_backups_and_a_gc_started_together_corrupt_nothing() {
     let (repo, states) = (base.join("repo"), base.join("states"));
     let trees = [base.join("tree-a"), base.join("tree-b")];
     fs::create_dir(&states).unwrap();
-    run_ok(larder(&repo).args(["-q", "init"]), "init");
+    run_ok(
+        larder(&repo).args([
+            "-q",
+            "init",
+            "--kdf-memory",
+            "8MiB",
+            "--kdf-iterations",
+            "1",
+        ]),
+        "init",
+    );
     let mut committed: BTreeMap<String, (PathBuf, PathBuf)> = BTreeMap::new();
     for tree in &trees {
         write_generation(tree, &mut rng, 0, 1);

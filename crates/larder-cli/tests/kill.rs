@@ -34,7 +34,9 @@ use rng::Rng;
 
 fn larder(repo: &Path) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_larder"));
-    cmd.arg("--repo").arg(repo);
+    cmd.arg("--repo")
+        .arg(repo)
+        .env("LARDER_PASSWORD", "larder test password");
     cmd
 }
 
@@ -239,7 +241,17 @@ fn backup_killed_at_random_moments_leaves_every_snapshot_restorable() {
     let base = fs::canonicalize(dir.path()).unwrap();
     let (repo, tree, states) = (base.join("repo"), base.join("tree"), base.join("states"));
     fs::create_dir(&states).unwrap();
-    run_ok(larder(&repo).args(["-q", "init"]), "init");
+    run_ok(
+        larder(&repo).args([
+            "-q",
+            "init",
+            "--kdf-memory",
+            "8MiB",
+            "--kdf-iterations",
+            "1",
+        ]),
+        "init",
+    );
     make_tree(&tree, &mut rng);
 
     // Two good snapshots: everything new, then a changed tree.

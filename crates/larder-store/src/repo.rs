@@ -201,6 +201,11 @@ impl RepoConfig {
                 }
             )));
         }
+        if self.encryption.is_some() && self.index != IndexSettings::Memory {
+            return Err(StoreError::Config(
+                "the disk index is not encrypted yet: an encrypted repository keeps the memory index".into(),
+            ));
+        }
         if self.encryption.is_some() && self.hash == HashAlgo::Sha1 {
             return Err(StoreError::Config(
                 "an encrypted repository cannot use SHA-1 fingerprints".into(),

@@ -24,6 +24,14 @@ use serde_json::Value;
 
 pub const LARDER: &str = env!("CARGO_BIN_EXE_larder");
 
+/// The password every run gets (`LARDER_PASSWORD`): repositories are encrypted by
+/// default.
+pub const PASSWORD: &str = "larder test password";
+
+/// `init` options that make the first key slot cheap to unlock: tests run larder
+/// hundreds of times.
+pub const CHEAP_KDF: [&str; 4] = ["--kdf-memory", "8MiB", "--kdf-iterations", "1"];
+
 /// A run taking longer than this is taken as hung and killed.
 pub const RUN_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -175,7 +183,10 @@ pub fn larder_command(xdg_data_home: &Path) -> Command {
     let mut c = Command::new(LARDER);
     c.env_remove("LARDER_REPO")
         .env_remove("LARDER_LOG")
+        .env_remove("LARDER_NEW_PASSWORD")
+        .env("LARDER_PASSWORD", PASSWORD)
         .env("XDG_DATA_HOME", xdg_data_home)
+        .env("XDG_CONFIG_HOME", xdg_data_home.join("config"))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -270,6 +281,7 @@ impl Repo {
     pub fn init_with(args: &[&str]) -> (Self, Output) {
         let repo = Self::uninit();
         let mut full = vec!["init"];
+        full.extend_from_slice(&CHEAP_KDF);
         full.extend_from_slice(args);
         let out = repo.run(&full);
         (repo, out)
