@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
 use larder_store::{
-    encode_tree_header, ContainerBuilder, EntryKind, FileKind, LockMode, Repository,
-    SegmentContainer, Snapshot, SnapshotSummary, TreeEntry, TreeRef,
+    encode_tree_header, ContainerBuilder, EntryKind, FileKind, LockMode, SegmentContainer,
+    Snapshot, SnapshotSummary, TreeEntry, TreeRef,
 };
 use serde_json::Value;
 use support::{pseudo_random, run_command, snapshot_path, Repo, TreeBuilder, RUN_TIMEOUT};
@@ -295,16 +295,17 @@ fn cat_of_a_damaged_chunk_fails_and_writes_no_wrong_byte() {
 /// file's data as one chunk; returns the snapshot id. larder-store's public API, as in
 /// restore_safety.rs.
 fn craft_snapshot(repo_path: &Path, entries: &[(TreeEntry, &[u8])]) -> String {
-    let mut repo = Repository::open(repo_path, LockMode::Exclusive).expect("open repository");
-    let algo = repo.algo();
+    let mut repo = support::open_store(repo_path, LockMode::Exclusive);
+    let codec = repo.codec();
     let id = repo.allocate_container_id();
-    let mut container = ContainerBuilder::new(id, algo, 1 << 20);
+    let mut container =
+        ContainerBuilder::for_codec(id, &codec, 1 << 20, repo.config().container_size);
     let mut stream = Vec::new();
     encode_tree_header(&mut stream);
     for (entry, data) in entries {
         let mut entry = entry.clone();
         if entry.kind == EntryKind::File {
-            let fp = algo.fingerprint(data);
+            let fp = codec.fingerprint(data);
             if !container.entries().iter().any(|c| c.fingerprint == fp) {
                 container.push(fp, data);
             }
@@ -313,7 +314,7 @@ fn craft_snapshot(repo_path: &Path, entries: &[(TreeEntry, &[u8])]) -> String {
         entry.encode(&mut stream);
     }
     stream.push(0);
-    let tree_fp = algo.fingerprint(&stream);
+    let tree_fp = codec.fingerprint(&stream);
     container.push(tree_fp, &stream);
     let (bytes, table) = container.seal();
     repo.backend()

@@ -13,8 +13,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use larder_store::{
-    encode_tree_header, ContainerBuilder, EntryKind, FileKind, LockMode, Repository,
-    SegmentContainer, Snapshot, SnapshotSummary, TreeEntry, TreeRef,
+    encode_tree_header, ContainerBuilder, EntryKind, FileKind, LockMode, SegmentContainer,
+    Snapshot, SnapshotSummary, TreeEntry, TreeRef,
 };
 use support::{assert_same_tree, list_tree, restored, Repo, TreeBuilder};
 
@@ -28,10 +28,11 @@ enum Hostile<'a> {
 /// Writes a snapshot whose tree stream holds exactly `entries`, in this order, with
 /// every file's data in a new container; returns the snapshot id.
 fn craft_snapshot(repo_path: &Path, entries: &[Hostile<'_>]) -> String {
-    let mut repo = Repository::open(repo_path, LockMode::Exclusive).expect("open repository");
-    let algo = repo.algo();
+    let mut repo = support::open_store(repo_path, LockMode::Exclusive);
+    let codec = repo.codec();
     let id = repo.allocate_container_id();
-    let mut container = ContainerBuilder::new(id, algo, 1 << 20);
+    let mut container =
+        ContainerBuilder::for_codec(id, &codec, 1 << 20, repo.config().container_size);
     let mut stream = Vec::new();
     encode_tree_header(&mut stream);
     for e in entries {
@@ -47,7 +48,7 @@ fn craft_snapshot(repo_path: &Path, entries: &[Hostile<'_>]) -> String {
         };
         match e {
             Hostile::File(_, data) => {
-                let fp = algo.fingerprint(data);
+                let fp = codec.fingerprint(data);
                 if !container.entries().iter().any(|c| c.fingerprint == fp) {
                     container.push(fp, data);
                 }
@@ -60,7 +61,7 @@ fn craft_snapshot(repo_path: &Path, entries: &[Hostile<'_>]) -> String {
         entry.encode(&mut stream);
     }
     stream.push(0);
-    let tree_fp = algo.fingerprint(&stream);
+    let tree_fp = codec.fingerprint(&stream);
     container.push(tree_fp, &stream);
     let (bytes, table) = container.seal();
     repo.backend()

@@ -28,6 +28,23 @@ pub const LARDER: &str = env!("CARGO_BIN_EXE_larder");
 /// default.
 pub const PASSWORD: &str = "larder test password";
 
+/// Opens the repository at `path` through larder-store, unlocking it with
+/// [`PASSWORD`] when it is encrypted: for tests that craft objects larder would not
+/// write.
+pub fn open_store(path: &Path, mode: larder_store::LockMode) -> larder_store::Repository {
+    let sealed = std::fs::read(path.join("config"))
+        .map(|c| larder_store::config_is_sealed(&c))
+        .unwrap_or(false);
+    let keys = sealed.then(|| {
+        larder_store::keys::unlock(path, PASSWORD.as_bytes())
+            .expect("unlock the test repository")
+            .0
+    });
+    let backend = std::sync::Arc::new(larder_store::LocalBackend::new(path));
+    larder_store::Repository::open_with(path, mode, Duration::ZERO, backend, keys)
+        .expect("open repository")
+}
+
 /// `init` options that make the first key slot cheap to unlock: tests run larder
 /// hundreds of times.
 pub const CHEAP_KDF: [&str; 4] = ["--kdf-memory", "8MiB", "--kdf-iterations", "1"];

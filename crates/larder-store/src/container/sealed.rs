@@ -291,3 +291,32 @@ fn check_lengths(e: &ChunkEntry) -> std::result::Result<(), String> {
         ))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::padded_len;
+
+    #[test]
+    fn containers_pad_to_their_size_class() {
+        let s = 4 << 20;
+        // Full containers: exactly the container size.
+        for len in [(2 << 20) + 1, 3 << 20, s - 1, s] {
+            assert_eq!(padded_len(len, s), s, "{len}");
+        }
+        // Others: the next power of two, at least 64 KiB.
+        assert_eq!(padded_len(1, s), 64 << 10);
+        assert_eq!(padded_len(64 << 10, s), 64 << 10);
+        assert_eq!(padded_len((64 << 10) + 1, s), 128 << 10);
+        assert_eq!(padded_len(2 << 20, s), 2 << 20);
+        // One chunk larger than the container size.
+        assert_eq!(padded_len(s + 1, s), 8 << 20);
+        // A container size that is not a power of two, and one below 64 KiB.
+        assert_eq!(padded_len(2_500_000, 3_000_000), 3_000_000);
+        assert_eq!(padded_len(1_400_000, 3_000_000), 2 << 20);
+        assert_eq!(padded_len(100, 8192), 8192);
+        for len in 1..200_000 {
+            let class = padded_len(len, 100_000);
+            assert!(class >= len);
+        }
+    }
+}
