@@ -4,5 +4,7 @@
 //! the pseudo-random function of the keyed chunker's cut decisions.
 
 mod error;
+mod window_prf;
 
 pub use error::{CryptoError, Result};
+pub use window_prf::{AesBackend, WindowPrf};
