@@ -13,6 +13,7 @@ use larder_hash::HashAlgo;
 use serde::Serialize;
 
 use crate::corpus::{Corpus, CorpusSummary};
+use crate::experiment_key::build_chunker;
 use crate::stats::{Dedup, DistinctChunks, LinearHistogram, SizeStats, SizeSummary};
 use crate::BenchError;
 
@@ -163,7 +164,7 @@ fn cut_stream(chunker: &dyn Chunker, mut data: &[u8], lengths: &mut Vec<u32>) {
 /// Chunks every stream once (untimed).
 pub fn cut(corpus: &Corpus, config: &ChunkerConfig) -> Result<Cuts, BenchError> {
     config.validate()?;
-    let chunker = config.build();
+    let chunker = build_chunker(config);
     let lengths = corpus
         .streams
         .iter()
@@ -225,7 +226,7 @@ impl InProgress {
         config.validate()?;
         Ok(Self {
             config: *config,
-            chunker: config.build(),
+            chunker: build_chunker(config),
             run_seconds: Vec::new(),
             analysis: None,
         })
@@ -352,7 +353,7 @@ fn cuts_differ(probe: &[u8], a: &ChunkerConfig, b: &ChunkerConfig) -> bool {
     if a.validate().is_err() || b.validate().is_err() {
         return false;
     }
-    a.build().chunk_lengths(probe) != b.build().chunk_lengths(probe)
+    build_chunker(a).chunk_lengths(probe) != build_chunker(b).chunk_lengths(probe)
 }
 
 /// The measurements of a plan, in series order, before they are run.

@@ -23,6 +23,11 @@ pub enum BenchError {
     Config(#[from] ConfigError),
     #[error("drawing the plot {plot}: {reason}")]
     Plot { plot: String, reason: String },
+    #[error(
+        "the keyed chunker's experiment key is already in use: give the secret before \
+         any chunker is built"
+    )]
+    KeyInUse,
     #[error("cannot start the chunking threads: {0}")]
     Threads(String),
     #[error("a benchmark backup could not read its input: {0}")]

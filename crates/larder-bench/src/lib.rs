@@ -14,7 +14,8 @@
 //!   (the Lazy Exact Deduplication paper's Tables V to VII and Fig. 12);
 //! - [`report_all`]: `larder bench report`, every experiment in one report.md;
 //! - [`plot`]: SVG plots; [`report`]: Markdown tables and report.md of `bench chunk`;
-//! - [`corpus`]: loading the experiments' input files.
+//! - [`corpus`]: loading the experiments' input files;
+//! - [`experiment_key`]: the keyed chunker's key in experiments (random per process).
 //!
 //! `docs/design/bench.md` describes the experiments and their settings.
 
@@ -24,6 +25,7 @@ pub mod disk_index;
 mod disk_index_plots;
 mod disk_index_text;
 mod error;
+pub mod experiment_key;
 pub mod gen_truth;
 pub mod index;
 pub mod pipeline;

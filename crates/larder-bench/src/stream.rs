@@ -9,6 +9,7 @@ use larder_chunk::{Chunker, ChunkerConfig, ParallelChunker, ParallelStats};
 use larder_hash::HashAlgo;
 use serde::Serialize;
 
+use crate::experiment_key::{build_chunker, key_source, KeySource};
 use crate::stats::{Dedup, DistinctChunks, SizeStats, SizeSummary};
 use crate::BenchError;
 
@@ -110,6 +111,9 @@ pub struct FileFailure {
 pub struct ChunkFilesReport {
     pub algo: &'static str,
     pub config: ChunkerConfig,
+    /// For a chunker that needs a key: where the key came from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<KeySource>,
     pub files: Vec<FileResult>,
     pub failed: Vec<FileFailure>,
     pub sizes: SizeSummary,
@@ -133,7 +137,7 @@ pub fn chunk_files(
     threads: usize,
 ) -> Result<ChunkFilesReport, BenchError> {
     config.validate()?;
-    let chunker = config.build();
+    let chunker = build_chunker(config);
     let pool = if threads > 1 {
         Some(
             rayon::ThreadPoolBuilder::new()
@@ -207,6 +211,7 @@ pub fn chunk_files(
     Ok(ChunkFilesReport {
         algo: config.kind.name(),
         config: *config,
+        key: config.kind.needs_key().then(key_source),
         files,
         failed,
         sizes: totals.summary(),
@@ -261,7 +266,7 @@ mod tests {
             if config.validate().is_err() {
                 continue;
             }
-            let chunker = config.build();
+            let chunker = build_chunker(&config);
             let whole: Vec<u32> = chunker
                 .chunk_lengths(&data)
                 .into_iter()

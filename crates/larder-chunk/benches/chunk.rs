@@ -1,16 +1,19 @@
-//! Chunking throughput: larder's FastCDC against the `fastcdc` crate 5.0.0, at
-//! 2/8/64 KiB and normalization level 2, on 64 MiB of real files (padded with
-//! pseudo-random bytes where the system has too few), next to the single-core
-//! memory-read bandwidth on the same buffer.
+//! Chunking throughput: larder's FastCDC against the `fastcdc` crate 5.0.0, and the
+//! keyed chunker on each AES backend, at 2/8/64 KiB and normalization level 2, on 64 MiB
+//! of real files (padded with pseudo-random bytes where the system has too few), next
+//! to the single-core memory-read bandwidth on the same buffer; then FastCDC 2020 and
+//! the keyed chunker on 64 MiB of pseudo-random bytes.
 //!
 //! `cargo bench -p larder-chunk --bench chunk -- --warm-up-time 1 --measurement-time 5`
 //! (`LARDER_BENCH_CORPUS=FILE` chunks FILE instead: see `support/corpus.rs`)
 
 use std::hint::black_box;
+use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use fastcdc::{v2016, v2020};
-use larder_chunk::{Chunker, FastCdc2016, FastCdc2020};
+use larder_chunk::{Chunker, FastCdc2016, FastCdc2020, KeyedCdc};
+use larder_crypto::{AesBackend, WindowPrf};
 
 #[path = "support/corpus.rs"]
 mod corpus;
@@ -56,6 +59,12 @@ fn bench_chunking(c: &mut Criterion) {
             })
         })
     });
+    for backend in AesBackend::ALL.into_iter().filter(|b| b.is_supported()) {
+        let keyed = keyed_on(backend);
+        group.bench_function(format!("larder-keyed-{}", backend.name()), |b| {
+            b.iter(|| chunk_all(&keyed, black_box(&data)))
+        });
+    }
     let larder_2016 = FastCdc2016::new(MIN, AVG, MAX, LEVEL);
     group.bench_function("larder-fastcdc2016", |b| {
         b.iter(|| chunk_all(&larder_2016, black_box(&data)))
@@ -87,5 +96,28 @@ fn bench_chunking(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_chunking);
+/// The keyed chunker at the bench's sizes, under a fixed secret, on `backend`.
+fn keyed_on(backend: AesBackend) -> KeyedCdc {
+    let prf = WindowPrf::from_secret_on(&[0x5e; 32], backend).expect("a supported backend");
+    KeyedCdc::new(Arc::new(prf), MIN, AVG, MAX, LEVEL)
+}
+
+/// Random bytes: no zero runs or repeats, every position judged on fresh values.
+fn bench_random(c: &mut Criterion) {
+    let data = corpus::pseudo_random(64 << 20);
+    let mut group = c.benchmark_group("random-2k8k64k-level2");
+    group.throughput(Throughput::Bytes(data.len() as u64));
+    group.sample_size(10);
+    let larder_2020 = FastCdc2020::new(MIN, AVG, MAX, LEVEL);
+    group.bench_function("larder-fastcdc2020", |b| {
+        b.iter(|| chunk_all(&larder_2020, black_box(&data)))
+    });
+    let keyed = keyed_on(AesBackend::detect());
+    group.bench_function("larder-keyed", |b| {
+        b.iter(|| chunk_all(&keyed, black_box(&data)))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench_chunking, bench_random);
 criterion_main!(benches);

@@ -9,7 +9,7 @@ mod inputs;
 #[path = "../tests/support/golden_file.rs"]
 mod golden_file;
 
-use golden_file::{fnv1a64_hex, Case, Generator, GoldenFile, InputSpec, GOLDEN_PATH};
+use golden_file::{build, fnv1a64_hex, Case, Generator, GoldenFile, InputSpec, GOLDEN_PATH};
 use larder_chunk::{ChunkerConfig, ChunkerKind};
 
 const ABOUT: &str = "Cut points (chunk lengths) of every larder chunker on deterministic \
@@ -44,7 +44,7 @@ fn config(kind: ChunkerKind, (min, avg, max): (usize, usize, usize), level: u8) 
 /// FastCDC 2020 (see its module docs) is frozen as well; on "odd-tail" the two forms
 /// differ there.
 fn cases() -> Vec<(&'static str, ChunkerConfig)> {
-    use ChunkerKind::{Adler, Ae, Fastcdc2016, Fastcdc2020, Fixed, Gear, Rabin};
+    use ChunkerKind::{Adler, Ae, Fastcdc2016, Fastcdc2020, Fixed, Gear, Keyed, Rabin};
     const DEFAULT: (usize, usize, usize) = (2048, 8192, 65536);
     let mut cases = Vec::new();
     for kind in [Fastcdc2016, Fastcdc2020] {
@@ -86,6 +86,17 @@ fn cases() -> Vec<(&'static str, ChunkerConfig)> {
     // Averages that are not powers of two, which only these two accept.
     cases.push(("random", config(Adler, (2000, 6000, 24000), 0)));
     cases.push(("random", config(Ae, (2000, 6000, 24000), 0)));
+    // The keyed chunker, under `GOLDEN_SECRET`: every level, the smallest minimum, odd
+    // sizes and an average that is not a power of two.
+    for level in 0..=3 {
+        cases.push(("random", config(Keyed, DEFAULT, level)));
+    }
+    cases.push(("random", config(Keyed, (64, 256, 1024), 2)));
+    cases.push(("random", config(Keyed, (16384, 65536, 262144), 1)));
+    cases.push(("random", config(Keyed, (2001, 6001, 24001), 2)));
+    cases.push(("text", config(Keyed, DEFAULT, 2)));
+    cases.push(("text", config(Keyed, (64, 256, 1024), 3)));
+    cases.push(("odd-tail", config(Keyed, (64, 256, 1024), 1)));
     cases
 }
 
@@ -125,7 +136,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .iter()
                 .find(|i| i.name == name)
                 .ok_or("unknown input")?;
-            let lengths = config.build().chunk_lengths(&spec.generate());
+            let lengths = build(&config).chunk_lengths(&spec.generate());
             Ok(Case {
                 input: name.to_owned(),
                 config,

@@ -1,9 +1,13 @@
 //! Which chunker a repository uses, with its parameters; stored in the repository config.
 
+use std::sync::Arc;
+
+use larder_crypto::WindowPrf;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    AdlerCdc, AsymmetricExtremum, Chunker, FastCdc2016, FastCdc2020, FixedSize, GearCdc, RabinCdc,
+    AdlerCdc, AsymmetricExtremum, Chunker, FastCdc2016, FastCdc2020, FixedSize, GearCdc, KeyedCdc,
+    RabinCdc, KEYED_MIN_SIZE,
 };
 
 /// The chunking algorithms larder offers. `docs/design/chunking.md` specifies each.
@@ -24,11 +28,15 @@ pub enum ChunkerKind {
     Gear,
     /// Asymmetric Extremum: a cut a fixed distance after a local maximum.
     Ae,
+    /// Cut decisions by a keyed pseudo-random function (AES) of a 16-byte window, with
+    /// FastCDC's normalized probabilities: for encrypted repositories. Needs the
+    /// chunker secret: built by [`ChunkerConfig::build_keyed`] only.
+    Keyed,
 }
 
 impl ChunkerKind {
     /// Every kind, for help texts and tests.
-    pub const ALL: [ChunkerKind; 7] = [
+    pub const ALL: [ChunkerKind; 8] = [
         Self::Fastcdc2016,
         Self::Fastcdc2020,
         Self::Fixed,
@@ -36,6 +44,7 @@ impl ChunkerKind {
         Self::Adler,
         Self::Gear,
         Self::Ae,
+        Self::Keyed,
     ];
 
     /// The name used on the command line and in the repository config.
@@ -48,6 +57,7 @@ impl ChunkerKind {
             Self::Adler => "adler",
             Self::Gear => "gear",
             Self::Ae => "ae",
+            Self::Keyed => "keyed",
         }
     }
 
@@ -62,13 +72,20 @@ impl ChunkerKind {
             "adler" | "adler32" => Some(Self::Adler),
             "gear" | "ddelta" => Some(Self::Gear),
             "ae" | "asymmetric-extremum" => Some(Self::Ae),
+            "keyed" => Some(Self::Keyed),
             _ => None,
         }
     }
 
-    /// FastCDC in either form: the kinds that read the normalization level.
-    fn is_fastcdc(self) -> bool {
-        matches!(self, Self::Fastcdc2016 | Self::Fastcdc2020)
+    /// The kinds that read the normalization level: FastCDC in either form, and the
+    /// keyed chunker, which takes FastCDC's normalized probabilities.
+    pub fn reads_level(self) -> bool {
+        matches!(self, Self::Fastcdc2016 | Self::Fastcdc2020 | Self::Keyed)
+    }
+
+    /// Whether the chunker needs a secret key ([`ChunkerConfig::build_keyed`]).
+    pub fn needs_key(self) -> bool {
+        self == Self::Keyed
     }
 }
 
@@ -79,7 +96,7 @@ pub struct ChunkerConfig {
     pub min_size: usize,
     pub avg_size: usize,
     pub max_size: usize,
-    /// Normalization level, 0 to 3: FastCDC only; the other kinds ignore it.
+    /// Normalization level, 0 to 3: FastCDC and keyed only; the other kinds ignore it.
     pub level: u8,
 }
 
@@ -123,6 +140,11 @@ pub enum ConfigError {
          log2(avg) bits of its hash"
     )]
     AvgNotPowerOfTwo { kind: &'static str, avg: usize },
+    #[error(
+        "the {kind} chunker needs a secret key, which only an encrypted repository \
+         holds; build it with its key (ChunkerConfig::build_keyed)"
+    )]
+    KeyRequired { kind: &'static str },
 }
 
 /// The average and maximum bounds are the `fastcdc` crate's (FastCDC's mask table
@@ -163,7 +185,7 @@ impl ChunkerConfig {
         if !(min <= avg && avg <= max) {
             return Err(ConfigError::Unordered { min, avg, max });
         }
-        if self.kind.is_fastcdc() && self.level > 3 {
+        if self.kind.reads_level() && self.level > 3 {
             return Err(ConfigError::Level(self.level));
         }
         if self.kind == ChunkerKind::Fastcdc2020 && (min % 2 != 0 || avg % 2 != 0 || max % 2 != 0) {
@@ -172,6 +194,14 @@ impl ChunkerConfig {
                 min,
                 avg,
                 max,
+            });
+        }
+        if self.kind == ChunkerKind::Keyed && min < KEYED_MIN_SIZE {
+            return Err(ConfigError::OutOfRange {
+                name: "keyed minimum",
+                value: min,
+                low: KEYED_MIN_SIZE,
+                high: MIN_RANGE.1,
             });
         }
         if matches!(self.kind, ChunkerKind::Rabin | ChunkerKind::Gear) && !avg.is_power_of_two() {
@@ -183,9 +213,45 @@ impl ChunkerConfig {
         Ok(())
     }
 
-    /// The configured chunker. Panics on an invalid config: validate first.
+    /// The configured chunker, for every kind but [`ChunkerKind::Keyed`].
+    ///
+    /// # Panics
+    /// On an invalid config (validate first), and for the keyed chunker, which needs
+    /// its key: use [`ChunkerConfig::try_build`] where the kind comes from a user, and
+    /// [`ChunkerConfig::build_keyed`] where a key is at hand.
     pub fn build(&self) -> Box<dyn Chunker> {
-        assert!(self.validate().is_ok(), "invalid chunker config {self:?}");
+        match self.try_build() {
+            Ok(chunker) => chunker,
+            Err(e) => panic!("cannot build chunker {self:?}: {e}"),
+        }
+    }
+
+    /// The configured chunker, or why there is none: an invalid config, or
+    /// [`ConfigError::KeyRequired`] for the keyed chunker.
+    pub fn try_build(&self) -> Result<Box<dyn Chunker>, ConfigError> {
+        self.validate()?;
+        if self.kind.needs_key() {
+            return Err(ConfigError::KeyRequired {
+                kind: self.kind.name(),
+            });
+        }
+        Ok(self.build_unchecked(None))
+    }
+
+    /// The configured chunker of any kind; only the keyed chunker reads `prf` (the
+    /// others ignore it), so a caller that holds a key may build every kind this way.
+    ///
+    /// # Panics
+    /// On an invalid config: validate first.
+    pub fn build_keyed(&self, prf: Arc<WindowPrf>) -> Box<dyn Chunker> {
+        if let Err(e) = self.validate() {
+            panic!("invalid chunker config {self:?}: {e}");
+        }
+        self.build_unchecked(Some(prf))
+    }
+
+    /// `self` is valid, and `prf` is given for a kind that needs a key.
+    fn build_unchecked(&self, prf: Option<Arc<WindowPrf>>) -> Box<dyn Chunker> {
         let (min, avg, max) = (self.min_size, self.avg_size, self.max_size);
         match self.kind {
             ChunkerKind::Fastcdc2016 => Box::new(FastCdc2016::new(min, avg, max, self.level)),
@@ -195,6 +261,10 @@ impl ChunkerConfig {
             ChunkerKind::Adler => Box::new(AdlerCdc::new(min, avg, max)),
             ChunkerKind::Gear => Box::new(GearCdc::new(min, avg, max)),
             ChunkerKind::Ae => Box::new(AsymmetricExtremum::new(min, avg, max)),
+            ChunkerKind::Keyed => match prf {
+                Some(prf) => Box::new(KeyedCdc::new(prf, min, avg, max, self.level)),
+                None => unreachable!("try_build refuses the keyed chunker without a key"),
+            },
         }
     }
 
@@ -270,12 +340,19 @@ mod tests {
         odd_2016.validate().unwrap();
     }
 
+    /// A key for the tests that build every kind.
+    fn test_prf() -> Arc<WindowPrf> {
+        Arc::new(WindowPrf::from_secret(&[0x42; 32]))
+    }
+
     #[test]
     fn every_content_defined_kind_accepts_min_zero_and_small_mins() {
         for kind in ChunkerKind::ALL {
-            for min in [0, 1, 2, 47, 48, 62, 64] {
+            for min in [0, 1, 2, 47, 48, 62, 63, 64, 65] {
                 let config = sized(kind, min, 8192, 65536);
-                if kind == ChunkerKind::Fastcdc2020 && min % 2 == 1 {
+                if kind == ChunkerKind::Fastcdc2020 && min % 2 == 1
+                    || kind == ChunkerKind::Keyed && min < KEYED_MIN_SIZE
+                {
                     assert!(config.validate().is_err(), "{config:?}");
                 } else {
                     config.validate().unwrap();
@@ -334,14 +411,50 @@ mod tests {
     }
 
     #[test]
-    fn only_fastcdc_reads_the_level() {
+    fn keyed_needs_min_64_to_keep_windows_inside_the_chunk() {
+        let err = sized(ChunkerKind::Keyed, 63, 8192, 65536)
+            .validate()
+            .unwrap_err();
+        assert!(err.to_string().contains("keyed minimum"), "{err}");
+        sized(ChunkerKind::Keyed, 64, 8192, 65536)
+            .validate()
+            .unwrap();
+        // Odd sizes and averages that are not powers of two are fine.
+        sized(ChunkerKind::Keyed, 2001, 6001, 24001)
+            .validate()
+            .unwrap();
+    }
+
+    #[test]
+    fn build_refuses_keyed_clearly_and_build_keyed_builds_every_kind() {
+        let keyed = sized(ChunkerKind::Keyed, 2048, 8192, 65536);
+        let err = keyed.try_build().err().unwrap();
+        assert_eq!(err, ConfigError::KeyRequired { kind: "keyed" });
+        assert!(err.to_string().contains("secret key"), "{err}");
+        let panic = std::panic::catch_unwind(|| keyed.build()).err().unwrap();
+        let message = panic.downcast_ref::<String>().unwrap();
+        assert!(message.contains("needs a secret key"), "{message}");
+        let prf = test_prf();
+        for kind in ChunkerKind::ALL {
+            let config = sized(kind, 2048, 8192, 65536);
+            assert_eq!(config.kind.needs_key(), kind == ChunkerKind::Keyed);
+            let data = vec![7u8; 100_000];
+            let with_key = config.build_keyed(prf.clone()).chunk_lengths(&data);
+            if !kind.needs_key() {
+                assert_eq!(with_key, config.build().chunk_lengths(&data), "{kind:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn only_fastcdc_and_keyed_read_the_level() {
         for kind in ChunkerKind::ALL {
             let config = ChunkerConfig {
                 level: 9,
                 ..sized(kind, 2048, 8192, 65536)
             };
             let result = config.validate();
-            if kind.is_fastcdc() {
+            if kind.reads_level() {
                 assert_eq!(result, Err(ConfigError::Level(9)));
             } else {
                 assert_eq!(result, Ok(()), "{kind:?}");
@@ -385,6 +498,7 @@ mod tests {
             ("ddelta", ChunkerKind::Gear),
             ("GEAR", ChunkerKind::Gear),
             ("asymmetric-extremum", ChunkerKind::Ae),
+            ("Keyed", ChunkerKind::Keyed),
         ];
         for (name, kind) in expected {
             assert_eq!(ChunkerKind::from_name(name), Some(kind), "{name}");
@@ -397,9 +511,9 @@ mod tests {
     #[test]
     fn max_chunk_size_is_what_the_chunker_reports() {
         for kind in ChunkerKind::ALL {
-            let config = sized(kind, 0, 8192, 65536);
+            let config = sized(kind, 64, 8192, 65536);
             assert_eq!(
-                config.build().max_size(),
+                config.build_keyed(test_prf()).max_size(),
                 config.max_chunk_size(),
                 "{kind:?}"
             );

@@ -5,8 +5,10 @@
 //! pure logic; callers own buffering and I/O (see `larder-engine`).
 //!
 //! One module per algorithm, each a sequential executable spec: FastCDC 2016 and 2020,
-//! fixed-size, and the baselines of the FastCDC and P-Dedupe papers (Rabin, Adler,
-//! plain Gear, Asymmetric Extremum). `docs/design/chunking.md` specifies them all.
+//! fixed-size, the keyed chunker of encrypted repositories (whose AES lives in
+//! `larder-crypto`), and the baselines of the FastCDC and P-Dedupe papers (Rabin,
+//! Adler, plain Gear, Asymmetric Extremum). `docs/design/chunking.md` specifies them
+//! all.
 //!
 //! [`ParallelChunker`] finds the same cut points on several threads, for any chunker.
 
@@ -20,6 +22,7 @@ mod fixed;
 mod gear_cdc;
 mod gear_table;
 pub mod kernels;
+mod keyed;
 mod masks;
 mod parallel;
 mod rabin;
@@ -33,6 +36,9 @@ pub use fastcdc2020::FastCdc2020;
 pub use fixed::FixedSize;
 pub use gear_cdc::GearCdc;
 pub use gear_table::GEAR;
+pub use keyed::{
+    keyed_thresholds, KeyedCdc, KeyedThresholds, ANCHOR_SPACING, KEYED_MIN_SIZE, KEYED_WINDOW,
+};
 pub use masks::{select_masks, MASKS};
 pub use parallel::{
     chunk_block_sequential, default_segment_size, dirty_chunks, BlockChunks, ParallelChunker,

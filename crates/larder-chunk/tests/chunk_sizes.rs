@@ -9,6 +9,9 @@
 //! - Plain Gear averages `min + 1.052 avg`: its judged bits are all zero with
 //!   probability `0.9502 / avg`, not `1 / avg`, because only 121 of the 256 `GEAR`
 //!   entries are even. [`gear_cut_probability`] computes it exactly.
+//! - The keyed chunker at level 0 cuts each judged position with probability `1/avg`
+//!   exactly (its thresholds are not rounded to a power of two), so it averages
+//!   `min + avg - 1`; its minimum is raised to 64 where a case asks less.
 //! - AE averages `min + 1.037 avg` (see `src/ae.rs`: `w = avg / (e - 1)` and a mean of
 //!   about `1.781 w`), plus up to 7 bytes when `min < 7`: the values at positions
 //!   below 7 have leading zero bytes and are almost never the maximum.
@@ -21,8 +24,11 @@
 #[path = "support/inputs.rs"]
 mod inputs;
 
+use std::sync::Arc;
+
 use inputs::random_bytes;
-use larder_chunk::{ChunkerConfig, ChunkerKind, GEAR};
+use larder_chunk::{ChunkerConfig, ChunkerKind, GEAR, KEYED_MIN_SIZE};
+use larder_crypto::WindowPrf;
 
 /// Largest allowed relative difference between the measured and the promised mean.
 const TOLERANCE: f64 = 0.03;
@@ -77,7 +83,8 @@ fn promised_mean(kind: ChunkerKind, min: usize, avg: usize) -> f64 {
 }
 
 fn measured_mean(config: &ChunkerConfig, data: &[u8]) -> (f64, usize) {
-    let lengths = config.build().chunk_lengths(data);
+    let prf = Arc::new(WindowPrf::from_secret(&[0x21; 32]));
+    let lengths = config.build_keyed(prf).chunk_lengths(data);
     // The last chunk is cut by the end of the data, not by the chunker.
     let whole = &lengths[..lengths.len() - 1];
     let total: usize = whole.iter().sum();
@@ -90,6 +97,11 @@ fn mean_chunk_size_is_what_the_parameters_promise() {
     let mut failures = Vec::new();
     for kind in ChunkerKind::ALL {
         for (min, avg) in [(0usize, 512usize), (256, 1024), (64, 700)] {
+            // The keyed chunker's windows need 64 bytes.
+            let min = match kind {
+                ChunkerKind::Keyed => min.max(KEYED_MIN_SIZE),
+                _ => min,
+            };
             let power_of_two_only = matches!(
                 kind,
                 ChunkerKind::Rabin

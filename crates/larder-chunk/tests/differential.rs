@@ -9,7 +9,10 @@ mod inputs;
 
 use fastcdc::{v2016, v2020};
 use inputs::{random_bytes, text_like, XorShift64Star};
-use larder_chunk::{Chunker, ChunkerConfig, ChunkerKind, FastCdc2016, FastCdc2020};
+use std::sync::Arc;
+
+use larder_chunk::{Chunker, ChunkerConfig, ChunkerKind, FastCdc2016, FastCdc2020, KEYED_MIN_SIZE};
+use larder_crypto::WindowPrf;
 use proptest::prelude::*;
 
 /// Chunk sizes in bytes, as `ChunkerConfig` and the `fastcdc` constructors take them.
@@ -104,16 +107,27 @@ fn crate_2020(data: &[u8], s: Sizes, level: u8) -> Chunks {
         .collect()
 }
 
+/// The config of `kind` at sizes `s`; the keyed chunker's minimum is raised to the
+/// smallest it accepts.
 fn config(kind: ChunkerKind, s: Sizes, level: u8) -> ChunkerConfig {
+    let min_size = match kind {
+        ChunkerKind::Keyed => s.min.max(KEYED_MIN_SIZE),
+        _ => s.min,
+    };
     let config = ChunkerConfig {
         kind,
-        min_size: s.min,
+        min_size,
         avg_size: s.avg,
         max_size: s.max,
         level,
     };
     config.validate().expect("test sizes must be valid");
     config
+}
+
+/// Any kind's chunker; the keyed one under a fixed test key.
+fn build(config: &ChunkerConfig) -> Box<dyn Chunker> {
+    config.build_keyed(Arc::new(WindowPrf::from_secret(&[0x17; 32])))
 }
 
 /// Panics at the first chunk where the two lists differ, naming it, rather than
@@ -343,11 +357,11 @@ fn chunker_contract_holds_at_boundary_lengths() {
         ] {
             for level in 0..=3 {
                 let config = config(kind, s, level);
-                let chunker = config.build();
+                let chunker = build(&config);
                 assert_eq!(chunker.max_size(), config.max_chunk_size());
                 let (min, max) = match kind {
                     ChunkerKind::Fixed => (s.avg, s.avg),
-                    _ => (s.min, s.max),
+                    _ => (config.min_size, s.max),
                 };
                 for base in [0, 1, 2, s.min, s.avg, s.max, 2 * s.max, 3 * s.max] {
                     for len in base.saturating_sub(2)..=base + 2 {
@@ -371,7 +385,7 @@ fn cut_ignores_bytes_past_max_size() {
     for kind in ChunkerKind::ALL {
         for level in 0..=3 {
             let config = config(kind, sizes(2048, 8192, 65536), level);
-            let chunker = config.build();
+            let chunker = build(&config);
             let max = chunker.max_size();
             for input in [&data, &zeros] {
                 let full = chunker.next_chunk_len(input);
@@ -422,7 +436,7 @@ fn streaming_gives_the_same_cuts_as_the_whole_stream() {
             sizes(2048, 8192, 65536),
         ] {
             let config = config(kind, s, 2);
-            let chunker = config.build();
+            let chunker = build(&config);
             let inputs = [("random", &random)]
                 .into_iter()
                 .chain(low_entropy.iter().map(|(name, data)| (*name, data)));

@@ -1,5 +1,6 @@
 //! Golden vectors: the cut points of every [`ChunkerKind`] on fixed inputs, recorded
-//! in `testdata/chunk/golden.json` by `examples/regen-golden.rs`.
+//! in `testdata/chunk/golden.json` by `examples/regen-golden.rs`; the keyed chunker's
+//! under the fixed secret `golden_file::GOLDEN_SECRET`.
 //!
 //! Released cut points are frozen. Changed cut points mean every existing repository
 //! stops deduplicating against new backups, so a failure here is never fixed by
@@ -13,7 +14,7 @@ mod inputs;
 mod golden_file;
 
 use golden_file::{fnv1a64_hex, GoldenFile, GOLDEN_PATH};
-use larder_chunk::ChunkerKind;
+use larder_chunk::{ChunkerConfig, ChunkerKind};
 
 const FROZEN: &str = "Released cut points are frozen: a chunker must never change where it \
 cuts, or existing repositories stop deduplicating against new backups. Fix the chunker, \
@@ -52,7 +53,7 @@ fn golden_cut_points_are_unchanged() {
         case.config
             .validate()
             .unwrap_or_else(|e| panic!("{:?} no longer validates: {e}", case.config));
-        let lengths = case.config.build().chunk_lengths(&data);
+        let lengths = golden_file::build(&case.config).chunk_lengths(&data);
         if lengths != case.lengths {
             let first = lengths
                 .iter()
@@ -84,10 +85,10 @@ fn golden_cut_points_are_unchanged() {
 fn golden_vectors_cover_every_kind_and_level() {
     let golden = load();
     for kind in ChunkerKind::ALL {
-        // Only FastCDC reads the level; the other kinds are recorded at level 0.
-        let levels: Vec<u8> = match kind {
-            ChunkerKind::Fastcdc2016 | ChunkerKind::Fastcdc2020 => (0..=3).collect(),
-            _ => vec![0],
+        // Only FastCDC and keyed read the level; the others are recorded at level 0.
+        let levels: Vec<u8> = match kind.reads_level() {
+            true => (0..=3).collect(),
+            false => vec![0],
         };
         for level in levels {
             assert!(
@@ -103,12 +104,18 @@ fn golden_vectors_cover_every_kind_and_level() {
 }
 
 /// Minimum size 0 (the FastCDC paper's Fig. 11 baseline) hashes from byte 0; its cut
-/// points are frozen like any other, for every content-defined kind.
+/// points are frozen like any other, for every content-defined kind that accepts it
+/// (all but the keyed chunker, whose minimum is 64).
 #[test]
 fn golden_vectors_cover_min_zero() {
     let golden = load();
     for kind in ChunkerKind::ALL {
-        if kind == ChunkerKind::Fixed {
+        let min_zero = ChunkerConfig {
+            kind,
+            min_size: 0,
+            ..ChunkerConfig::default()
+        };
+        if kind == ChunkerKind::Fixed || min_zero.validate().is_err() {
             continue;
         }
         assert!(

@@ -9,13 +9,14 @@ mod inputs;
 mod real_files;
 
 use std::num::NonZeroUsize;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use inputs::{random_bytes, text_like};
 use larder_chunk::{
     chunk_block_sequential, dirty_chunks, Chunker, ChunkerConfig, ChunkerKind, FixedSize,
     ParallelChunker, ParallelStats,
 };
+use larder_crypto::WindowPrf;
 use proptest::prelude::*;
 use rayon::ThreadPool;
 
@@ -35,6 +36,11 @@ fn pool(threads: usize) -> &'static ThreadPool {
             .collect()
     });
     &pools[threads - 1]
+}
+
+/// Any kind's chunker; the keyed one under a fixed test key.
+fn build(config: &ChunkerConfig) -> Box<dyn Chunker> {
+    config.build_keyed(Arc::new(WindowPrf::from_secret(&[0x3c; 32])))
 }
 
 fn segment(size: usize) -> NonZeroUsize {
@@ -97,7 +103,7 @@ fn assert_exact(
     threads: usize,
     segment_size: usize,
 ) -> ParallelStats {
-    let chunker = config.build();
+    let chunker = build(&config);
     let sequential = chunker.chunk_lengths(data);
     let parallel = ParallelChunker::new(chunker.as_ref(), pool(threads))
         .with_segment_size(segment(segment_size))
@@ -156,7 +162,7 @@ fn assert_streamed_exact(
     segment_size: usize,
     new_bytes: &[usize],
 ) {
-    let chunker = config.build();
+    let chunker = build(&config);
     let max = chunker.max_size();
     let parallel = ParallelChunker::new(chunker.as_ref(), pool(threads))
         .with_segment_size(segment(segment_size));
@@ -290,7 +296,7 @@ proptest! {
     ) {
         for kind in ChunkerKind::ALL {
             let config = valid_config(kind, sizes, level);
-            let max = config.build().max_size();
+            let max = build(&config).max_size();
             let new_bytes: Vec<usize> = extra.iter().map(|e| max + e).collect();
             assert_streamed_exact(&config, &data, threads, segment_size, &new_bytes);
         }
@@ -345,7 +351,7 @@ fn boundary_lengths_and_segment_sizes() {
     let data = random_bytes(11, 4 * 1024 + 9);
     for kind in ChunkerKind::ALL {
         let config = valid_config(kind, (64, 256, 1024), 1);
-        let (min, max) = (config.min_size, config.build().max_size());
+        let (min, max) = (config.min_size, build(&config).max_size());
         let mut lengths = vec![0, 1, 2, 3, 2 * max, 3 * max + 1, data.len()];
         for size in [min, max] {
             lengths.extend([size.saturating_sub(1), size, size + 1]);
@@ -375,7 +381,7 @@ fn boundary_lengths_and_segment_sizes() {
 #[test]
 fn empty_input_gives_no_chunk_and_no_segment() {
     for kind in ChunkerKind::ALL {
-        let chunker = valid_config(kind, (64, 256, 1024), 2).build();
+        let chunker = build(&valid_config(kind, (64, 256, 1024), 2));
         for threads in [1, 4] {
             let parallel =
                 ParallelChunker::new(chunker.as_ref(), pool(threads)).with_segment_size(segment(1));
@@ -396,7 +402,7 @@ fn segment_boundary_inside_the_skipped_minimum_of_a_chunk() {
     let data = random_bytes(12, 40_000);
     for kind in ChunkerKind::ALL {
         let config = valid_config(kind, (512, 1024, 4096), 2);
-        let sequential = config.build().chunk_lengths(&data);
+        let sequential = build(&config).chunk_lengths(&data);
         let mut cut = 0;
         for (index, &len) in sequential.iter().enumerate().take(10) {
             // Past the first chunks, so that segments stay large enough to be quick.
@@ -420,7 +426,7 @@ fn a_block_cuts_a_chunk_exactly_when_max_size_bytes_follow_its_start() {
     let data = random_bytes(18, 60_000);
     for kind in ChunkerKind::ALL {
         let config = valid_config(kind, (256, 1024, 4096), 2);
-        let chunker = config.build();
+        let chunker = build(&config);
         let max = chunker.max_size();
         let parallel =
             ParallelChunker::new(chunker.as_ref(), pool(3)).with_segment_size(segment(999));
@@ -537,7 +543,7 @@ fn real_files_have_no_dirty_chunks() {
     }
     for kind in ChunkerKind::ALL {
         let config = valid_config(kind, (2048, 8192, 65536), 2);
-        let chunker = config.build();
+        let chunker = build(&config);
         let sequential = chunker.chunk_lengths(&data);
         for threads in [2, 4] {
             let default_segments = ParallelChunker::new(chunker.as_ref(), pool(threads));

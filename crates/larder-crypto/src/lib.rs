@@ -18,6 +18,7 @@ mod hex;
 pub mod keyfile;
 pub mod keys;
 mod random;
+mod window_prf;
 
 pub use aead::{AeadKey, AeadKind};
 pub use container::{ChunkOpener, ContainerFooter, ContainerSealer, TableOpener};
@@ -26,3 +27,4 @@ pub use error::{CryptoError, Result};
 pub use keyfile::{KdfParams, KeySlot};
 pub use keys::{FingerprintKind, KeyKind, RepoKeys};
 pub use random::{random_id_hex, random_password};
+pub use window_prf::{AesBackend, WindowPrf};

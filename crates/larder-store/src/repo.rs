@@ -175,11 +175,20 @@ impl RepoConfig {
 
     /// Checks the chunker, the container size, the compression, and that a version 1
     /// config does not name compression (a version 1 larder would ignore the field and
-    /// misread the data).
+    /// misread the data). A chunker that needs a key (`keyed`) is refused: only an
+    /// encrypted repository holds one, and larder cannot make those yet.
     pub fn validate(&self) -> Result<()> {
         self.chunker
             .validate()
             .map_err(|e| StoreError::Config(e.to_string()))?;
+        if self.chunker.kind.needs_key() {
+            return Err(StoreError::Config(format!(
+                "the {} chunker needs a secret key, which only an encrypted repository \
+                 holds, and larder cannot create encrypted repositories yet: choose \
+                 another chunker (fastcdc is the default)",
+                self.chunker.kind.name()
+            )));
+        }
         if !CONTAINER_SIZES.contains(&self.container_size) {
             return Err(StoreError::Config(format!(
                 "container size {} is outside {}..={} bytes",

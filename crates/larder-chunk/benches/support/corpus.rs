@@ -51,19 +51,27 @@ pub fn corpus() -> Vec<u8> {
         append_files(Path::new(dir), &mut data, limit);
     }
     let real = data.len();
-    // splitmix64: padding only has to look random to a Gear hash.
+    data.extend(pseudo_random(CORPUS_LEN - real));
+    eprintln!(
+        "corpus: {real} bytes of real files, {} of padding",
+        CORPUS_LEN - real
+    );
+    data
+}
+
+/// `len` pseudo-random bytes (splitmix64): padding and random inputs only have to look
+/// random to a chunker.
+#[allow(dead_code)] // Not every bench that includes this file uses it directly.
+pub fn pseudo_random(len: usize) -> Vec<u8> {
+    let mut data = Vec::with_capacity(len + 8);
     let mut state = 0x9e37_79b9_7f4a_7c15u64;
-    while data.len() < CORPUS_LEN {
+    while data.len() < len {
         state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = state;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         data.extend_from_slice(&(z ^ (z >> 31)).to_le_bytes());
     }
-    data.truncate(CORPUS_LEN);
-    eprintln!(
-        "corpus: {real} bytes of real files, {} of padding",
-        CORPUS_LEN - real
-    );
+    data.truncate(len);
     data
 }

@@ -13,6 +13,8 @@ mod x86;
 
 use std::sync::OnceLock;
 
+pub use portable::{is_natural_anchor, NATURAL_MULTIPLIER};
+
 /// An instruction-set level the kernels are compiled for, best last.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Platform {
@@ -89,6 +91,26 @@ impl Platform {
             _ => portable::run_len(data, byte),
         }
     }
+
+    /// Natural anchors of the keyed chunker: bit `k % 64` of `out[k / 64]` says
+    /// whether position `start + k` is one ([`is_natural_anchor`]); positions at or
+    /// past `data.len()` get 0. `start >= 3`. AVX-512 machines run the AVX2 kernel.
+    pub fn natural_anchors(self, data: &[u8], start: usize, out: &mut [u64]) {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Self::Avx2 | Self::Avx512 if Self::Avx2.is_supported() => {
+                // SAFETY: AVX2 support was just checked.
+                unsafe { x86::natural_anchors_avx2(data, start, out) }
+            }
+            _ => portable::natural_anchors(data, start, out),
+        }
+    }
+}
+
+/// Natural anchors of the keyed chunker on the active platform; see
+/// [`Platform::natural_anchors`].
+pub fn natural_anchors(data: &[u8], start: usize, out: &mut [u64]) {
+    Platform::active().natural_anchors(data, start, out)
 }
 
 /// How many leading bytes of `data` equal `byte`, on the active platform.
@@ -143,6 +165,31 @@ mod tests {
                         );
                     }
                     data[stop] = byte;
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn natural_anchors_agree_with_the_definition_on_every_platform() {
+        let mut data: Vec<u8> = (0..5000u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        // Zero runs are natural at every position (0 times anything is 0).
+        data[1000..1200].fill(0);
+        for platform in Platform::ALL.into_iter().filter(|p| p.is_supported()) {
+            for len in [4, 5, 35, 36, 67, 68, 69, 100, 131, 1300, 5000] {
+                for start in [3, 4, 5, 17, 64, 900, 1100] {
+                    for words in 0..=5 {
+                        let mut got = vec![u64::MAX; words];
+                        platform.natural_anchors(&data[..len], start, &mut got);
+                        for k in 0..64 * words {
+                            let i = start + k;
+                            let want = i < len && is_natural_anchor(&data, i);
+                            let bit = got[k / 64] >> (k % 64) & 1 == 1;
+                            assert_eq!(bit, want, "{platform:?} len {len} start {start} {i}");
+                        }
+                    }
                 }
             }
         }

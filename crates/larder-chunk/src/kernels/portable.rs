@@ -13,3 +13,34 @@ pub fn run_len(data: &[u8], byte: u8) -> usize {
     }
     words.len() * 8 + tail.iter().take_while(|&&b| b == byte).count()
 }
+
+/// The multiplier of the keyed chunker's natural-anchor test (`keyed.rs`): the 32-bit
+/// golden-ratio constant, odd, so that every one of the 2^32 four-byte values maps to
+/// a distinct product.
+pub const NATURAL_MULTIPLIER: u32 = 0x9E37_79B1;
+
+/// Whether position `i` of `data` is a natural anchor of the keyed chunker: the four
+/// bytes ending at it, read little-endian, times [`NATURAL_MULTIPLIER`] (mod 2^32),
+/// have their top four bits zero. `i >= 3`.
+#[inline(always)]
+pub fn is_natural_anchor(data: &[u8], i: usize) -> bool {
+    let word = u32::from_le_bytes([data[i - 3], data[i - 2], data[i - 1], data[i]]);
+    word.wrapping_mul(NATURAL_MULTIPLIER) >> 28 == 0
+}
+
+/// Bit `k % 64` of `out[k / 64]` says whether position `start + k` of `data` is a
+/// natural anchor ([`is_natural_anchor`]); positions at or past `data.len()` get 0.
+/// `start >= 3`.
+pub fn natural_anchors(data: &[u8], start: usize, out: &mut [u64]) {
+    for (w, word) in out.iter_mut().enumerate() {
+        let base = start + 64 * w;
+        let mut bits = 0u64;
+        for k in 0..64 {
+            let i = base + k;
+            if i < data.len() && is_natural_anchor(data, i) {
+                bits |= 1 << k;
+            }
+        }
+        *word = bits;
+    }
+}

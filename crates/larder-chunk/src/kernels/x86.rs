@@ -43,3 +43,49 @@ pub unsafe fn run_len_avx512(data: &[u8], byte: u8) -> usize {
     let done = blocks.len() * 64;
     done + portable::run_len(&data[done..], byte)
 }
+
+/// [`portable::natural_anchors`], 32 positions a step: four unaligned loads one byte
+/// apart give, in their 32-bit lanes, the four-byte words ending at every position
+/// (lane `k` of the load at offset `j` ends at position `4k + j`); the lane masks are
+/// narrowed to byte `j` of each lane and merged, so that one `movemask` yields the 32
+/// bits in position order.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[target_feature(enable = "avx2")]
+pub unsafe fn natural_anchors_avx2(data: &[u8], start: usize, out: &mut [u64]) {
+    assert!(
+        start >= 3,
+        "natural anchors need the 3 bytes before {start}"
+    );
+    let multiplier = _mm256_set1_epi32(portable::NATURAL_MULTIPLIER as i32);
+    let zero = _mm256_setzero_si256();
+    let byte = |j: i32| _mm256_set1_epi32(0xff << (8 * j));
+    let lanes = [byte(0), byte(1), byte(2), byte(3)];
+    for (w, word) in out.iter_mut().enumerate() {
+        let base = start + 64 * w;
+        let mut bits = 0u64;
+        for half in 0..2 {
+            let p = base + 32 * half;
+            // Reads data[p - 3 .. p + 32].
+            let Some(bytes) = data.get(p - 3..p + 32) else {
+                let mut rest = [0u64; 1];
+                portable::natural_anchors(data, p, &mut rest);
+                bits |= (rest[0] & 0xffff_ffff) << (32 * half);
+                continue;
+            };
+            let mut merged = zero;
+            for (j, lane) in lanes.iter().enumerate() {
+                // SAFETY: `bytes[j..j + 32]` lies inside the 35 bytes of `bytes`; the
+                // load is unaligned.
+                let v = unsafe { _mm256_loadu_si256(bytes[j..].as_ptr().cast()) };
+                let hashed = _mm256_mullo_epi32(v, multiplier);
+                let natural = _mm256_cmpeq_epi32(_mm256_srli_epi32::<28>(hashed), zero);
+                merged = _mm256_or_si256(merged, _mm256_and_si256(natural, *lane));
+            }
+            let mask = _mm256_movemask_epi8(merged) as u32;
+            bits |= u64::from(mask) << (32 * half);
+        }
+        *word = bits;
+    }
+}

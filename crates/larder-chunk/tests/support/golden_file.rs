@@ -6,6 +6,24 @@ use serde::{Deserialize, Serialize};
 
 use super::inputs::{random_bytes, text_like};
 
+/// The chunker secret of the keyed chunker's golden cases: bytes 0 to 31. Other kinds
+/// are built with it too and ignore it.
+pub const GOLDEN_SECRET: [u8; 32] = {
+    let mut secret = [0u8; 32];
+    let mut k = 0;
+    while k < 32 {
+        secret[k] = k as u8;
+        k += 1;
+    }
+    secret
+};
+
+/// The chunker of a golden case, keyed by [`GOLDEN_SECRET`] where the kind needs a key.
+pub fn build(config: &ChunkerConfig) -> Box<dyn larder_chunk::Chunker> {
+    let prf = larder_crypto::WindowPrf::from_secret(&GOLDEN_SECRET);
+    config.build_keyed(std::sync::Arc::new(prf))
+}
+
 /// Where the golden vectors live, from the workspace root.
 pub const GOLDEN_PATH: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),

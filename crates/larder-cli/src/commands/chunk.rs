@@ -10,8 +10,9 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Result};
 use clap::Args;
+use larder_bench::experiment_key::KeySource;
 use larder_bench::plot::format_size;
-use larder_bench::{report, stream};
+use larder_bench::{experiment_key, report, stream};
 use larder_chunk::{ChunkerConfig, ChunkerKind};
 use serde::Serialize;
 
@@ -25,7 +26,7 @@ pub struct ChunkArgs {
     /// Files to chunk; each is its own stream
     #[arg(required = true)]
     files: Vec<PathBuf>,
-    #[arg(long, default_value = "fastcdc", help = algo_help())]
+    #[arg(long, visible_alias = "chunker", default_value = "fastcdc", help = algo_help())]
     algo: String,
     /// Minimum chunk size (bytes; KiB/MiB suffixes accepted)
     #[arg(long, default_value = "2KiB", value_parser = size::parse)]
@@ -36,9 +37,13 @@ pub struct ChunkArgs {
     /// Maximum chunk size
     #[arg(long, default_value = "64KiB", value_parser = size::parse)]
     max: usize,
-    /// FastCDC normalization level, 0 to 3
+    /// Normalization level, 0 to 3 (fastcdc and keyed)
     #[arg(long, default_value_t = 2)]
     level: u8,
+    /// The keyed chunker's 32-byte secret, as 64 hex digits, for reproducible cut
+    /// points [default: a random key for each run]
+    #[arg(long, value_name = "HEX", value_parser = parse_secret)]
+    secret: Option<Secret>,
     /// Also list every chunk: its file, offset and length
     #[arg(long)]
     cuts: bool,
@@ -63,6 +68,26 @@ fn algo_help() -> String {
     )
 }
 
+/// A chunker secret from the command line.
+#[derive(Clone)]
+struct Secret([u8; 32]);
+
+fn parse_secret(hex: &str) -> Result<Secret, String> {
+    let digits = hex.trim().as_bytes();
+    if digits.len() != 64 {
+        return Err(format!(
+            "a secret is 64 hex digits (32 bytes), not {}",
+            digits.len()
+        ));
+    }
+    let mut secret = [0u8; 32];
+    for (byte, pair) in secret.iter_mut().zip(digits.chunks_exact(2)) {
+        let pair = std::str::from_utf8(pair).map_err(|_| "a secret is hex digits only")?;
+        *byte = u8::from_str_radix(pair, 16).map_err(|_| "a secret is hex digits only")?;
+    }
+    Ok(Secret(secret))
+}
+
 impl ChunkArgs {
     /// On error, the usage message.
     fn config(&self) -> Result<ChunkerConfig, String> {
@@ -81,6 +106,12 @@ impl ChunkArgs {
             level: self.level,
         };
         config.validate().map_err(|e| e.to_string())?;
+        if self.secret.is_some() && !kind.needs_key() {
+            return Err(format!(
+                "--secret is for the keyed chunker, not {}",
+                kind.name()
+            ));
+        }
         Ok(config)
     }
 }
@@ -90,6 +121,9 @@ pub fn run(args: ChunkArgs, out: &Output) -> Result<ExitCode> {
         Ok(config) => config,
         Err(msg) => return Ok(out.usage(&msg)),
     };
+    if let Some(Secret(secret)) = &args.secret {
+        experiment_key::use_secret(secret)?;
+    }
     match device::chunk_device(args.device, &config, out)? {
         ChunkDevice::Cpu => on_cpu(&args, &config, out),
         #[cfg(feature = "gpu")]
@@ -144,6 +178,14 @@ impl Render for Chunked<'_> {
             format_size(c.max_size as f64),
             c.level
         )?;
+        match r.key {
+            Some(KeySource::Random) => writeln!(
+                w,
+                "key         random, for this run only: cut points differ between runs (--secret fixes them)"
+            )?,
+            Some(KeySource::Given) => writeln!(w, "key         given with --secret")?,
+            None => {}
+        }
         writeln!(
             w,
             "input       {} file(s), {} ({} bytes)",

@@ -1,0 +1,203 @@
+//! The AES-NI and VAES backends. Callers check CPU support first (`AesBackend`).
+//!
+//! AES-NI's `aesenc` has a latency of several cycles and issues more than once a cycle,
+//! so blocks are encrypted in groups that stay in flight together: eight 128-bit
+//! blocks (AES-NI) or eight 256-bit registers of two blocks each (VAES). A batch's
+//! remainder goes through the 128-bit path, eight and then one at a time.
+
+use std::arch::x86_64::*;
+
+use zeroize::Zeroize;
+
+use super::window;
+
+/// Rounds of AES-128; `ROUNDS + 1` round keys.
+const ROUNDS: usize = 10;
+
+/// The FIPS-197 key schedule of one key: round key `r` at `[r]`. Zeroed on drop.
+pub struct RoundKeys([[u8; 16]; ROUNDS + 1]);
+
+impl Drop for RoundKeys {
+    fn drop(&mut self) {
+        self.0.zeroize();
+    }
+}
+
+/// The round keys of both stages.
+pub struct Keys {
+    pub stage1: RoundKeys,
+    pub stage2: RoundKeys,
+}
+
+impl Keys {
+    /// # Safety
+    /// The CPU must support AES-NI.
+    #[target_feature(enable = "aes")]
+    pub unsafe fn expand(k1: &[u8; 16], k2: &[u8; 16]) -> Self {
+        Self {
+            stage1: expand_key(k1),
+            stage2: expand_key(k2),
+        }
+    }
+}
+
+/// One step of FIPS-197's key expansion (section 5.2) for AES-128: `RCON` is the round
+/// constant; `aeskeygenassist` computes `SubWord(RotWord(w3)) ^ RCON` in its top word,
+/// broadcast here to all four, and the shifts and xors chain `w0..w3`.
+#[target_feature(enable = "aes")]
+fn expand_step<const RCON: i32>(key: __m128i) -> __m128i {
+    let assist = _mm_shuffle_epi32::<0xff>(_mm_aeskeygenassist_si128::<RCON>(key));
+    let mut k = key;
+    k = _mm_xor_si128(k, _mm_slli_si128::<4>(k));
+    k = _mm_xor_si128(k, _mm_slli_si128::<4>(k));
+    k = _mm_xor_si128(k, _mm_slli_si128::<4>(k));
+    _mm_xor_si128(k, assist)
+}
+
+#[target_feature(enable = "aes")]
+fn expand_key(key: &[u8; 16]) -> RoundKeys {
+    // SAFETY: `key` is 16 readable bytes; the load is unaligned.
+    let mut k = unsafe { _mm_loadu_si128(key.as_ptr().cast()) };
+    let mut schedule = [k; ROUNDS + 1];
+    k = expand_step::<0x01>(k);
+    schedule[1] = k;
+    k = expand_step::<0x02>(k);
+    schedule[2] = k;
+    k = expand_step::<0x04>(k);
+    schedule[3] = k;
+    k = expand_step::<0x08>(k);
+    schedule[4] = k;
+    k = expand_step::<0x10>(k);
+    schedule[5] = k;
+    k = expand_step::<0x20>(k);
+    schedule[6] = k;
+    k = expand_step::<0x40>(k);
+    schedule[7] = k;
+    k = expand_step::<0x80>(k);
+    schedule[8] = k;
+    k = expand_step::<0x1b>(k);
+    schedule[9] = k;
+    k = expand_step::<0x36>(k);
+    schedule[10] = k;
+    let mut keys = RoundKeys([[0; 16]; ROUNDS + 1]);
+    for (out, round) in keys.0.iter_mut().zip(&mut schedule) {
+        // SAFETY: `out` is 16 writable bytes; the store is unaligned.
+        unsafe { _mm_storeu_si128(out.as_mut_ptr().cast(), *round) };
+        // The register copies leave no key bytes on the stack.
+        *round = _mm_setzero_si128();
+    }
+    keys
+}
+
+#[target_feature(enable = "aes")]
+fn load_keys(keys: &RoundKeys) -> [__m128i; ROUNDS + 1] {
+    // SAFETY: every round key is 16 readable bytes; the loads are unaligned.
+    keys.0
+        .map(|round| unsafe { _mm_loadu_si128(round.as_ptr().cast()) })
+}
+
+#[target_feature(enable = "aes")]
+fn load_window(data: &[u8], anchor: u32) -> __m128i {
+    // SAFETY: `window` returns 16 readable bytes; the load is unaligned.
+    unsafe { _mm_loadu_si128(window(data, anchor).as_ptr().cast()) }
+}
+
+/// `N` blocks encrypted side by side, round by round.
+#[target_feature(enable = "aes")]
+fn encrypt_n<const N: usize>(rk: &[__m128i; ROUNDS + 1], mut b: [__m128i; N]) -> [__m128i; N] {
+    for block in &mut b {
+        *block = _mm_xor_si128(*block, rk[0]);
+    }
+    for round in &rk[1..ROUNDS] {
+        for block in &mut b {
+            *block = _mm_aesenc_si128(*block, *round);
+        }
+    }
+    for block in &mut b {
+        *block = _mm_aesenclast_si128(*block, rk[ROUNDS]);
+    }
+    b
+}
+
+/// AES of one 16-byte block.
+///
+/// # Safety
+/// The CPU must support AES-NI.
+#[target_feature(enable = "aes")]
+pub unsafe fn encrypt_block(keys: &RoundKeys, block: &[u8; 16]) -> [u8; 16] {
+    let rk = load_keys(keys);
+    // SAFETY: `block` is 16 readable bytes; the load is unaligned.
+    let b = unsafe { _mm_loadu_si128(block.as_ptr().cast()) };
+    let [c] = encrypt_n(&rk, [b]);
+    let mut out = [0u8; 16];
+    // SAFETY: `out` is 16 writable bytes; the store is unaligned.
+    unsafe { _mm_storeu_si128(out.as_mut_ptr().cast(), c) };
+    out
+}
+
+/// The 128-bit path over a whole batch: eight blocks at a time, then one.
+#[target_feature(enable = "aes")]
+fn stage1_xmm(rk: &[__m128i; ROUNDS + 1], data: &[u8], anchors: &[u32], out: &mut [[u8; 16]]) {
+    let (groups, rest) = anchors.as_chunks::<8>();
+    let (out_groups, out_rest) = out.as_chunks_mut::<8>();
+    for (group, out) in groups.iter().zip(out_groups) {
+        let blocks = encrypt_n(rk, group.map(|a| load_window(data, a)));
+        for (block, out) in blocks.into_iter().zip(out) {
+            // SAFETY: `out` is 16 writable bytes; the store is unaligned.
+            unsafe { _mm_storeu_si128(out.as_mut_ptr().cast(), block) };
+        }
+    }
+    for (&anchor, out) in rest.iter().zip(out_rest) {
+        let [block] = encrypt_n(rk, [load_window(data, anchor)]);
+        // SAFETY: `out` is 16 writable bytes; the store is unaligned.
+        unsafe { _mm_storeu_si128(out.as_mut_ptr().cast(), block) };
+    }
+}
+
+/// `out[k] = AES(window ending at anchors[k])` with AES-NI; lengths checked by the
+/// caller.
+///
+/// # Safety
+/// The CPU must support AES-NI.
+#[target_feature(enable = "aes")]
+pub unsafe fn stage1_aesni(keys: &RoundKeys, data: &[u8], anchors: &[u32], out: &mut [[u8; 16]]) {
+    stage1_xmm(&load_keys(keys), data, anchors, out);
+}
+
+/// As [`stage1_aesni`], sixteen blocks at a time in eight 256-bit registers, the rest
+/// by the 128-bit path.
+///
+/// # Safety
+/// The CPU must support AES-NI, AVX2 and VAES.
+#[target_feature(enable = "aes,avx2,vaes")]
+pub unsafe fn stage1_vaes(keys: &RoundKeys, data: &[u8], anchors: &[u32], out: &mut [[u8; 16]]) {
+    let rk = load_keys(keys);
+    let rk2 = rk.map(|k| _mm256_broadcastsi128_si256(k));
+    let (groups, rest) = anchors.as_chunks::<16>();
+    let (out_groups, out_rest) = out.as_chunks_mut::<16>();
+    for (group, out) in groups.iter().zip(out_groups) {
+        let (pairs, _) = group.as_chunks::<2>();
+        let mut b: [__m256i; 8] = std::array::from_fn(|k| {
+            let [lo, hi] = pairs[k];
+            _mm256_set_m128i(load_window(data, hi), load_window(data, lo))
+        });
+        for block in &mut b {
+            *block = _mm256_xor_si256(*block, rk2[0]);
+        }
+        for round in &rk2[1..ROUNDS] {
+            for block in &mut b {
+                *block = _mm256_aesenc_epi128(*block, *round);
+            }
+        }
+        for block in &mut b {
+            *block = _mm256_aesenclast_epi128(*block, rk2[ROUNDS]);
+        }
+        let (out_pairs, _) = out.as_chunks_mut::<2>();
+        for (block, pair) in b.into_iter().zip(out_pairs) {
+            // SAFETY: `pair` is two consecutive 16-byte arrays, 32 writable bytes;
+            // the store is unaligned.
+            unsafe { _mm256_storeu_si256(pair.as_mut_ptr().cast(), block) };
+        }
+    }
+    stage1_xmm(&rk, data, rest, out_rest);
+}
