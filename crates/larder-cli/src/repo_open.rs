@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use larder_chunk::ChunkerConfig;
+use larder_chunk::{ChunkerConfig, ChunkerKind};
 use larder_crypto::{FingerprintKind, KdfParams, KeyKind, KeySlot, RepoKeys};
 use larder_hash::HashAlgo;
 use larder_store::{
@@ -56,7 +56,11 @@ impl RepoOpener {
         }
         let path = default_repo()?;
         if !path.join("config").exists() {
-            let config = RepoConfig::new(ChunkerConfig::default(), HashAlgo::Blake3)
+            let chunker = ChunkerConfig {
+                kind: ChunkerKind::Keyed,
+                ..ChunkerConfig::default()
+            };
+            let config = RepoConfig::new(chunker, HashAlgo::Blake3)
                 .with_encryption(larder_crypto::AeadKind::Aes256Gcm);
             let generated = self.password.given()?.is_none();
             let password = self.new_default_password()?;

@@ -276,13 +276,10 @@ impl RepoKeys {
         m
     }
 
-    /// The keyed chunker's secret: only for `WindowPrf::from_secret`.
-    #[allow(
-        dead_code,
-        reason = "read by the keyed chunker's WindowPrf, merged separately"
-    )]
-    pub(crate) fn chunker_secret(&self) -> &[u8; 32] {
-        &self.chunker_secret
+    /// The keyed chunker's pseudo-random function under this repository's chunker
+    /// secret (docs/design/chunking.md, "keyed").
+    pub fn window_prf(&self) -> crate::WindowPrf {
+        crate::WindowPrf::from_secret(&self.chunker_secret)
     }
 
     /// The key of a metadata envelope or container table with this salt:

@@ -339,7 +339,7 @@ fn run(
     stages.previous += previous_started.elapsed();
 
     let config = repo.config().clone();
-    let chunker = config.chunker.build();
+    let chunker = repo.chunker();
     let threads = thread_count(opts.threads);
     // The reused recipes become the indexer's; the files without one are read.
     let reused = std::mem::take(&mut decisions.reused);

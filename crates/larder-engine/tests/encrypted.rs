@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use larder_chunk::ChunkerConfig;
+use larder_chunk::{ChunkerConfig, ChunkerKind};
 use larder_crypto::{AeadKind, FingerprintKind, KdfParams, KeyKind, KeySlot, RepoKeys};
 use larder_engine::{backup, check, restore, DEFAULT_RESTORE_CACHE};
 use larder_hash::HashAlgo;
@@ -45,8 +45,17 @@ fn init(root: &Path, hash: HashAlgo, aead: AeadKind) -> RepoKeys {
     init_sized(root, hash, aead, 4 << 20)
 }
 
+/// An encrypted repository with the keyed chunker (the default of encrypted ones) for
+/// BLAKE3, FastCDC for SHA-256.
 fn init_sized(root: &Path, hash: HashAlgo, aead: AeadKind, container_size: usize) -> RepoKeys {
-    let mut config = RepoConfig::new(ChunkerConfig::default(), hash).with_encryption(aead);
+    let chunker = ChunkerConfig {
+        kind: match hash {
+            HashAlgo::Blake3 => ChunkerKind::Keyed,
+            _ => ChunkerKind::Fastcdc2020,
+        },
+        ..ChunkerConfig::default()
+    };
+    let mut config = RepoConfig::new(chunker, hash).with_encryption(aead);
     config.container_size = container_size;
     let fingerprint = match hash {
         HashAlgo::Sha256 => FingerprintKind::HmacSha256,
@@ -415,4 +424,54 @@ fn check_read_data_names_every_tampered_object() {
         let found = check_copy(&copy);
         assert!(found.contains(named), "{what}: check found {found}");
     }
+}
+
+#[test]
+fn two_repositories_cut_the_same_data_apart_and_full_containers_are_one_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("data"), bytes(9, 3 << 20)).unwrap();
+    let container_size = 256 << 10;
+    let mut cuts = Vec::new();
+    for name in ["one", "two"] {
+        let root = dir.path().join(name);
+        init_sized(&root, HashAlgo::Blake3, AeadKind::Aes256Gcm, container_size);
+        let mut repo = open(&root, PASSWORD, LockMode::Exclusive).unwrap();
+        backup(&mut repo, std::slice::from_ref(&src), &backup_options(2)).unwrap();
+        let mut lengths = Vec::new();
+        let mut sizes = Vec::new();
+        for id in repo
+            .indexed_containers()
+            .iter()
+            .copied()
+            .collect::<Vec<_>>()
+        {
+            lengths.extend(
+                repo.load_container_table(id)
+                    .unwrap()
+                    .entries
+                    .iter()
+                    .map(|e| e.raw_len),
+            );
+            let path = root.join(format!("containers/{id:016x}.ctr"));
+            sizes.push(fs::metadata(path).unwrap().len() as usize);
+        }
+        // Every container but the backup's last (or two: data and tree) is full, and
+        // every full one has exactly the container size; the others a power of two.
+        let full = sizes.iter().filter(|&&s| s == container_size).count();
+        assert!(full + 2 >= sizes.len() && full >= 8, "{sizes:?}");
+        assert!(
+            sizes
+                .iter()
+                .all(|s| *s == container_size || s.is_power_of_two()),
+            "{sizes:?}"
+        );
+        lengths.sort_unstable();
+        cuts.push(lengths);
+    }
+    assert_ne!(
+        cuts[0], cuts[1],
+        "two keys cut the same data at the same points"
+    );
 }

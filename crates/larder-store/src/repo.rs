@@ -175,17 +175,16 @@ impl RepoConfig {
 
     /// Checks the chunker, the container size, the compression, and that a version 1
     /// config does not name compression (a version 1 larder would ignore the field and
-    /// misread the data). A chunker that needs a key (`keyed`) is refused: only an
-    /// encrypted repository holds one, and larder cannot make those yet.
+    /// misread the data). A chunker that needs a key (`keyed`) needs an encrypted
+    /// repository: only it holds one.
     pub fn validate(&self) -> Result<()> {
         self.chunker
             .validate()
             .map_err(|e| StoreError::Config(e.to_string()))?;
-        if self.chunker.kind.needs_key() {
+        if self.chunker.kind.needs_key() && self.encryption.is_none() {
             return Err(StoreError::Config(format!(
                 "the {} chunker needs a secret key, which only an encrypted repository \
-                 holds, and larder cannot create encrypted repositories yet: choose \
-                 another chunker (fastcdc is the default)",
+                 holds: choose another chunker (fastcdc) or encryption",
                 self.chunker.kind.name()
             )));
         }

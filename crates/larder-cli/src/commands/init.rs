@@ -21,9 +21,11 @@ use crate::size;
 
 #[derive(Args)]
 pub struct InitArgs {
-    /// fastcdc (= fastcdc2020), fastcdc2016, fixed; the papers' baselines rabin, adler, gear, ae
-    #[arg(long, default_value = "fastcdc")]
-    chunker: String,
+    /// keyed (the default of encrypted repositories: cut points no one without the key
+    /// can predict), fastcdc (= fastcdc2020; the default of plaintext ones),
+    /// fastcdc2016, fixed; the papers' baselines rabin, adler, gear, ae
+    #[arg(long)]
+    chunker: Option<String>,
     /// Minimum chunk size (bytes; KiB/MiB suffixes accepted)
     #[arg(long, default_value = "2KiB", value_parser = size::parse)]
     min: usize,
@@ -63,14 +65,24 @@ impl InitArgs {
     /// error, the usage message.
     fn config(&self, out: &Output) -> Result<RepoConfig, String> {
         let compression = Compression::parse(&self.compression)?;
-        let Some(kind) = ChunkerKind::from_name(&self.chunker) else {
+        let plaintext = self.encryption.eq_ignore_ascii_case("none");
+        let name = match &self.chunker {
+            Some(name) => name.as_str(),
+            None if plaintext => "fastcdc",
+            None => "keyed",
+        };
+        let Some(kind) = ChunkerKind::from_name(name) else {
             let names: Vec<&str> = ChunkerKind::ALL.iter().map(|k| k.name()).collect();
             return Err(format!(
-                "unknown chunker {:?}: use fastcdc or one of {}",
-                self.chunker,
+                "unknown chunker {name:?}: use fastcdc or one of {}",
                 names.join(", ")
             ));
         };
+        if kind.needs_key() && plaintext {
+            return Err(format!(
+                "the {name} chunker needs an encrypted repository (its key): drop --encryption none"
+            ));
+        }
         let Some(hash) = HashAlgo::from_name(&self.hash) else {
             return Err(format!(
                 "unknown hash {:?}: use blake3, sha256 or sha1",

@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use larder_chunk::Chunker;
 use larder_crypto::{ObjectKind, RepoKeys};
 
 use super::{RepoConfig, Repository};
@@ -80,6 +81,15 @@ impl Repository {
     /// The repository's keys, if it is encrypted.
     pub fn keys(&self) -> Option<&Arc<RepoKeys>> {
         self.keys.as_ref()
+    }
+
+    /// The repository's chunker: keyed by its chunker secret in an encrypted
+    /// repository (docs/design/chunking.md, "keyed").
+    pub fn chunker(&self) -> Box<dyn Chunker> {
+        match &self.keys {
+            Some(keys) => self.config.chunker.build_keyed(Arc::new(keys.window_prf())),
+            None => self.config.chunker.build(),
+        }
     }
 
     /// Refuses what a write-only key cannot do (`action`, in words).
