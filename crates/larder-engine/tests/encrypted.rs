@@ -282,6 +282,9 @@ fn a_write_only_key_backs_up_and_deduplicates_but_reads_nothing() {
     assert!(report.is_ok(), "{:?}", report.damage);
 }
 
+/// A change made to a copy of a repository.
+type Tamper<'a> = Box<dyn Fn(&Path) + 'a>;
+
 /// A copy of the repository at `root` in `to`, with `tamper` applied to it.
 fn tampered_copy(root: &Path, to: &Path, tamper: impl FnOnce(&Path)) {
     let _ = fs::remove_dir_all(to);
@@ -344,7 +347,7 @@ fn check_read_data_names_every_tampered_object() {
     let copy = dir.path().join("copy");
     let container = containers[0].strip_prefix(&root).unwrap().to_path_buf();
     let id = container.file_stem().unwrap().to_str().unwrap().to_string();
-    let cases: Vec<(&str, &str, Box<dyn Fn(&Path)>)> = vec![
+    let cases: Vec<(&str, &str, Tamper)> = vec![
         (
             "header",
             &id,
