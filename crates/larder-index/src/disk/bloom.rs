@@ -8,7 +8,9 @@ use crate::prefetch::prefetch_line;
 use super::format::BLOOM_BITS_PER_PAGE;
 
 /// A Bloom filter over fingerprints with `k` probes `h1 + j * h2` (double hashing on
-/// fingerprint bytes 8 .. 24).
+/// fingerprint bytes 24 .. 32 and 16 .. 24: neither the bytes that pick the disk
+/// index's bucket (0 .. 8) nor those that pick a cluster's partition (8 .. 16), so that
+/// every probe of a partition's filter is independent of the partition).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BloomFilter {
     words: Vec<u64>,
@@ -68,7 +70,7 @@ impl BloomFilter {
     /// Bit `j` of `fp`'s probes is `(h1 + j * h2) mod m`.
     fn probe_base(fp: &Fingerprint) -> (u64, u64) {
         let b = fp.as_bytes();
-        let h1 = u64::from_le_bytes(b[8..16].try_into().expect("8 bytes"));
+        let h1 = u64::from_le_bytes(b[24..32].try_into().expect("8 bytes"));
         let h2 = u64::from_le_bytes(b[16..24].try_into().expect("8 bytes")) | 1;
         (h1, h2)
     }

@@ -14,6 +14,10 @@ pub const VERSION: u32 = 1;
 /// The table's version: 2 lists spilled runs in its header; version 1 (no runs) is
 /// still read.
 pub const TABLE_VERSION: u32 = 2;
+/// The Bloom filter's version: 2 takes its first hash from fingerprint bytes 24 .. 32
+/// (version 1 took bytes 8 .. 16, which also pick a cluster's partition). A filter of
+/// another version is rebuilt from `meta`, like a damaged one.
+pub const BLOOM_VERSION: u32 = 2;
 /// Spilled runs that may wait before they are merged into the table.
 pub const MAX_RUNS: usize = 16;
 /// Where the table header's list of runs starts, and its end (the checksum covers
@@ -458,7 +462,7 @@ impl BloomHeader {
     pub fn encode(&self, words: &[u64]) -> Vec<u8> {
         let mut b = vec![0u8; PAGE];
         put(&mut b, 0, BLOOM_MAGIC);
-        put(&mut b, 8, &VERSION.to_le_bytes());
+        put(&mut b, 8, &BLOOM_VERSION.to_le_bytes());
         put(&mut b, 12, &self.hashes.to_le_bytes());
         put(&mut b, 16, &self.bits.to_le_bytes());
         put(&mut b, 24, &self.added.to_le_bytes());
@@ -474,7 +478,7 @@ impl BloomHeader {
         if &b[0..8] != BLOOM_MAGIC {
             return Err("not a disk index Bloom filter (bad magic)".into());
         }
-        if u32_at(b, 8) != VERSION {
+        if u32_at(b, 8) != BLOOM_VERSION {
             return Err(format!("bloom version {}", u32_at(b, 8)));
         }
         let header = Self {
