@@ -85,7 +85,7 @@ fn mixed_tree(root: &Path) -> PathBuf {
 /// init with `args`, back up a mixed tree, restore it, compare, check every chunk.
 /// Returns the repository and the backup's JSON summary.
 fn round_trip(args: &[&str]) -> (Repo, Value) {
-    let repo = Repo::init(args);
+    let repo = Repo::init_plain(args);
     let src = mixed_tree(&repo.dir("src"));
     let summary = repo.backup(&[&src]);
     let target = repo.dir("target");
@@ -165,7 +165,7 @@ fn levels_round_trip_and_higher_levels_store_no_more() {
 
 #[test]
 fn incompressible_chunks_are_stored_raw_and_compressible_ones_as_frames() {
-    let repo = Repo::init(&[]);
+    let repo = Repo::init_plain(&[]);
     let src = repo.dir("src");
     TreeBuilder::new(&src)
         .file("noise.bin", pseudo_random(7, 600_000))
@@ -200,7 +200,7 @@ fn incompressible_chunks_are_stored_raw_and_compressible_ones_as_frames() {
 /// each full container holds about 4 MiB of frames and far more raw data.
 #[test]
 fn containers_hold_about_4_mib_of_stored_bytes() {
-    let repo = Repo::init(&[]);
+    let repo = Repo::init_plain(&[]);
     let src = repo.dir("src");
     TreeBuilder::new(&src)
         .file("big.txt", pseudo_text(9, 40_000_000))
@@ -228,7 +228,7 @@ fn containers_hold_about_4_mib_of_stored_bytes() {
 /// byte for byte what format version 1 wrote (the layouts did not change).
 #[test]
 fn old_uncompressed_repositories_still_read_and_stay_version_1() {
-    let repo = Repo::init(&["--compression", "none"]);
+    let repo = Repo::init_plain(&["--compression", "none"]);
     let mut cfg = config(&repo);
     cfg.as_object_mut().unwrap().remove("compression");
     assert_eq!(cfg["version"], 1);
@@ -320,7 +320,7 @@ fn init_validates_the_compression_argument() {
         "gzip:3",
         "",
     ] {
-        let (repo, out) = Repo::init_with(&["--compression", bad]);
+        let (repo, out) = Repo::init_plain_with(&["--compression", bad]);
         out.expect_code(2).expect_stderr(&[
             "invalid compression",
             "none, zstd or zstd:LEVEL",
@@ -328,20 +328,20 @@ fn init_validates_the_compression_argument() {
         ]);
         assert!(!repo.path.exists(), "{bad}: a repository was created");
     }
-    let (_, out) = Repo::init_with(&["--compression", "zstd:19", "--json"]);
+    let (_, out) = Repo::init_plain_with(&["--compression", "zstd:19", "--json"]);
     out.expect_ok();
     assert_eq!(
         out.json()["config"]["compression"],
         serde_json::json!({ "kind": "zstd", "level": 19 })
     );
-    let (_, out) = Repo::init_with(&["--compression", "zstd:7"]);
+    let (_, out) = Repo::init_plain_with(&["--compression", "zstd:7"]);
     out.expect_ok();
     assert!(out.stdout.contains("compression zstd:7"), "{out}");
 }
 
 #[test]
 fn a_config_with_impossible_compression_is_refused() {
-    let repo = Repo::init(&[]);
+    let repo = Repo::init_plain(&[]);
     let src = repo.dir("src");
     TreeBuilder::new(&src).file("f", b"data").finish();
     let good = config(&repo);
@@ -366,7 +366,11 @@ fn a_config_with_impossible_compression_is_refused() {
         ),
         (
             with(3, serde_json::json!({ "kind": "zstd", "level": 3 })),
-            "repository format version 3 is not supported",
+            "format version 3 is for encrypted repositories",
+        ),
+        (
+            with(4, serde_json::json!({ "kind": "zstd", "level": 3 })),
+            "repository format version 4 is not supported",
         ),
     ];
     for (cfg, needle) in cases {
@@ -387,7 +391,7 @@ fn a_config_with_impossible_compression_is_refused() {
 
 #[test]
 fn backup_and_stats_report_dedup_and_compression_separately() {
-    let repo = Repo::init(&[]);
+    let repo = Repo::init_plain(&[]);
     let src = repo.dir("src");
     let text = pseudo_text(12, 400_000);
     TreeBuilder::new(&src)
@@ -458,7 +462,7 @@ fn set_first_flags(path: &Path, flags: u8) {
 
 #[test]
 fn unknown_chunk_encodings_are_refused_by_name() {
-    let repo = Repo::init(&[]);
+    let repo = Repo::init_plain(&[]);
     let src = repo.dir("src");
     TreeBuilder::new(&src)
         .file("t.txt", pseudo_text(13, 50_000))

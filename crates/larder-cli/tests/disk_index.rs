@@ -30,8 +30,11 @@ const MODES: [&[&str]; 4] = [
     ],
 ];
 
+/// A plaintext repository: an encrypted one keeps the memory index until the disk
+/// index is encrypted.
 fn init(mode: &[&str]) -> Repo {
     let mut args = CHUNKER.to_vec();
+    args.extend_from_slice(&["--encryption", "none"]);
     args.extend_from_slice(mode);
     Repo::init(&args)
 }

@@ -15,7 +15,7 @@ use support::{pseudo_random, Repo};
 /// released may still be held for a moment by a child another test thread is
 /// starting (fork copies the descriptor until exec closes it).
 fn hold(repo: &Repo, mode: LockMode) -> Repository {
-    Repository::open_waiting(&repo.path, mode, Duration::from_secs(10)).unwrap()
+    support::open_store_waiting(&repo.path, mode, Duration::from_secs(10))
 }
 
 fn repo_with_snapshots(n: u64) -> (Repo, Vec<String>) {

@@ -198,16 +198,19 @@ impl RepoConfig {
         }
         self.compression.validate()?;
         self.index.validate()?;
-        if (self.version == ENCRYPTED_VERSION) != self.encryption.is_some() {
-            return Err(StoreError::Config(format!(
-                "format version {} {} an encrypted repository's ({ENCRYPTED_VERSION})",
-                self.version,
-                if self.encryption.is_some() {
-                    "is not"
-                } else {
-                    "is"
-                }
-            )));
+        match (self.version == ENCRYPTED_VERSION, self.encryption.is_some()) {
+            (true, false) => {
+                return Err(StoreError::Config(format!(
+                    "format version {ENCRYPTED_VERSION} is for encrypted repositories, but this config names no encryption"
+                )))
+            }
+            (false, true) => {
+                return Err(StoreError::Config(format!(
+                    "an encrypted repository's config is format version {ENCRYPTED_VERSION}, not {}",
+                    self.version
+                )))
+            }
+            _ => {}
         }
         if self.encryption.is_some() && self.index != IndexSettings::Memory {
             return Err(StoreError::Config(

@@ -49,7 +49,11 @@ fn configs_larder_cannot_use_are_refused_with_the_reason() {
     let cases: Vec<(Vec<u8>, &str)> = vec![
         (b"not json".to_vec(), "is not a larder config"),
         (b"[1, 2]".to_vec(), "is not a larder config"),
-        (with("version", 3.into()), "version 3 is not supported"),
+        (with("version", 4.into()), "version 4 is not supported"),
+        (
+            with("version", 3.into()),
+            "format version 3 is for encrypted repositories",
+        ),
         (with("hash", "md5".into()), "unknown variant"),
         (
             with("container_size", 0.into()),

@@ -32,6 +32,15 @@ pub const PASSWORD: &str = "larder test password";
 /// [`PASSWORD`] when it is encrypted: for tests that craft objects larder would not
 /// write.
 pub fn open_store(path: &Path, mode: larder_store::LockMode) -> larder_store::Repository {
+    open_store_waiting(path, mode, Duration::ZERO)
+}
+
+/// Like [`open_store`], waiting up to `wait` for the lock.
+pub fn open_store_waiting(
+    path: &Path,
+    mode: larder_store::LockMode,
+    wait: Duration,
+) -> larder_store::Repository {
     let sealed = std::fs::read(path.join("config"))
         .map(|c| larder_store::config_is_sealed(&c))
         .unwrap_or(false);
@@ -41,8 +50,7 @@ pub fn open_store(path: &Path, mode: larder_store::LockMode) -> larder_store::Re
             .0
     });
     let backend = std::sync::Arc::new(larder_store::LocalBackend::new(path));
-    larder_store::Repository::open_with(path, mode, Duration::ZERO, backend, keys)
-        .expect("open repository")
+    larder_store::Repository::open_with(path, mode, wait, backend, keys).expect("open repository")
 }
 
 /// `init` options that make the first key slot cheap to unlock: tests run larder
@@ -291,6 +299,23 @@ impl Repo {
         let (repo, out) = Self::init_with(args);
         out.expect_ok();
         repo
+    }
+
+    /// `init --encryption none ARGS`, which must succeed: for tests that read or damage
+    /// the plaintext formats of docs/design/format.md.
+    #[track_caller]
+    pub fn init_plain(args: &[&str]) -> Self {
+        let (repo, out) = Self::init_plain_with(args);
+        out.expect_ok();
+        repo
+    }
+
+    /// Runs `init --encryption none ARGS`, whatever its outcome.
+    #[track_caller]
+    pub fn init_plain_with(args: &[&str]) -> (Self, Output) {
+        let mut full = vec!["--encryption", "none"];
+        full.extend_from_slice(args);
+        Self::init_with(&full)
     }
 
     /// Runs `init ARGS` and returns the fixture and the run, whatever its outcome.
