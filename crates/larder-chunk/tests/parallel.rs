@@ -103,7 +103,7 @@ fn assert_exact(
     threads: usize,
     segment_size: usize,
 ) -> ParallelStats {
-    let chunker = build(&config);
+    let chunker = build(config);
     let sequential = chunker.chunk_lengths(data);
     let parallel = ParallelChunker::new(chunker.as_ref(), pool(threads))
         .with_segment_size(segment(segment_size))
@@ -162,7 +162,7 @@ fn assert_streamed_exact(
     segment_size: usize,
     new_bytes: &[usize],
 ) {
-    let chunker = build(&config);
+    let chunker = build(config);
     let max = chunker.max_size();
     let parallel = ParallelChunker::new(chunker.as_ref(), pool(threads))
         .with_segment_size(segment(segment_size));

@@ -236,6 +236,21 @@ impl fmt::Debug for WindowPrf {
     }
 }
 
+/// Panics, naming the first anchor whose window does not lie inside `data`, unless
+/// every one does. One pass of minimum and maximum (vectorized in the SIMD backends'
+/// instruction sets), so that their kernels then load windows without checking each.
+#[inline(always)]
+fn check_anchors(data: &[u8], anchors: &[u32]) {
+    let (low, high) = anchors
+        .iter()
+        .fold((u32::MAX, 0), |(low, high), &a| (low.min(a), high.max(a)));
+    if !anchors.is_empty() && ((low as usize) < WINDOW_LEN - 1 || high as usize >= data.len()) {
+        for &a in anchors {
+            window(data, a);
+        }
+    }
+}
+
 /// The window that ends at `data[end]`, or a panic naming the contract it breaks.
 #[inline(always)]
 fn window(data: &[u8], end: u32) -> &[u8; 16] {
