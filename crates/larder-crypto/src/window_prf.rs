@@ -193,10 +193,14 @@ impl WindowPrf {
             Engine::Portable(keys) => keys.stage1(data, anchors, out),
             #[cfg(target_arch = "x86_64")]
             // SAFETY: an `AesNi` engine is only built where AES-NI is supported.
-            Engine::AesNi(keys) => unsafe { x86::stage1_aesni(&keys.stage1, data, anchors, out) },
+            Engine::AesNi(keys) => unsafe {
+                x86::encrypt_windows_aesni(&keys.stage1, data, anchors, out)
+            },
             #[cfg(target_arch = "x86_64")]
             // SAFETY: a `Vaes` engine is only built where AES-NI, AVX2 and VAES are.
-            Engine::Vaes(keys) => unsafe { x86::stage1_vaes(&keys.stage1, data, anchors, out) },
+            Engine::Vaes(keys) => unsafe {
+                x86::encrypt_windows_vaes(&keys.stage1, data, anchors, out)
+            },
         }
     }
 

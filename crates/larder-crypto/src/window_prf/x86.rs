@@ -166,7 +166,7 @@ unsafe fn group_xmm<const N: usize>(
 /// # Safety
 /// The CPU must support AES-NI; every anchor is valid ([`load_window`]).
 #[target_feature(enable = "aes")]
-unsafe fn stage1_xmm(
+unsafe fn encrypt_windows_xmm(
     rk: &[__m128i; ROUNDS + 1],
     data: &[u8],
     anchors: &[u32],
@@ -205,10 +205,15 @@ unsafe fn stage1_xmm(
 /// # Safety
 /// The CPU must support AES-NI.
 #[target_feature(enable = "aes")]
-pub unsafe fn stage1_aesni(keys: &RoundKeys, data: &[u8], anchors: &[u32], out: &mut [[u8; 16]]) {
+pub unsafe fn encrypt_windows_aesni(
+    keys: &RoundKeys,
+    data: &[u8],
+    anchors: &[u32],
+    out: &mut [[u8; 16]],
+) {
     check_anchors(data, anchors);
     // SAFETY: every anchor was just checked.
-    unsafe { stage1_xmm(&load_keys(keys), data, anchors, out) };
+    unsafe { encrypt_windows_xmm(&load_keys(keys), data, anchors, out) };
 }
 
 /// The first `2 N` (`N <= 8`) windows of a group of sixteen, in `N` 256-bit registers
@@ -253,7 +258,7 @@ unsafe fn group_ymm<const N: usize>(
     }
 }
 
-/// As [`stage1_aesni`], sixteen blocks at a time in eight 256-bit registers, then the
+/// As [`encrypt_windows_aesni`], sixteen blocks at a time in eight 256-bit registers, then the
 /// rest as one group of just enough registers (padded with copies of its last
 /// window), so that the tail of a batch keeps several blocks in flight too.
 ///
@@ -262,7 +267,12 @@ unsafe fn group_ymm<const N: usize>(
 /// # Safety
 /// The CPU must support AES-NI, AVX2 and VAES.
 #[target_feature(enable = "aes,avx2,vaes")]
-pub unsafe fn stage1_vaes(keys: &RoundKeys, data: &[u8], anchors: &[u32], out: &mut [[u8; 16]]) {
+pub unsafe fn encrypt_windows_vaes(
+    keys: &RoundKeys,
+    data: &[u8],
+    anchors: &[u32],
+    out: &mut [[u8; 16]],
+) {
     check_anchors(data, anchors);
     let rk = load_keys(keys).map(|k| _mm256_broadcastsi128_si256(k));
     let (groups, rest) = anchors.as_chunks::<16>();
