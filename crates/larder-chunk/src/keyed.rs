@@ -297,13 +297,15 @@ impl Batch {
     /// position, and forced ones 16 after the previous anchor. Returns their number.
     ///
     /// Without branches on the data, 64 positions at a time. Call the natural
-    /// positions and the pending anchor *seeds*. A position is a forced anchor exactly
-    /// when the position 16 before it is an anchor and no seed lies between them (a
-    /// forced anchor in between would itself be 16 after its previous anchor, which
-    /// would then lie between too). Within 64 positions a chain of forced anchors is
-    /// at most 4 long, so 4 rounds of "anchor 16 before, no seed in the 15 before"
-    /// find them all, carrying the previous 64 positions' seeds and anchors. The
-    /// positions are then read off the anchor bits, eight at a time unconditionally.
+    /// positions and the anchors before these 64 positions *seeds*. A position is an
+    /// anchor exactly when it is a seed, or some seed lies `16 k` positions before it
+    /// (`k >= 1`) with no seed in between (the forced anchors of that chain fill the
+    /// gap 16 apart). Every 16 consecutive positions hold an anchor, so the last
+    /// anchor before the 64 positions is at most 16 before them, and `k <= 4`. With
+    /// `e_k` = "no seed among the `16 k - 1` positions before", the anchors are
+    /// `seeds | OR_k (seeds << 16 k) & e_k`; `e_1` comes from smearing the seeds, and
+    /// `e_(k+1) = e_k & !(seeds << 16 k) & (e_1 << 16 k)`. The positions are then read
+    /// off the anchor bits, eight at a time unconditionally.
     #[inline(always)]
     fn list_anchors<K: KeyedKernels>(
         &mut self,
@@ -315,8 +317,7 @@ impl Batch {
         kernels.natural_anchors(data, start, &mut self.naturals);
         let pending = self.anchors[0] as usize;
         // The 64 positions before `start`, as bits: only the pending anchor.
-        let carried = 1u64 << (64 - (start - pending));
-        let (mut previous_seeds, mut previous_anchors) = (carried, carried);
+        let mut previous_anchors = 1u64 << (64 - (start - pending));
         let mut n = 1;
         for (w, &naturals) in self.naturals.iter().enumerate() {
             let base = start + 64 * w;
@@ -326,20 +327,22 @@ impl Batch {
                 k if k >= 64 => u64::MAX,
                 k => (1u64 << k) - 1,
             };
-            let seeds = naturals & keep;
-            // Bit `p`: some seed among the 15 positions before `p`.
-            let joined = u128::from(previous_seeds) | u128::from(seeds) << 64;
-            let mut near = joined << 1;
+            // Bit `64 + p`: position `base + p`; the low half is the previous 64.
+            let seeds = u128::from(previous_anchors) | u128::from(naturals & keep) << 64;
+            let mut near = seeds << 1;
             near |= near << 1;
             near |= near << 2;
             near |= near << 4;
             near |= near << 7;
-            let free = !((near >> 64) as u64);
-            let mut anchors = u128::from(previous_anchors) | u128::from(seeds) << 64;
-            for _ in 0..4 {
-                let forced = ((anchors << 16) >> 64) as u64 & free;
-                anchors |= u128::from(forced) << 64;
-            }
+            let e1 = !near;
+            let e2 = e1 & !(seeds << 16) & (e1 << 16);
+            let e3 = e2 & !(seeds << 32) & (e1 << 32);
+            let e4 = e3 & !(seeds << 48) & (e1 << 48);
+            let anchors = seeds
+                | (seeds << 16 & e1)
+                | (seeds << 32 & e2)
+                | (seeds << 48 & e3)
+                | (seeds << 64 & e4);
             let anchors = (anchors >> 64) as u64 & keep;
             let count = anchors.count_ones() as usize;
             let mut bits = anchors;
@@ -353,7 +356,6 @@ impl Batch {
                 bits &= bits - 1;
             }
             n += count;
-            previous_seeds = seeds;
             previous_anchors = anchors;
         }
         n - 1
