@@ -252,7 +252,7 @@ struct Batch {
     naturals: [u64; BATCH / 64],
     /// `anchors[0]`: the pending anchor, carried in; then the batch's anchors,
     /// ascending (and room for the unconditional stores of their listing).
-    anchors: [u32; BATCH + 1 + 8],
+    anchors: [u32; BATCH + 1 + 16],
     /// `passes[k]`: the stage-1 passes of `anchors[k]`.
     passes: [u16; BATCH + 1],
     /// `judged[k]`: the passes of the positions `anchors[k]` serves, those before
@@ -281,7 +281,7 @@ impl Batch {
     fn new() -> Self {
         Self {
             naturals: [0; BATCH / 64],
-            anchors: [0; BATCH + 1 + 8],
+            anchors: [0; BATCH + 1 + 16],
             passes: [0; BATCH + 1],
             judged: [0; BATCH],
             blocks: [[0; 16]; AES_SLICE],
@@ -289,6 +289,40 @@ impl Batch {
             unique_passes: [0; BATCH + 1],
             source: [0; BATCH],
         }
+    }
+
+    /// Where the batch of positions `start..stop` should end, given its natural
+    /// positions in `naturals`: 19 positions into the first stretch of 32 or more
+    /// consecutive natural positions that starts 19 or more positions into the batch.
+    /// Such a stretch is almost always a run of one byte whose word is natural (zeros,
+    /// spaces); 19 positions into it the window (16 bytes) and the word (4 bytes) of a
+    /// position lie inside the run. Ending the batch there lets the next one start with
+    /// [`Scan::skip_natural_run`], which crosses the run at memory speed instead of
+    /// listing every position of it as an anchor. Anything else (a period whose every
+    /// phase is natural) only splits a batch, and the batch starting inside a stretch
+    /// does not split again before position 19.
+    #[inline(always)]
+    fn stop_before_natural_run(&self, start: usize, stop: usize) -> usize {
+        const INTO: usize = 19;
+        for (w, &word) in self.naturals.iter().enumerate() {
+            let next = self.naturals.get(w + 1).copied().unwrap_or(0);
+            let mut ones = u128::from(word) | u128::from(next) << 64;
+            // Bit `p`: positions `p .. p + 32` all natural.
+            ones &= ones >> 1;
+            ones &= ones >> 2;
+            ones &= ones >> 4;
+            ones &= ones >> 8;
+            ones &= ones >> 16;
+            let mut found = ones as u64;
+            if w == 0 {
+                found &= u64::MAX << INTO;
+            }
+            if found != 0 {
+                let run = start + 64 * w + found.trailing_zeros() as usize;
+                return stop.min(run + INTO);
+            }
+        }
+        stop
     }
 
     /// Lists the anchors of positions `start..stop` after the pending anchor
@@ -307,14 +341,7 @@ impl Batch {
     /// `e_(k+1) = e_k & !(seeds << 16 k) & (e_1 << 16 k)`. The positions are then read
     /// off the anchor bits, eight at a time unconditionally.
     #[inline(always)]
-    fn list_anchors<K: KeyedKernels>(
-        &mut self,
-        kernels: K,
-        data: &[u8],
-        start: usize,
-        stop: usize,
-    ) -> usize {
-        kernels.natural_anchors(data, start, &mut self.naturals);
+    fn list_anchors(&mut self, start: usize, stop: usize) -> usize {
         let pending = self.anchors[0] as usize;
         // The 64 positions before `start`, as bits: only the pending anchor.
         let mut previous_anchors = 1u64 << (64 - (start - pending));
@@ -346,14 +373,22 @@ impl Batch {
             let anchors = (anchors >> 64) as u64 & keep;
             let count = anchors.count_ones() as usize;
             let mut bits = anchors;
-            let slots = &mut self.anchors[n..n + 8];
-            for slot in slots {
+            // Eight stores whatever the count (6 anchors in 64 positions on random
+            // data), eight more past 8 (text: runs of spaces are natural), then one
+            // at a time.
+            for slot in &mut self.anchors[n..n + 8] {
                 *slot = (base + bits.trailing_zeros() as usize) as u32;
                 bits &= bits.wrapping_sub(1);
             }
-            for k in 8..count {
-                self.anchors[n + k] = (base + bits.trailing_zeros() as usize) as u32;
-                bits &= bits - 1;
+            if count > 8 {
+                for slot in &mut self.anchors[n + 8..n + 16] {
+                    *slot = (base + bits.trailing_zeros() as usize) as u32;
+                    bits &= bits.wrapping_sub(1);
+                }
+                for k in 16..count {
+                    self.anchors[n + k] = (base + bits.trailing_zeros() as usize) as u32;
+                    bits &= bits - 1;
+                }
             }
             n += count;
             previous_anchors = anchors;
@@ -391,6 +426,11 @@ impl Batch {
             m += usize::from(w != previous);
             *source = m as u16;
             previous = w;
+        }
+        if m == n {
+            // No window repeats (text, whose runs of spaces make many anchors).
+            self.encrypt(kernels, chunker, data, n);
+            return;
         }
         self.unique_passes[0] = self.passes[0];
         let windows = self.unique[..m].chunks(AES_SLICE);
@@ -456,10 +496,11 @@ impl KeyedCdc {
             if start >= last {
                 break;
             }
-            let stop = (start + BATCH).min(last);
+            kernels.natural_anchors(data, start, &mut batch.naturals);
+            let stop = batch.stop_before_natural_run(start, (start + BATCH).min(last));
             batch.anchors[0] = scan.anchor as u32;
             batch.passes[0] = scan.passes as u16;
-            let n = batch.list_anchors(kernels, data, start, stop);
+            let n = batch.list_anchors(start, stop);
             if n > REUSE_ABOVE {
                 batch.encrypt_reusing(kernels, self, data, n);
             } else {
