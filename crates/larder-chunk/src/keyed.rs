@@ -29,7 +29,9 @@ use std::sync::Arc;
 
 use larder_crypto::WindowPrf;
 
-use crate::kernels::{self, is_natural_anchor};
+#[cfg(target_arch = "x86_64")]
+use crate::kernels::Avx2Kernels;
+use crate::kernels::{self, is_natural_anchor, KeyedKernels, PortableKernels};
 use crate::Chunker;
 
 /// Bytes in the window of a position: one AES block.
@@ -41,7 +43,7 @@ pub const ANCHOR_SPACING: usize = 16;
 /// chunk with room to spare (the first judged position is `min - 1`).
 pub const KEYED_MIN_SIZE: usize = 64;
 /// Positions judged per batch. Measured with `benches/chunk.rs`.
-pub const BATCH: usize = 256;
+pub const BATCH: usize = 512;
 
 /// The two stages' thresholds for an average size and normalization level.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,11 +92,10 @@ pub struct KeyedCdc {
     stage1_max: u8,
     t2_strict: u64,
     t2_loose: u64,
+    /// The AVX2 kernels, where the machine has them; else the scan runs portably.
+    #[cfg(target_arch = "x86_64")]
+    avx2: Option<Avx2Kernels>,
 }
-
-/// Flags an anchor whose window equals the previous anchor's: it reuses that AES
-/// output. Positions are below 2^31 (chunks are at most 16 MiB).
-const REUSE: u32 = 1 << 31;
 
 impl KeyedCdc {
     /// Sizes and level must pass [`crate::ChunkerConfig::validate`].
@@ -121,6 +122,8 @@ impl KeyedCdc {
             stage1_max: (thresholds.t1 - 1) as u8,
             t2_strict: thresholds.t2_strict,
             t2_loose: thresholds.t2_loose,
+            #[cfg(target_arch = "x86_64")]
+            avx2: Avx2Kernels::detect(),
         }
     }
 
@@ -149,34 +152,39 @@ fn window_word(data: &[u8], i: usize) -> u128 {
 }
 
 /// Bit `j` set where `block[j] <= max`: the stage-1 passes of an anchor's positions.
-#[inline(always)]
 fn stage1_passes(block: &[u8; 16], max: u8) -> u32 {
-    block
-        .iter()
-        .enumerate()
-        .fold(0, |bits, (j, &b)| bits | u32::from(b <= max) << j)
+    let mut bits = [0u16; 1];
+    PortableKernels.stage1_pass_masks(std::slice::from_ref(block), max, &mut bits);
+    u32::from(bits[0])
 }
 
-/// One chunk's scan: the judged range and the anchor whose positions are pending.
+/// The positions `0..count` (`1..=16`) of an anchor's block.
+#[inline(always)]
+fn first_positions(count: usize) -> u32 {
+    (1u32 << count) - 1
+}
+
+/// One chunk's scan: where cuts may be, and the pending anchor, whose positions from
+/// itself up to the next anchor have not been judged yet.
 struct Scan<'a> {
     chunker: &'a KeyedCdc,
     data: &'a [u8],
     /// Positions `i + 1 < center` are strict.
     center: usize,
-    /// The last anchor seen, and its stage-1 block.
+    /// The pending anchor and its stage-1 passes (bit `j`: position `anchor + j`).
     anchor: usize,
-    block: [u8; 16],
+    passes: u32,
 }
 
 impl Scan<'_> {
-    /// Judges positions `anchor .. anchor + count` (`count <= 16`), which all use the
-    /// pending anchor: the length of the chunk that ends at the first cut among them.
-    #[inline(always)]
-    fn judge_pending(&self, count: usize) -> Option<usize> {
-        let mut passes = stage1_passes(&self.block, self.chunker.stage1_max)
-            & (u32::MAX >> (32 - count.min(16)));
+    /// Stage 2 for the positions `anchor + j` of the set bits `j` of `passes`, which
+    /// passed stage 1: the length of the chunk that ends at the first that cuts.
+    /// Rare: one position in 256 at 8 KiB, level 2.
+    #[cold]
+    #[inline(never)]
+    fn stage2(&self, anchor: usize, mut passes: u32) -> Option<usize> {
         while passes != 0 {
-            let i = self.anchor + passes.trailing_zeros() as usize;
+            let i = anchor + passes.trailing_zeros() as usize;
             passes &= passes - 1;
             let threshold = if i + 1 < self.center {
                 self.chunker.t2_strict
@@ -190,14 +198,14 @@ impl Scan<'_> {
         None
     }
 
-    /// Makes `i`, a later position within 16 of the pending anchor, the new anchor
-    /// with the given stage-1 block, after judging the positions before it.
+    /// Judges the pending anchor's first `count` positions (`1..=16`).
     #[inline(always)]
-    fn advance(&mut self, i: usize, block: [u8; 16]) -> Option<usize> {
-        let cut = self.judge_pending(i - self.anchor);
-        self.anchor = i;
-        self.block = block;
-        cut
+    fn judge_pending(&self, count: usize) -> Option<usize> {
+        let passes = self.passes & first_positions(count);
+        if passes == 0 {
+            return None;
+        }
+        self.stage2(self.anchor, passes)
     }
 
     /// Crosses a run of one byte `b` whose four-byte word is natural, if the pending
@@ -238,8 +246,240 @@ impl Scan<'_> {
     }
 }
 
-impl Chunker for KeyedCdc {
-    fn next_chunk_len(&self, data: &[u8]) -> usize {
+/// The anchors of one batch and what they need, on the stack. Sized for the worst
+/// case: every position an anchor, plus the slack of the forced-anchor stores.
+struct Batch {
+    naturals: [u64; BATCH / 64],
+    /// `anchors[0]`: the pending anchor, carried in; then the batch's anchors,
+    /// ascending (and room for the unconditional stores of their listing).
+    anchors: [u32; BATCH + 1 + 16],
+    /// `passes[k]`: the stage-1 passes of `anchors[k]`.
+    passes: [u16; BATCH + 1],
+    /// `judged[k]`: the passes of the positions `anchors[k]` serves, those before
+    /// `anchors[k + 1]`.
+    judged: [u32; BATCH],
+    /// AES outputs, a slice of the batch at a time.
+    blocks: [[u8; 16]; AES_SLICE],
+    /// Where anchors reuse blocks: the windows to encrypt (those that differ from the
+    /// previous anchor's), the passes of each, and for each anchor the index of its
+    /// window among them.
+    unique: [u32; BATCH],
+    unique_passes: [u16; BATCH + 1],
+    source: [u16; BATCH],
+}
+
+/// Windows encrypted per call of `WindowPrf::stage1`: several full pipelines of the
+/// VAES kernel, and a small buffer.
+const AES_SLICE: usize = 64;
+
+/// A batch with more anchors than this looks for windows equal to the previous
+/// anchor's (runs, short periods). Random data has about `0.097 BATCH` anchors, and
+/// never equal windows; data with a natural position every `p < 8` bytes has more.
+const REUSE_ABOVE: usize = BATCH / 8;
+
+impl Batch {
+    fn new() -> Self {
+        Self {
+            naturals: [0; BATCH / 64],
+            anchors: [0; BATCH + 1 + 16],
+            passes: [0; BATCH + 1],
+            judged: [0; BATCH],
+            blocks: [[0; 16]; AES_SLICE],
+            unique: [0; BATCH],
+            unique_passes: [0; BATCH + 1],
+            source: [0; BATCH],
+        }
+    }
+
+    /// Where the batch of positions `start..stop` should end, given its natural
+    /// positions in `naturals`: 19 positions into the first stretch of 32 or more
+    /// consecutive natural positions that starts 19 or more positions into the batch.
+    /// Such a stretch is almost always a run of one byte whose word is natural (zeros,
+    /// spaces); 19 positions into it the window (16 bytes) and the word (4 bytes) of a
+    /// position lie inside the run. Ending the batch there lets the next one start with
+    /// [`Scan::skip_natural_run`], which crosses the run at memory speed instead of
+    /// listing every position of it as an anchor. Anything else (a period whose every
+    /// phase is natural) only splits a batch, and the batch starting inside a stretch
+    /// does not split again before position 19.
+    #[inline(always)]
+    fn stop_before_natural_run(&self, start: usize, stop: usize) -> usize {
+        const INTO: usize = 19;
+        for (w, &word) in self.naturals.iter().enumerate() {
+            let next = self.naturals.get(w + 1).copied().unwrap_or(0);
+            let mut ones = u128::from(word) | u128::from(next) << 64;
+            // Bit `p`: positions `p .. p + 32` all natural.
+            ones &= ones >> 1;
+            ones &= ones >> 2;
+            ones &= ones >> 4;
+            ones &= ones >> 8;
+            ones &= ones >> 16;
+            let mut found = ones as u64;
+            if w == 0 {
+                found &= u64::MAX << INTO;
+            }
+            if found != 0 {
+                let run = start + 64 * w + found.trailing_zeros() as usize;
+                return stop.min(run + INTO);
+            }
+        }
+        stop
+    }
+
+    /// Lists the anchors of positions `start..stop` after the pending anchor
+    /// `anchors[0]` (`stop - start <= BATCH`, `anchors[0] < start`,
+    /// `start - anchors[0] <= 16`) into `anchors[1..]`, ascending: every natural
+    /// position, and forced ones 16 after the previous anchor. Returns their number.
+    ///
+    /// Without branches on the data, 64 positions at a time. Call the natural
+    /// positions and the anchors before these 64 positions *seeds*. A position is an
+    /// anchor exactly when it is a seed, or some seed lies `16 k` positions before it
+    /// (`k >= 1`) with no seed in between (the forced anchors of that chain fill the
+    /// gap 16 apart). Every 16 consecutive positions hold an anchor, so the last
+    /// anchor before the 64 positions is at most 16 before them, and `k <= 4`. With
+    /// `e_k` = "no seed among the `16 k - 1` positions before", the anchors are
+    /// `seeds | OR_k (seeds << 16 k) & e_k`; `e_1` comes from smearing the seeds, and
+    /// `e_(k+1) = e_k & !(seeds << 16 k) & (e_1 << 16 k)`. The positions are then read
+    /// off the anchor bits, eight at a time unconditionally.
+    #[inline(always)]
+    fn list_anchors(&mut self, start: usize, stop: usize) -> usize {
+        let pending = self.anchors[0] as usize;
+        // The 64 positions before `start`, as bits: only the pending anchor.
+        let mut previous_anchors = 1u64 << (64 - (start - pending));
+        let mut n = 1;
+        for (w, &naturals) in self.naturals.iter().enumerate() {
+            let base = start + 64 * w;
+            // Positions from `stop` on belong to the next batch.
+            let keep = match stop.saturating_sub(base) {
+                0 => 0,
+                k if k >= 64 => u64::MAX,
+                k => (1u64 << k) - 1,
+            };
+            // Bit `64 + p`: position `base + p`; the low half is the previous 64.
+            let seeds = u128::from(previous_anchors) | u128::from(naturals & keep) << 64;
+            let mut near = seeds << 1;
+            near |= near << 1;
+            near |= near << 2;
+            near |= near << 4;
+            near |= near << 7;
+            let e1 = !near;
+            let e2 = e1 & !(seeds << 16) & (e1 << 16);
+            let e3 = e2 & !(seeds << 32) & (e1 << 32);
+            let e4 = e3 & !(seeds << 48) & (e1 << 48);
+            let anchors = seeds
+                | (seeds << 16 & e1)
+                | (seeds << 32 & e2)
+                | (seeds << 48 & e3)
+                | (seeds << 64 & e4);
+            let anchors = (anchors >> 64) as u64 & keep;
+            let count = anchors.count_ones() as usize;
+            let mut bits = anchors;
+            // Eight stores whatever the count (6 anchors in 64 positions on random
+            // data), eight more past 8 (text: runs of spaces are natural), then one
+            // at a time.
+            for slot in &mut self.anchors[n..n + 8] {
+                *slot = (base + bits.trailing_zeros() as usize) as u32;
+                bits &= bits.wrapping_sub(1);
+            }
+            if count > 8 {
+                for slot in &mut self.anchors[n + 8..n + 16] {
+                    *slot = (base + bits.trailing_zeros() as usize) as u32;
+                    bits &= bits.wrapping_sub(1);
+                }
+                for k in 16..count {
+                    self.anchors[n + k] = (base + bits.trailing_zeros() as usize) as u32;
+                    bits &= bits - 1;
+                }
+            }
+            n += count;
+            previous_anchors = anchors;
+        }
+        n - 1
+    }
+
+    /// The stage-1 passes of `anchors[1..=n]` into `passes[1..=n]`: their windows
+    /// encrypted a slice at a time.
+    #[inline(always)]
+    fn encrypt<K: KeyedKernels>(&mut self, kernels: K, chunker: &KeyedCdc, data: &[u8], n: usize) {
+        let windows = self.anchors[1..=n].chunks(AES_SLICE);
+        let passes = self.passes[1..=n].chunks_mut(AES_SLICE);
+        for (windows, passes) in windows.zip(passes) {
+            let blocks = &mut self.blocks[..windows.len()];
+            chunker.prf.stage1(data, windows, blocks);
+            kernels.stage1_pass_masks(blocks, chunker.stage1_max, passes);
+        }
+    }
+
+    /// As [`Batch::encrypt`], but an anchor whose window equals the previous anchor's
+    /// reuses its passes instead of encrypting the same window again.
+    fn encrypt_reusing<K: KeyedKernels>(
+        &mut self,
+        kernels: K,
+        chunker: &KeyedCdc,
+        data: &[u8],
+        n: usize,
+    ) {
+        // A sample of 16 anchors spread over the batch first: text has many anchors
+        // (runs of spaces are natural) but hardly any repeated window, and comparing
+        // every window costs more than it saves there.
+        let repeats = (0..16).any(|k| {
+            let at = 1 + k * n / 16;
+            window_word(data, self.anchors[at - 1] as usize)
+                == window_word(data, self.anchors[at] as usize)
+        });
+        if !repeats {
+            self.encrypt(kernels, chunker, data, n);
+            return;
+        }
+        let mut previous = window_word(data, self.anchors[0] as usize);
+        let mut m = 0;
+        for (&anchor, source) in self.anchors[1..=n].iter().zip(&mut self.source[..n]) {
+            let w = window_word(data, anchor as usize);
+            self.unique[m] = anchor;
+            m += usize::from(w != previous);
+            *source = m as u16;
+            previous = w;
+        }
+        if m == n {
+            // No window repeats (text, whose runs of spaces make many anchors).
+            self.encrypt(kernels, chunker, data, n);
+            return;
+        }
+        self.unique_passes[0] = self.passes[0];
+        let windows = self.unique[..m].chunks(AES_SLICE);
+        let passes = self.unique_passes[1..=m].chunks_mut(AES_SLICE);
+        for (windows, passes) in windows.zip(passes) {
+            let blocks = &mut self.blocks[..windows.len()];
+            chunker.prf.stage1(data, windows, blocks);
+            kernels.stage1_pass_masks(blocks, chunker.stage1_max, passes);
+        }
+        for (passes, &source) in self.passes[1..=n].iter_mut().zip(&self.source[..n]) {
+            *passes = self.unique_passes[usize::from(source)];
+        }
+    }
+
+    /// `judged[k]` for `k < n`: the passes of `anchors[k]` at its positions before
+    /// `anchors[k + 1]` (1 to 16 of them). Vectorizable: no branch.
+    #[inline(always)]
+    fn judge(&mut self, n: usize) {
+        let spans = self.anchors[..=n].windows(2);
+        for ((judged, &passes), span) in self.judged[..n].iter_mut().zip(&self.passes).zip(spans) {
+            *judged = u32::from(passes) & first_positions((span[1] - span[0]) as usize);
+        }
+    }
+}
+
+impl KeyedCdc {
+    /// [`KeyedCdc::scan`] compiled with AVX2, BMI1, BMI2, POPCNT and LZCNT, which
+    /// `kernels` proves the CPU has.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,bmi1,bmi2,popcnt,lzcnt")]
+    fn scan_avx2(&self, kernels: Avx2Kernels, data: &[u8]) -> usize {
+        self.scan(kernels, data)
+    }
+
+    /// The length of the chunk at the start of `data`, with `kernels`.
+    #[inline(always)]
+    fn scan<K: KeyedKernels>(&self, kernels: K, data: &[u8]) -> usize {
         let len = data.len();
         if len <= self.min_size {
             return len;
@@ -250,17 +490,15 @@ impl Chunker for KeyedCdc {
         if first >= last {
             return end;
         }
+        let first_block = self.prf.stage1_block(window(data, first));
         let mut scan = Scan {
             chunker: self,
             data,
             center: self.avg_size.min(end),
             anchor: first,
-            block: self.prf.stage1_block(window(data, first)),
+            passes: stage1_passes(&first_block, self.stage1_max),
         };
-        let mut naturals = [0u64; BATCH / 64];
-        let mut anchors = [0u32; BATCH];
-        let mut unique = [0u32; BATCH];
-        let mut blocks = [[0u8; 16]; BATCH];
+        let mut batch = Batch::new();
         let mut start = first + 1;
         while start < last {
             start = match scan.skip_natural_run(start, last) {
@@ -270,61 +508,48 @@ impl Chunker for KeyedCdc {
             if start >= last {
                 break;
             }
-            let stop = (start + BATCH).min(last);
-            kernels::natural_anchors(data, start, &mut naturals);
-            // List the anchors of `start..stop`, flagging those that reuse the
-            // previous anchor's block; `unique` gets the windows to encrypt.
-            let (mut n, mut m) = (0, 0);
-            let mut previous = scan.anchor;
-            let mut previous_window = window_word(data, previous);
-            let mut push = |a: usize, previous: &mut usize, previous_window: &mut u128| {
-                let w = window_word(data, a);
-                if w == *previous_window {
-                    anchors[n] = a as u32 | REUSE;
-                } else {
-                    anchors[n] = a as u32;
-                    unique[m] = a as u32;
-                    m += 1;
+            kernels.natural_anchors(data, start, &mut batch.naturals);
+            let stop = batch.stop_before_natural_run(start, (start + BATCH).min(last));
+            batch.anchors[0] = scan.anchor as u32;
+            batch.passes[0] = scan.passes as u16;
+            let n = batch.list_anchors(start, stop);
+            if n > REUSE_ABOVE {
+                batch.encrypt_reusing(kernels, self, data, n);
+            } else {
+                batch.encrypt(kernels, self, data, n);
+            }
+            batch.judge(n);
+            // The anchors whose positions passed stage 1, in order: rare.
+            for (group, judged) in batch.judged[..n].chunks(8).enumerate() {
+                if judged.iter().fold(0, |any, &j| any | j) == 0 {
+                    continue;
                 }
-                n += 1;
-                *previous = a;
-                *previous_window = w;
-            };
-            for (w, &word) in naturals.iter().enumerate() {
-                let mut bits = word;
-                while bits != 0 {
-                    let a = start + 64 * w + bits.trailing_zeros() as usize;
-                    bits &= bits - 1;
-                    if a >= stop {
-                        break;
+                for (k, &j) in judged.iter().enumerate() {
+                    if j != 0 {
+                        let anchor = batch.anchors[8 * group + k] as usize;
+                        if let Some(cut) = scan.stage2(anchor, j) {
+                            return cut;
+                        }
                     }
-                    while previous + ANCHOR_SPACING < a {
-                        let forced = previous + ANCHOR_SPACING;
-                        push(forced, &mut previous, &mut previous_window);
-                    }
-                    push(a, &mut previous, &mut previous_window);
                 }
             }
-            while previous + ANCHOR_SPACING < stop {
-                let forced = previous + ANCHOR_SPACING;
-                push(forced, &mut previous, &mut previous_window);
-            }
-            self.prf.stage1(data, &unique[..m], &mut blocks[..m]);
-            let mut next_block = 0;
-            for &anchor in &anchors[..n] {
-                let block = if anchor & REUSE != 0 {
-                    scan.block
-                } else {
-                    next_block += 1;
-                    blocks[next_block - 1]
-                };
-                if let Some(cut) = scan.advance((anchor & !REUSE) as usize, block) {
-                    return cut;
-                }
-            }
+            scan.anchor = batch.anchors[n] as usize;
+            scan.passes = u32::from(batch.passes[n]);
             start = stop;
         }
         scan.judge_pending(last - scan.anchor).unwrap_or(end)
+    }
+}
+
+impl Chunker for KeyedCdc {
+    fn next_chunk_len(&self, data: &[u8]) -> usize {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(kernels) = self.avx2 {
+            // SAFETY: an `Avx2Kernels` exists only where the CPU has every feature
+            // `scan_avx2` is compiled with.
+            return unsafe { self.scan_avx2(kernels, data) };
+        }
+        self.scan(PortableKernels, data)
     }
 
     fn max_size(&self) -> usize {

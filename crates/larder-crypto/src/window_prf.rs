@@ -193,10 +193,14 @@ impl WindowPrf {
             Engine::Portable(keys) => keys.stage1(data, anchors, out),
             #[cfg(target_arch = "x86_64")]
             // SAFETY: an `AesNi` engine is only built where AES-NI is supported.
-            Engine::AesNi(keys) => unsafe { x86::stage1_aesni(&keys.stage1, data, anchors, out) },
+            Engine::AesNi(keys) => unsafe {
+                x86::encrypt_windows_aesni(&keys.stage1, data, anchors, out)
+            },
             #[cfg(target_arch = "x86_64")]
             // SAFETY: a `Vaes` engine is only built where AES-NI, AVX2 and VAES are.
-            Engine::Vaes(keys) => unsafe { x86::stage1_vaes(&keys.stage1, data, anchors, out) },
+            Engine::Vaes(keys) => unsafe {
+                x86::encrypt_windows_vaes(&keys.stage1, data, anchors, out)
+            },
         }
     }
 
@@ -233,6 +237,21 @@ impl fmt::Debug for WindowPrf {
         f.debug_struct("WindowPrf")
             .field("backend", &self.backend().name())
             .finish_non_exhaustive()
+    }
+}
+
+/// Panics, naming the first anchor whose window does not lie inside `data`, unless
+/// every one does. One pass of minimum and maximum (vectorized in the SIMD backends'
+/// instruction sets), so that their kernels then load windows without checking each.
+#[inline(always)]
+fn check_anchors(data: &[u8], anchors: &[u32]) {
+    let (low, high) = anchors
+        .iter()
+        .fold((u32::MAX, 0), |(low, high), &a| (low.min(a), high.max(a)));
+    if !anchors.is_empty() && ((low as usize) < WINDOW_LEN - 1 || high as usize >= data.len()) {
+        for &a in anchors {
+            window(data, a);
+        }
     }
 }
 

@@ -105,6 +105,90 @@ impl Platform {
             _ => portable::natural_anchors(data, start, out),
         }
     }
+
+    /// The keyed chunker's stage-1 passes: bit `j` of `out[k]` is set where
+    /// `blocks[k][j] <= max`, for `k` below the shorter of `blocks` and `out`.
+    /// AVX-512 machines run the AVX2 kernel.
+    pub fn stage1_pass_masks(self, blocks: &[[u8; 16]], max: u8, out: &mut [u16]) {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Self::Avx2 | Self::Avx512 if Self::Avx2.is_supported() => {
+                // SAFETY: AVX2 support was just checked.
+                unsafe { x86::stage1_pass_masks_avx2(blocks, max, out) }
+            }
+            _ => portable::stage1_pass_masks(blocks, max, out),
+        }
+    }
+}
+
+/// The kernels of the keyed chunker, for its scan, which is generic over them and
+/// compiled once for each: portably, and inside a function with AVX2, BMI1, BMI2,
+/// POPCNT and LZCNT enabled, so that the whole scan (its bit tricks and vectorized
+/// loops included) uses those instructions.
+pub trait KeyedKernels: Copy {
+    /// [`Platform::natural_anchors`].
+    fn natural_anchors(self, data: &[u8], start: usize, out: &mut [u64]);
+    /// [`Platform::stage1_pass_masks`].
+    fn stage1_pass_masks(self, blocks: &[[u8; 16]], max: u8, out: &mut [u16]);
+}
+
+/// The portable kernels.
+#[derive(Debug, Clone, Copy)]
+pub struct PortableKernels;
+
+impl KeyedKernels for PortableKernels {
+    #[inline(always)]
+    fn natural_anchors(self, data: &[u8], start: usize, out: &mut [u64]) {
+        portable::natural_anchors(data, start, out)
+    }
+
+    #[inline(always)]
+    fn stage1_pass_masks(self, blocks: &[[u8; 16]], max: u8, out: &mut [u16]) {
+        portable::stage1_pass_masks(blocks, max, out)
+    }
+}
+
+/// The AVX2 kernels. A value exists only where the CPU supports AVX2, BMI1, BMI2,
+/// POPCNT and LZCNT and `LARDER_SIMD` allows AVX2: it is the proof that calling them
+/// (and the functions compiled with those features) is sound.
+#[cfg(target_arch = "x86_64")]
+#[derive(Debug, Clone, Copy)]
+pub struct Avx2Kernels(());
+
+#[cfg(target_arch = "x86_64")]
+impl Avx2Kernels {
+    /// The kernels, where the machine and `LARDER_SIMD` allow them.
+    pub fn detect() -> Option<Self> {
+        use std::arch::is_x86_feature_detected as has;
+        let usable = Platform::active() >= Platform::Avx2
+            && has!("avx2")
+            && has!("bmi1")
+            && has!("bmi2")
+            && has!("popcnt")
+            && has!("lzcnt");
+        usable.then_some(Self(()))
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl KeyedKernels for Avx2Kernels {
+    #[inline(always)]
+    fn natural_anchors(self, data: &[u8], start: usize, out: &mut [u64]) {
+        // SAFETY: an `Avx2Kernels` exists only where AVX2 is supported.
+        unsafe { x86::natural_anchors_avx2(data, start, out) }
+    }
+
+    #[inline(always)]
+    fn stage1_pass_masks(self, blocks: &[[u8; 16]], max: u8, out: &mut [u16]) {
+        // SAFETY: an `Avx2Kernels` exists only where AVX2 is supported.
+        unsafe { x86::stage1_pass_masks_avx2(blocks, max, out) }
+    }
+}
+
+/// The keyed chunker's stage-1 passes on the active platform; see
+/// [`Platform::stage1_pass_masks`].
+pub fn stage1_pass_masks(blocks: &[[u8; 16]], max: u8, out: &mut [u16]) {
+    Platform::active().stage1_pass_masks(blocks, max, out)
 }
 
 /// Natural anchors of the keyed chunker on the active platform; see
@@ -188,6 +272,26 @@ mod tests {
                             let want = i < len && is_natural_anchor(&data, i);
                             let bit = got[k / 64] >> (k % 64) & 1 == 1;
                             assert_eq!(bit, want, "{platform:?} len {len} start {start} {i}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn stage1_pass_masks_agree_with_the_definition_on_every_platform() {
+        let blocks: Vec<[u8; 16]> = (0..37u32)
+            .map(|k| std::array::from_fn(|j| (k * 41 + j as u32 * 97) as u8))
+            .collect();
+        for platform in Platform::ALL.into_iter().filter(|p| p.is_supported()) {
+            for max in [0u8, 1, 3, 31, 127, 128, 254, 255] {
+                for count in [0, 1, 2, 3, 16, 17, 36, 37] {
+                    let mut got = vec![0xabcd; count];
+                    platform.stage1_pass_masks(&blocks[..count], max, &mut got);
+                    for (block, &bits) in blocks.iter().zip(&got) {
+                        for (j, &b) in block.iter().enumerate() {
+                            assert_eq!(bits >> j & 1 == 1, b <= max, "{platform:?} {max}");
                         }
                     }
                 }

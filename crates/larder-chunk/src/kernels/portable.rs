@@ -44,3 +44,14 @@ pub fn natural_anchors(data: &[u8], start: usize, out: &mut [u64]) {
         *word = bits;
     }
 }
+
+/// `out[k]` has bit `j` set where `blocks[k][j] <= max`: which of the (up to) 16
+/// positions an anchor's stage-1 block serves pass the keyed chunker's stage 1.
+pub fn stage1_pass_masks(blocks: &[[u8; 16]], max: u8, out: &mut [u16]) {
+    for (block, out) in blocks.iter().zip(out) {
+        *out = block
+            .iter()
+            .enumerate()
+            .fold(0, |bits, (j, &b)| bits | u16::from(b <= max) << j);
+    }
+}

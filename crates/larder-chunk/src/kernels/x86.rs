@@ -89,3 +89,25 @@ pub unsafe fn natural_anchors_avx2(data: &[u8], start: usize, out: &mut [u64]) {
         *word = bits;
     }
 }
+
+/// [`portable::stage1_pass_masks`], two blocks a step: `min(b, max) == b` marks the
+/// bytes at most `max`, and one `movemask` gives both blocks' 16 bits.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[target_feature(enable = "avx2")]
+pub unsafe fn stage1_pass_masks_avx2(blocks: &[[u8; 16]], max: u8, out: &mut [u16]) {
+    let limit = _mm256_set1_epi8(max as i8);
+    let count = blocks.len().min(out.len());
+    let (pairs, rest) = blocks[..count].as_chunks::<2>();
+    let (out_pairs, out_rest) = out[..count].as_chunks_mut::<2>();
+    for (pair, out) in pairs.iter().zip(out_pairs) {
+        // SAFETY: `pair` is two consecutive 16-byte arrays, 32 readable bytes; the load
+        // is unaligned.
+        let v = unsafe { _mm256_loadu_si256(pair.as_ptr().cast()) };
+        let passes = _mm256_cmpeq_epi8(_mm256_min_epu8(v, limit), v);
+        let bits = _mm256_movemask_epi8(passes) as u32;
+        *out = [bits as u16, (bits >> 16) as u16];
+    }
+    portable::stage1_pass_masks(rest, max, out_rest);
+}

@@ -9,7 +9,7 @@ use std::arch::x86_64::*;
 
 use zeroize::Zeroize;
 
-use super::window;
+use super::{check_anchors, WINDOW_LEN};
 
 /// Rounds of AES-128; `ROUNDS + 1` round keys.
 const ROUNDS: usize = 10;
@@ -96,10 +96,15 @@ fn load_keys(keys: &RoundKeys) -> [__m128i; ROUNDS + 1] {
         .map(|round| unsafe { _mm_loadu_si128(round.as_ptr().cast()) })
 }
 
+/// The window that ends at `data[anchor]`, loaded unaligned.
+///
+/// # Safety
+/// `15 <= anchor < data.len()`: the public kernels check every anchor of a batch
+/// first ([`check_anchors`]).
 #[target_feature(enable = "aes")]
-fn load_window(data: &[u8], anchor: u32) -> __m128i {
-    // SAFETY: `window` returns 16 readable bytes; the load is unaligned.
-    unsafe { _mm_loadu_si128(window(data, anchor).as_ptr().cast()) }
+unsafe fn load_window(data: &[u8], anchor: u32) -> __m128i {
+    // SAFETY: the 16 bytes `data[anchor - 15 ..= anchor]` are in bounds (caller).
+    unsafe { _mm_loadu_si128(data.as_ptr().add(anchor as usize - (WINDOW_LEN - 1)).cast()) }
 }
 
 /// `N` blocks encrypted side by side, round by round.
@@ -112,6 +117,7 @@ fn encrypt_n<const N: usize>(rk: &[__m128i; ROUNDS + 1], mut b: [__m128i; N]) ->
         for block in &mut b {
             *block = _mm_aesenc_si128(*block, *round);
         }
+        round_done_xmm(&mut b);
     }
     for block in &mut b {
         *block = _mm_aesenclast_si128(*block, rk[ROUNDS]);
@@ -135,69 +141,202 @@ pub unsafe fn encrypt_block(keys: &RoundKeys, block: &[u8; 16]) -> [u8; 16] {
     out
 }
 
-/// The 128-bit path over a whole batch: eight blocks at a time, then one.
+/// The first `N` (`N <= 8`) windows of a group of eight through [`encrypt_n`].
+///
+/// # Safety
+/// The CPU must support AES-NI; the first `N` anchors are valid ([`load_window`]).
 #[target_feature(enable = "aes")]
-fn stage1_xmm(rk: &[__m128i; ROUNDS + 1], data: &[u8], anchors: &[u32], out: &mut [[u8; 16]]) {
-    let (groups, rest) = anchors.as_chunks::<8>();
-    let (out_groups, out_rest) = out.as_chunks_mut::<8>();
-    for (group, out) in groups.iter().zip(out_groups) {
-        let blocks = encrypt_n(rk, group.map(|a| load_window(data, a)));
-        for (block, out) in blocks.into_iter().zip(out) {
-            // SAFETY: `out` is 16 writable bytes; the store is unaligned.
-            unsafe { _mm_storeu_si128(out.as_mut_ptr().cast(), block) };
-        }
-    }
-    for (&anchor, out) in rest.iter().zip(out_rest) {
-        let [block] = encrypt_n(rk, [load_window(data, anchor)]);
+unsafe fn group_xmm<const N: usize>(
+    rk: &[__m128i; ROUNDS + 1],
+    data: &[u8],
+    anchors: &[u32; 8],
+    out: &mut [[u8; 16]; 8],
+) {
+    // SAFETY: `k < N <= 8`, and the first `N` anchors are valid (caller).
+    let windows = std::array::from_fn::<_, N, _>(|k| unsafe { load_window(data, anchors[k]) });
+    for (block, out) in encrypt_n(rk, windows).into_iter().zip(out) {
         // SAFETY: `out` is 16 writable bytes; the store is unaligned.
         unsafe { _mm_storeu_si128(out.as_mut_ptr().cast(), block) };
     }
 }
 
+/// The 128-bit path over a whole batch: eight blocks at a time, then the remainder as
+/// one group of its own width (padded with copies of its last window), so that even a
+/// short batch keeps several blocks in flight.
+///
+/// # Safety
+/// The CPU must support AES-NI; every anchor is valid ([`load_window`]).
+#[target_feature(enable = "aes")]
+unsafe fn encrypt_windows_xmm(
+    rk: &[__m128i; ROUNDS + 1],
+    data: &[u8],
+    anchors: &[u32],
+    out: &mut [[u8; 16]],
+) {
+    let (groups, rest) = anchors.as_chunks::<8>();
+    let (out_groups, out_rest) = out.as_chunks_mut::<8>();
+    for (group, out) in groups.iter().zip(out_groups) {
+        // SAFETY: the anchors are valid (caller).
+        unsafe { group_xmm::<8>(rk, data, group, out) };
+    }
+    let Some(&last) = rest.last() else {
+        return;
+    };
+    let mut padded = [last; 8];
+    padded[..rest.len()].copy_from_slice(rest);
+    let mut blocks = [[0u8; 16]; 8];
+    // SAFETY: the anchors, and so their copies, are valid (caller).
+    unsafe {
+        match rest.len() {
+            1 => group_xmm::<1>(rk, data, &padded, &mut blocks),
+            2 => group_xmm::<2>(rk, data, &padded, &mut blocks),
+            3 => group_xmm::<3>(rk, data, &padded, &mut blocks),
+            4 => group_xmm::<4>(rk, data, &padded, &mut blocks),
+            5 => group_xmm::<5>(rk, data, &padded, &mut blocks),
+            6 => group_xmm::<6>(rk, data, &padded, &mut blocks),
+            _ => group_xmm::<7>(rk, data, &padded, &mut blocks),
+        }
+    }
+    out_rest.copy_from_slice(&blocks[..rest.len()]);
+}
+
 /// `out[k] = AES(window ending at anchors[k])` with AES-NI; lengths checked by the
-/// caller.
+/// caller. Panics where a window does not lie inside `data`.
 ///
 /// # Safety
 /// The CPU must support AES-NI.
 #[target_feature(enable = "aes")]
-pub unsafe fn stage1_aesni(keys: &RoundKeys, data: &[u8], anchors: &[u32], out: &mut [[u8; 16]]) {
-    stage1_xmm(&load_keys(keys), data, anchors, out);
+pub unsafe fn encrypt_windows_aesni(
+    keys: &RoundKeys,
+    data: &[u8],
+    anchors: &[u32],
+    out: &mut [[u8; 16]],
+) {
+    check_anchors(data, anchors);
+    // SAFETY: every anchor was just checked.
+    unsafe { encrypt_windows_xmm(&load_keys(keys), data, anchors, out) };
 }
 
-/// As [`stage1_aesni`], sixteen blocks at a time in eight 256-bit registers, the rest
-/// by the 128-bit path.
+/// [`round_done`] for 128-bit registers.
+#[target_feature(enable = "aes")]
+fn round_done_xmm<const N: usize>(blocks: &mut [__m128i; N]) {
+    for block in blocks {
+        // SAFETY: as in `round_done`: a comment, no instruction, the register unchanged.
+        unsafe {
+            std::arch::asm!(
+                "/* {0} */",
+                inout(xmm_reg) * block,
+                options(nomem, nostack, preserves_flags)
+            );
+        }
+    }
+}
+
+/// Keeps the rounds of a group in program order, round after round. Without it LLVM
+/// schedules each register's ten rounds back to back (to spare registers), a chain of
+/// dependent `vaesenc` the out-of-order core only partly overlaps with the next
+/// register's; `docs/performance.md` ("Keyed chunker") measured the difference.
+#[target_feature(enable = "avx2")]
+fn round_done<const N: usize>(blocks: &mut [__m256i; N]) {
+    for block in blocks {
+        // SAFETY: the template is only a comment: it executes no instruction, reads and
+        // writes no memory, stack or flags, and leaves the register unchanged. Not
+        // `pure`, so that LLVM keeps it in place, a boundary its scheduler does not
+        // move instructions across.
+        unsafe {
+            std::arch::asm!(
+                "/* {0} */",
+                inout(ymm_reg) * block,
+                options(nomem, nostack, preserves_flags)
+            );
+        }
+    }
+}
+
+/// The first `2 N` (`N <= 8`) windows of a group of sixteen, in `N` 256-bit registers
+/// of two blocks each.
+///
+/// # Safety
+/// The CPU must support AES-NI, AVX2 and VAES; the first `2 N` anchors are valid
+/// ([`load_window`]).
+#[target_feature(enable = "aes,avx2,vaes")]
+unsafe fn group_ymm<const N: usize>(
+    rk: &[__m256i; ROUNDS + 1],
+    data: &[u8],
+    anchors: &[u32; 16],
+    out: &mut [[u8; 16]; 16],
+) {
+    let mut b: [__m256i; N] = std::array::from_fn(|k| {
+        // SAFETY: `2 k + 1 < 2 N <= 16`, and those anchors are valid (caller).
+        let (lo, hi) = unsafe {
+            (
+                load_window(data, anchors[2 * k]),
+                load_window(data, anchors[2 * k + 1]),
+            )
+        };
+        _mm256_set_m128i(hi, lo)
+    });
+    for block in &mut b {
+        *block = _mm256_xor_si256(*block, rk[0]);
+    }
+    for round in &rk[1..ROUNDS] {
+        for block in &mut b {
+            *block = _mm256_aesenc_epi128(*block, *round);
+        }
+        round_done(&mut b);
+    }
+    for block in &mut b {
+        *block = _mm256_aesenclast_epi128(*block, rk[ROUNDS]);
+    }
+    let (pairs, _) = out.as_chunks_mut::<2>();
+    for (block, pair) in b.into_iter().zip(pairs) {
+        // SAFETY: `pair` is two consecutive 16-byte arrays, 32 writable bytes; the
+        // store is unaligned.
+        unsafe { _mm256_storeu_si256(pair.as_mut_ptr().cast(), block) };
+    }
+}
+
+/// As [`encrypt_windows_aesni`], sixteen blocks at a time in eight 256-bit registers, then the
+/// rest as one group of just enough registers (padded with copies of its last
+/// window), so that the tail of a batch keeps several blocks in flight too.
+///
+/// Panics where a window does not lie inside `data`.
 ///
 /// # Safety
 /// The CPU must support AES-NI, AVX2 and VAES.
 #[target_feature(enable = "aes,avx2,vaes")]
-pub unsafe fn stage1_vaes(keys: &RoundKeys, data: &[u8], anchors: &[u32], out: &mut [[u8; 16]]) {
-    let rk = load_keys(keys);
-    let rk2 = rk.map(|k| _mm256_broadcastsi128_si256(k));
+pub unsafe fn encrypt_windows_vaes(
+    keys: &RoundKeys,
+    data: &[u8],
+    anchors: &[u32],
+    out: &mut [[u8; 16]],
+) {
+    check_anchors(data, anchors);
+    let rk = load_keys(keys).map(|k| _mm256_broadcastsi128_si256(k));
     let (groups, rest) = anchors.as_chunks::<16>();
     let (out_groups, out_rest) = out.as_chunks_mut::<16>();
     for (group, out) in groups.iter().zip(out_groups) {
-        let (pairs, _) = group.as_chunks::<2>();
-        let mut b: [__m256i; 8] = std::array::from_fn(|k| {
-            let [lo, hi] = pairs[k];
-            _mm256_set_m128i(load_window(data, hi), load_window(data, lo))
-        });
-        for block in &mut b {
-            *block = _mm256_xor_si256(*block, rk2[0]);
-        }
-        for round in &rk2[1..ROUNDS] {
-            for block in &mut b {
-                *block = _mm256_aesenc_epi128(*block, *round);
-            }
-        }
-        for block in &mut b {
-            *block = _mm256_aesenclast_epi128(*block, rk2[ROUNDS]);
-        }
-        let (out_pairs, _) = out.as_chunks_mut::<2>();
-        for (block, pair) in b.into_iter().zip(out_pairs) {
-            // SAFETY: `pair` is two consecutive 16-byte arrays, 32 writable bytes;
-            // the store is unaligned.
-            unsafe { _mm256_storeu_si256(pair.as_mut_ptr().cast(), block) };
+        // SAFETY: every anchor was checked above.
+        unsafe { group_ymm::<8>(&rk, data, group, out) };
+    }
+    let Some(&last) = rest.last() else {
+        return;
+    };
+    let mut padded = [last; 16];
+    padded[..rest.len()].copy_from_slice(rest);
+    let mut blocks = [[0u8; 16]; 16];
+    // SAFETY: every anchor, and so every copy, was checked above.
+    unsafe {
+        match rest.len().div_ceil(2) {
+            1 => group_ymm::<1>(&rk, data, &padded, &mut blocks),
+            2 => group_ymm::<2>(&rk, data, &padded, &mut blocks),
+            3 => group_ymm::<3>(&rk, data, &padded, &mut blocks),
+            4 => group_ymm::<4>(&rk, data, &padded, &mut blocks),
+            5 => group_ymm::<5>(&rk, data, &padded, &mut blocks),
+            6 => group_ymm::<6>(&rk, data, &padded, &mut blocks),
+            7 => group_ymm::<7>(&rk, data, &padded, &mut blocks),
+            _ => group_ymm::<8>(&rk, data, &padded, &mut blocks),
         }
     }
-    stage1_xmm(&rk, data, rest, out_rest);
+    out_rest.copy_from_slice(&blocks[..rest.len()]);
 }
