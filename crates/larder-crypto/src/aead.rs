@@ -76,7 +76,7 @@ impl AeadKind {
 
 impl std::fmt::Display for AeadKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
+        f.pad(self.name())
     }
 }
 

@@ -47,7 +47,7 @@ impl KdfParams {
     pub const MAX_PARALLELISM: u32 = 16;
     /// The most work a slot may ask for, memory times passes: 16 GiB of blocks filled
     /// (4 GiB × 4, 1 GiB × 16, 64 MiB × 100), so that a hostile slot cannot make
-    /// unlocking take more than about half a minute.
+    /// unlocking take more than 85 times the default's 0.2 s.
     pub const MAX_WORK_KIB: u64 = 16 << 20;
 
     /// Refuses parameters outside the bounds above, or below Argon2's minimums (8 KiB
