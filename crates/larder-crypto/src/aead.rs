@@ -76,7 +76,7 @@ impl AeadKind {
 
 impl std::fmt::Display for AeadKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
+        f.pad(self.name())
     }
 }
 
@@ -257,4 +257,41 @@ fn unauthentic() -> CryptoError {
     CryptoError::Authentication(
         "a message failed authentication: the wrong key, or damaged or tampered bytes".into(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_names_and_serde_agree() {
+        for kind in AeadKind::ALL {
+            assert_eq!(AeadKind::from_code(kind.code()), Some(kind));
+            assert_eq!(AeadKind::from_name(kind.name()), Some(kind));
+            let json = serde_json::to_string(&kind).unwrap();
+            assert_eq!(json, format!("\"{}\"", kind.name()));
+            assert_eq!(serde_json::from_str::<AeadKind>(&json).unwrap(), kind);
+            assert_eq!(kind.nonce(1).len(), kind.nonce_len());
+        }
+        assert_eq!(AeadKind::from_code(0), None);
+        assert_eq!(AeadKind::from_name("aes-128-gcm"), None);
+    }
+
+    #[test]
+    fn short_messages_and_wrong_nonces_fail_to_open() {
+        for kind in AeadKind::ALL {
+            let key = AeadKey::new(kind, &[1; 32]);
+            for len in 0..TAG_LEN {
+                assert!(key.open_in_place(0, b"", &mut vec![0; len]).is_err());
+            }
+            let mut sealed = b"message".to_vec();
+            key.seal_in_place(5, b"ad", &mut sealed);
+            assert!(key.open_in_place(4, b"ad", &mut sealed.clone()).is_err());
+            assert!(key
+                .open_in_place_with_nonce(&[0; 16], b"ad", &mut sealed.clone())
+                .is_err());
+            key.open_in_place(5, b"ad", &mut sealed).unwrap();
+            assert_eq!(sealed, b"message");
+        }
+    }
 }
