@@ -18,6 +18,7 @@ fuzz_target!(|data: &[u8]| {
         fingerprint: Fingerprint([0; 32]),
         encoding: ChunkEncoding::Zstd,
         bytes: &data[4..],
+        seal: None,
     };
     let mut out = b"kept".to_vec();
     match CODEC.decode_into(chunk, raw_len, &mut out) {
