@@ -171,6 +171,45 @@ fn chunk_bad_parameters_exit_2_with_the_validation_message() {
         .contains("normalization level"));
 }
 
+/// The keyed chunker draws a key each run unless `--secret` gives one: with the same
+/// secret the cuts repeat, and the output says where the key came from. `--secret`
+/// is refused for a chunker without a key, and a secret must be 64 hex digits.
+#[test]
+fn chunk_keyed_takes_a_random_key_or_the_given_secret() {
+    let scratch = Scratch::new();
+    let file = scratch.path().join("f");
+    fs::write(&file, pseudo_random(4, 400_000)).unwrap();
+    let f = file.to_str().unwrap();
+    let secret = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+    let cuts = |extra: &[&str]| {
+        let mut args = vec!["--json", "chunk", "--chunker", "keyed", "--cuts"];
+        args.extend_from_slice(extra);
+        args.push(f);
+        let out = larder(scratch.path(), &args);
+        out.expect_ok();
+        let v = out.json();
+        (v["key"].clone(), v["files"][0]["cuts"]["lengths"].clone())
+    };
+    let (key, given) = cuts(&["--secret", secret]);
+    assert_eq!(key, "given");
+    assert_eq!(cuts(&["--secret", secret]).1, given);
+    let (key, random) = cuts(&[]);
+    assert_eq!(key, "random");
+    assert!(random.as_array().is_some_and(|l| !l.is_empty()));
+    larder(
+        scratch.path(),
+        ["chunk", "--chunker", "keyed", "--secret", "abc", f],
+    )
+    .expect_code(2)
+    .expect_stderr(&["64 hex digits"]);
+    larder(scratch.path(), ["chunk", "--secret", secret, f])
+        .expect_code(2)
+        .expect_stderr(&["--secret is for the keyed chunker"]);
+    let out = larder(scratch.path(), ["chunk", "--chunker", "keyed", f]);
+    out.expect_ok();
+    assert!(out.stdout.contains("key         random"), "{out}");
+}
+
 #[test]
 fn chunk_names_a_missing_file_exit_1_alone_and_3_beside_a_readable_one() {
     let scratch = Scratch::new();
