@@ -3,7 +3,7 @@
 //! chunk, a wrong password opens nothing, a write-only key backs up and deduplicates
 //! but reads nothing back, and `check --read-data` names every tampered object.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -18,6 +18,10 @@ use larder_store::{keys, LocalBackend, LockMode, RepoConfig, Repository, StoreEr
 #[path = "support/bytes.rs"]
 mod seeded;
 use seeded::bytes;
+
+#[path = "support/files.rs"]
+mod tree_files;
+use tree_files::files;
 
 #[path = "support/options.rs"]
 mod options;
@@ -91,24 +95,6 @@ fn source(dir: &Path) -> PathBuf {
     fs::write(src.join("sub/big.bin"), &big).unwrap();
     fs::write(src.join("sub/copy.bin"), &big).unwrap();
     src
-}
-
-/// Every file under `root` by relative path, with its content.
-fn files(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for entry in fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                stack.push(path);
-            } else {
-                let rel = path.strip_prefix(root).unwrap().to_path_buf();
-                out.insert(rel, fs::read(&path).unwrap());
-            }
-        }
-    }
-    out
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {

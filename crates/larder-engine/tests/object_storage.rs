@@ -4,7 +4,6 @@
 //! into it restore byte for byte, a second backup of the same data stores nothing new,
 //! and `check --read-data` finds every chunk through the backend.
 
-use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
 use std::sync::Arc;
@@ -19,30 +18,16 @@ use larder_store::{Backend, FileKind, LockMode, ObjectBackend, RepoConfig, Repos
 mod seeded;
 use seeded::bytes;
 
+#[path = "support/files.rs"]
+mod tree_files;
+use tree_files::files;
+
 #[path = "support/options.rs"]
 mod options;
 use options::{backup_options, check_options, restore_options};
 
 #[path = "../../larder-store/tests/support/s3s.rs"]
 mod s3s;
-
-/// Every regular file under `root`, by relative path, with its content.
-fn files(root: &Path) -> BTreeMap<String, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for entry in fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                stack.push(path);
-            } else {
-                let rel = path.strip_prefix(root).unwrap().display().to_string();
-                out.insert(rel, fs::read(&path).unwrap());
-            }
-        }
-    }
-    out
-}
 
 fn open(root: &Path, backend: &Arc<ObjectBackend>, mode: LockMode) -> Repository {
     let backend: Arc<dyn Backend> = backend.clone();

@@ -108,19 +108,6 @@ impl ChunkCodec {
         }
     }
 
-    /// The name of the fingerprint function, for errors.
-    pub fn id_name(&self) -> &'static str {
-        match &self.keys {
-            Some(keys) => keys.fingerprint_kind().name(),
-            None => self.algo.name(),
-        }
-    }
-
-    /// Whether new chunks are compressed.
-    pub fn compresses(&self) -> bool {
-        self.compression != Compression::None
-    }
-
     /// The fingerprint of a raw chunk: keyed in an encrypted repository.
     pub fn fingerprint(&self, raw: &[u8]) -> Fingerprint {
         match &self.keys {
