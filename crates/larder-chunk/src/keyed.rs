@@ -11,8 +11,9 @@
 //! 1. Stage 1: byte `i - a` of `AES_k1(window of a)`, where `a` is the position's
 //!    anchor, must be below `T1`. Anchors are the first judged position, the
 //!    *natural* positions (a public hash of the four bytes ending there has its top
-//!    four bits zero: one position in 16 on random data) and forced ones 16 positions
-//!    after the previous anchor, so one AES block serves up to 16 positions.
+//!    five bits all ones: one position in 32 on random data, none in a run of one
+//!    byte) and forced ones 16 positions after the previous anchor, so one AES block
+//!    serves up to 16 positions.
 //! 2. Stage 2, for the positions that pass stage 1 (1 in 256 at 8 KiB, level 2): the
 //!    first four bytes of `AES_k2(window of i)`, little-endian, must be below `T2`.
 //!
@@ -24,9 +25,9 @@
 //! anchor's 16 stage-1 bytes are compared at once (`kernels::stage1_pass_masks`) and a
 //! vectorized pass keeps those of the positions it serves; only the rare passes go on
 //! to stage 2. Where windows repeat, an anchor whose window equals the previous
-//! anchor's reuses its AES output. Runs of one byte whose four-byte word is natural
-//! (zeros, spaces) are crossed at memory speed: every position in such a run is an
-//! anchor with the same window, so all are judged alike. The scan is compiled twice:
+//! anchor's reuses its AES output. Runs of one byte (zeros, spaces) are crossed at
+//! memory speed: their anchors are forced ones with one window, so all are judged
+//! alike ([`Scan::skip_run`]). The scan is compiled twice:
 //! portably, and with AVX2, BMI and POPCNT where the CPU has them.
 
 use std::sync::Arc;
@@ -35,7 +36,7 @@ use larder_crypto::WindowPrf;
 
 #[cfg(target_arch = "x86_64")]
 use crate::kernels::Avx2Kernels;
-use crate::kernels::{self, is_natural_anchor, KeyedKernels, PortableKernels};
+use crate::kernels::{self, KeyedKernels, PortableKernels};
 use crate::Chunker;
 
 /// Bytes in the window of a position: one AES block.
@@ -213,41 +214,45 @@ impl Scan<'_> {
         self.stage2(self.anchor, passes)
     }
 
-    /// Crosses a run of one byte `b` whose four-byte word is natural, if the pending
-    /// anchor is the position just before `start` and its window is 16 bytes `b`
-    /// (zero runs: `0 * NATURAL_MULTIPLIER = 0`). Every position of the run is then a
-    /// natural anchor with that same window, so each is judged on byte 0 of the same
-    /// AES block and the same stage-2 word: only the pending anchor and the first loose
-    /// position among them can decide anything. Returns the first position after the
-    /// run (or `start` where there is none), or the cut.
-    fn skip_natural_run(&mut self, start: usize, last: usize) -> Result<usize, usize> {
-        if self.anchor + 1 != start {
+    /// Crosses a run of one byte `b` (zeros, spaces) at memory speed, if the pending
+    /// anchor `a` lies in it with its whole window (16 bytes `b`). No single-byte word
+    /// is natural ([`crate::kernels::is_natural_anchor`]), so the run's anchors are forced ones,
+    /// `a + 16 k`, all with the window of `a`: every one has the passes of `a`, and
+    /// every position in the run the same stage-2 word. Of the positions
+    /// `a .. a + 16 m` (the last such anchor, `a + 16 m`, stays pending) only two can
+    /// decide anything: the first candidate (a stage-1 pass), judged with the pending
+    /// anchor's first 16 positions, and the first loose candidate, since a word that
+    /// does not cut there cuts at no later loose position. Returns the position after
+    /// the new pending anchor (or `start` where there is no run), or the cut.
+    fn skip_run(&mut self, start: usize, last: usize) -> Result<usize, usize> {
+        let a = self.anchor;
+        let b = self.data[a];
+        if window_word(self.data, a) != u128::from_ne_bytes([b; 16]) {
             return Ok(start);
         }
-        let b = self.data[self.anchor];
-        if window_word(self.data, self.anchor) != u128::from_ne_bytes([b; 16])
-            || !is_natural_anchor(self.data, self.anchor)
-        {
+        let run = kernels::run_len(&self.data[a + 1..last], b);
+        let periods = run / ANCHOR_SPACING;
+        if periods < 2 {
             return Ok(start);
         }
-        let run = kernels::run_len(&self.data[start..last], b);
-        if run == 0 {
-            return Ok(start);
-        }
-        if let Some(cut) = self.judge_pending(1) {
-            return Err(cut);
-        }
-        // Positions `i + 1 < center` are strict; `switch` is the first loose one.
-        let switch = self.center.saturating_sub(1);
-        if self.anchor < switch && (start..start + run).contains(&switch) {
-            self.anchor = switch;
-            if let Some(cut) = self.judge_pending(1) {
+        let passes = self.passes & first_positions(ANCHOR_SPACING);
+        if passes != 0 {
+            if let Some(cut) = self.stage2(a, passes) {
                 return Err(cut);
             }
+            // The first loose candidate (judged again if it was among the first 16).
+            let loose = self.center.saturating_sub(1).max(a);
+            let phase = (loose - a) % ANCHOR_SPACING;
+            let rotated = (passes | passes << ANCHOR_SPACING) >> phase;
+            let i = loose + rotated.trailing_zeros() as usize;
+            if i < a + ANCHOR_SPACING * periods {
+                if let Some(cut) = self.stage2(i, 1) {
+                    return Err(cut);
+                }
+            }
         }
-        // The run's last position stays pending, as an anchor would.
-        self.anchor = start + run - 1;
-        Ok(start + run)
+        self.anchor = a + ANCHOR_SPACING * periods;
+        Ok(self.anchor + 1)
     }
 }
 
@@ -278,8 +283,8 @@ struct Batch {
 const AES_SLICE: usize = 64;
 
 /// A batch with more anchors than this looks for windows equal to the previous
-/// anchor's (runs, short periods). Random data has about `0.097 BATCH` anchors, and
-/// never equal windows; data with a natural position every `p < 8` bytes has more.
+/// anchor's (runs, short periods). Random data has about `0.079 BATCH` anchors, and
+/// never equal windows; only data with a natural position every `p < 8` bytes has more.
 const REUSE_ABOVE: usize = BATCH / 8;
 
 impl Batch {
@@ -294,40 +299,6 @@ impl Batch {
             unique_passes: [0; BATCH + 1],
             source: [0; BATCH],
         }
-    }
-
-    /// Where the batch of positions `start..stop` should end, given its natural
-    /// positions in `naturals`: 19 positions into the first stretch of 32 or more
-    /// consecutive natural positions that starts 19 or more positions into the batch.
-    /// Such a stretch is almost always a run of one byte whose word is natural (zeros,
-    /// spaces); 19 positions into it the window (16 bytes) and the word (4 bytes) of a
-    /// position lie inside the run. Ending the batch there lets the next one start with
-    /// [`Scan::skip_natural_run`], which crosses the run at memory speed instead of
-    /// listing every position of it as an anchor. Anything else (a period whose every
-    /// phase is natural) only splits a batch, and the batch starting inside a stretch
-    /// does not split again before position 19.
-    #[inline(always)]
-    fn stop_before_natural_run(&self, start: usize, stop: usize) -> usize {
-        const INTO: usize = 19;
-        for (w, &word) in self.naturals.iter().enumerate() {
-            let next = self.naturals.get(w + 1).copied().unwrap_or(0);
-            let mut ones = u128::from(word) | u128::from(next) << 64;
-            // Bit `p`: positions `p .. p + 32` all natural.
-            ones &= ones >> 1;
-            ones &= ones >> 2;
-            ones &= ones >> 4;
-            ones &= ones >> 8;
-            ones &= ones >> 16;
-            let mut found = ones as u64;
-            if w == 0 {
-                found &= u64::MAX << INTO;
-            }
-            if found != 0 {
-                let run = start + 64 * w + found.trailing_zeros() as usize;
-                return stop.min(run + INTO);
-            }
-        }
-        stop
     }
 
     /// Lists the anchors of positions `start..stop` after the pending anchor
@@ -378,8 +349,8 @@ impl Batch {
             let anchors = (anchors >> 64) as u64 & keep;
             let count = anchors.count_ones() as usize;
             let mut bits = anchors;
-            // Eight stores whatever the count (6 anchors in 64 positions on random
-            // data), eight more past 8 (text: runs of spaces are natural), then one
+            // Eight stores whatever the count (5 anchors in 64 positions on random
+            // data), eight more past 8 (short periods with a natural phase), then one
             // at a time.
             for slot in &mut self.anchors[n..n + 8] {
                 *slot = (base + bits.trailing_zeros() as usize) as u32;
@@ -423,9 +394,8 @@ impl Batch {
         data: &[u8],
         n: usize,
     ) {
-        // A sample of 16 anchors spread over the batch first: text has many anchors
-        // (runs of spaces are natural) but hardly any repeated window, and comparing
-        // every window costs more than it saves there.
+        // A sample of 16 anchors spread over the batch first: where hardly any
+        // window repeats, comparing every window costs more than it saves.
         let repeats = (0..16).any(|k| {
             let at = 1 + k * n / 16;
             window_word(data, self.anchors[at - 1] as usize)
@@ -445,7 +415,7 @@ impl Batch {
             previous = w;
         }
         if m == n {
-            // No window repeats (text, whose runs of spaces make many anchors).
+            // No window repeats.
             self.encrypt(kernels, chunker, data, n);
             return;
         }
@@ -506,7 +476,7 @@ impl KeyedCdc {
         let mut batch = Batch::new();
         let mut start = first + 1;
         while start < last {
-            start = match scan.skip_natural_run(start, last) {
+            start = match scan.skip_run(start, last) {
                 Ok(next) => next,
                 Err(cut) => return cut,
             };
@@ -514,7 +484,7 @@ impl KeyedCdc {
                 break;
             }
             kernels.natural_anchors(data, start, &mut batch.naturals);
-            let stop = batch.stop_before_natural_run(start, (start + BATCH).min(last));
+            let stop = (start + BATCH).min(last);
             batch.anchors[0] = scan.anchor as u32;
             batch.passes[0] = scan.passes as u16;
             let n = batch.list_anchors(start, stop);

@@ -32,7 +32,7 @@ fn window(data: &[u8], i: usize) -> &[u8; 16] {
 /// The natural-anchor test, written out again from the design doc.
 fn natural(data: &[u8], i: usize) -> bool {
     let word = u32::from_le_bytes(data[i - 3..=i].try_into().unwrap());
-    word.wrapping_mul(0x9E37_79B1) >> 28 == 0
+    word.wrapping_mul(0x9E37_79B1) >> 27 == 31
 }
 
 /// The length of the chunk at the start of `data`, position by position.
@@ -178,11 +178,12 @@ proptest! {
     }
 }
 
-/// Zero runs of every length around the batch size and the run-skipping threshold,
-/// starting at every phase relative to the chunk's minimum and average, under many
-/// keys: the run skip must judge the first loose position inside a run.
+/// Runs of zeros, spaces and 0xff of every length around the run-skipping threshold
+/// and the batch size, starting at every phase relative to the chunk's minimum and
+/// average, under many keys: the run skip must judge the first loose candidate inside
+/// a run, wherever the switch from strict to loose falls.
 #[test]
-fn zero_runs_across_the_strict_to_loose_switch() {
+fn runs_across_the_strict_to_loose_switch() {
     let s = Sizes {
         min: 64,
         avg: 256,
@@ -190,12 +191,15 @@ fn zero_runs_across_the_strict_to_loose_switch() {
         level: 3,
     };
     for key in 0..64u8 {
-        for run in [15, 16, 17, 100, 255, 256, 257, 600, 5000] {
+        for run in [
+            15, 16, 17, 31, 32, 33, 47, 48, 100, 255, 256, 257, 600, 5000,
+        ] {
             for before in [0, 1, 50, 63, 100, 190, 250, 300] {
+                let byte = [0, b' ', 0xff][usize::from(key) % 3];
                 let mut data = random_bytes(u64::from(key) << 16 | before as u64, before);
-                data.resize(before + run, 0);
+                data.resize(before + run, byte);
                 data.extend(random_bytes(7, 700));
-                assert_matches_reference(&[key; 32], s, &data, "zero run");
+                assert_matches_reference(&[key; 32], s, &data, "run");
             }
         }
     }
@@ -275,14 +279,22 @@ fn the_config_builds_the_same_chunker() {
     );
 }
 
-/// Natural anchors are one position in 16 on random data, so with forced ones an AES
-/// block serves about 10.3 positions (`16 (1 - (15/16)^16)`).
+/// Natural anchors are one position in 32 on random data, so with forced ones an AES
+/// block serves about 12.7 positions (`32 (1 - (31/32)^16)`).
 #[test]
-fn natural_anchor_density_is_one_in_16_on_random_data() {
+fn natural_anchor_density_is_one_in_32_on_random_data() {
     let data = random_bytes(31, 1 << 20);
     let naturals = (3..data.len()).filter(|&i| natural(&data, i)).count();
     let density = naturals as f64 / (data.len() - 3) as f64;
-    assert!((density - 1.0 / 16.0).abs() < 0.002, "{density}");
+    assert!((density - 1.0 / 32.0).abs() < 0.0015, "{density}");
+}
+
+/// The run skip relies on it: a run of one byte has no natural position.
+#[test]
+fn no_run_of_one_byte_is_natural() {
+    for b in 0..=255u8 {
+        assert!(!natural(&[b; 4], 3), "byte {b:#04x}");
+    }
 }
 
 /// On random data every position is judged independently with FastCDC's

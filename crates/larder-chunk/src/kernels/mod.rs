@@ -259,7 +259,7 @@ mod tests {
         let mut data: Vec<u8> = (0..5000u32)
             .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
             .collect();
-        // Zero runs are natural at every position (0 times anything is 0).
+        // A zero run: no natural position (runs of one byte never are).
         data[1000..1200].fill(0);
         for platform in Platform::ALL.into_iter().filter(|p| p.is_supported()) {
             for len in [4, 5, 35, 36, 67, 68, 69, 100, 131, 1300, 5000] {

@@ -19,13 +19,18 @@ pub fn run_len(data: &[u8], byte: u8) -> usize {
 /// a distinct product.
 pub const NATURAL_MULTIPLIER: u32 = 0x9E37_79B1;
 
+/// The top five bits of a natural position's product ([`is_natural_anchor`]).
+pub const NATURAL_TOP_BITS: u32 = 31;
+
 /// Whether position `i` of `data` is a natural anchor of the keyed chunker: the four
 /// bytes ending at it, read little-endian, times [`NATURAL_MULTIPLIER`] (mod 2^32),
-/// have their top four bits zero. `i >= 3`.
+/// have their top five bits all ones: one position in 32 on random data, and no
+/// position inside a run of one byte (the run skip of `keyed.rs` relies on it).
+/// `i >= 3`.
 #[inline(always)]
 pub fn is_natural_anchor(data: &[u8], i: usize) -> bool {
     let word = u32::from_le_bytes([data[i - 3], data[i - 2], data[i - 1], data[i]]);
-    word.wrapping_mul(NATURAL_MULTIPLIER) >> 28 == 0
+    word.wrapping_mul(NATURAL_MULTIPLIER) >> 27 == NATURAL_TOP_BITS
 }
 
 /// Bit `k % 64` of `out[k / 64]` says whether position `start + k` of `data` is a

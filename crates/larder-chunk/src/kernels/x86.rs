@@ -60,6 +60,7 @@ pub unsafe fn natural_anchors_avx2(data: &[u8], start: usize, out: &mut [u64]) {
     );
     let multiplier = _mm256_set1_epi32(portable::NATURAL_MULTIPLIER as i32);
     let zero = _mm256_setzero_si256();
+    let top_bits = _mm256_set1_epi32(portable::NATURAL_TOP_BITS as i32);
     let byte = |j: i32| _mm256_set1_epi32(0xff << (8 * j));
     let lanes = [byte(0), byte(1), byte(2), byte(3)];
     for (w, word) in out.iter_mut().enumerate() {
@@ -80,7 +81,7 @@ pub unsafe fn natural_anchors_avx2(data: &[u8], start: usize, out: &mut [u64]) {
                 // load is unaligned.
                 let v = unsafe { _mm256_loadu_si256(bytes[j..].as_ptr().cast()) };
                 let hashed = _mm256_mullo_epi32(v, multiplier);
-                let natural = _mm256_cmpeq_epi32(_mm256_srli_epi32::<28>(hashed), zero);
+                let natural = _mm256_cmpeq_epi32(_mm256_srli_epi32::<27>(hashed), top_bits);
                 merged = _mm256_or_si256(merged, _mm256_and_si256(natural, *lane));
             }
             let mask = _mm256_movemask_epi8(merged) as u32;
