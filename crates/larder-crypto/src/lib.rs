@@ -22,7 +22,7 @@ mod window_prf;
 
 pub use aead::{AeadKey, AeadKind};
 pub use container::{ChunkOpener, ContainerFooter, ContainerSealer, TableOpener};
-pub use envelope::ObjectKind;
+pub use envelope::{ObjectKind, ENVELOPE_OVERHEAD};
 pub use error::{CryptoError, Result};
 pub use keyfile::{KdfParams, KeySlot};
 pub use keys::{FingerprintKind, KeyKind, RepoKeys};

@@ -144,6 +144,18 @@ fn an_encrypted_backup_restores_and_leaks_no_plaintext() {
         assert!(summary.warnings.is_empty(), "{:?}", summary.warnings);
         // The copy deduplicated: at most one container's worth more than the data.
         assert!(summary.bytes_new < (7 << 20), "{summary:?}");
+        // What the summary says it stored is what the files hold: padding, headers
+        // and envelopes included.
+        let written: u64 = files(&root)
+            .iter()
+            .filter(|(path, _)| {
+                ["containers", "index", "snapshots"]
+                    .iter()
+                    .any(|d| path.starts_with(d))
+            })
+            .map(|(_, content)| content.len() as u64)
+            .sum();
+        assert_eq!(summary.bytes_stored, written);
 
         let repo = open(&root, PASSWORD, LockMode::Shared).unwrap();
         let report = check(&repo, &check_options(true)).unwrap();

@@ -25,12 +25,6 @@ impl SegmentContainer {
             .iter()
             .map(|e| (e.fingerprint, e.location(self.id)))
     }
-
-    /// The length of the container's file: header, stored chunk bytes, table and tail.
-    pub fn container_len(&self) -> u64 {
-        let stored: u64 = self.entries.iter().map(|e| u64::from(e.stored_len)).sum();
-        stored + (crate::container::CONTAINER_OVERHEAD + ENTRY_LEN * self.entries.len()) as u64
-    }
 }
 
 /// The length of the segment [`encode_segment`] writes for `containers`.
@@ -162,14 +156,6 @@ mod tests {
             segment_len(&[]),
             encode_segment(HashAlgo::Blake3, &[]).len() as u64
         );
-        let mut builder = crate::ContainerBuilder::new(7, HashAlgo::Blake3, 1 << 16);
-        for i in 0..5u8 {
-            let data = vec![i; 100 + usize::from(i)];
-            builder.push(HashAlgo::Blake3.fingerprint(&data), &data);
-        }
-        let (bytes, entries) = builder.seal();
-        let c = SegmentContainer { id: 7, entries };
-        assert_eq!(c.container_len(), bytes.len() as u64);
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::time::{Instant, SystemTime};
 
 use larder_hash::Fingerprint;
 use larder_index::ChunkLocation;
-use larder_store::{segment_len, EntryKind, Repository, Snapshot, SnapshotSummary, TreeRef};
+use larder_store::{EntryKind, Repository, Snapshot, SnapshotSummary, TreeRef};
 
 use super::index_stage::{to_acknowledge, Indexer};
 use super::previous::Decisions;
@@ -78,8 +78,7 @@ impl<'o> Committer<'o> {
         self.bytes_new_stored += out.bytes_new_stored;
         self.tree_chunks_new += out.tree.new;
         if !out.written.is_empty() {
-            self.bytes_stored += out.written.iter().map(|c| c.container_len()).sum::<u64>()
-                + segment_len(&out.written);
+            self.bytes_stored += out.container_bytes + repo.segment_file_len(&out.written);
         }
         // What the syncers could not acknowledge (the remote index failed them): again.
         let acknowledgements: Vec<(Fingerprint, ChunkLocation)> = match &self.opts.remote {
@@ -128,7 +127,7 @@ impl<'o> Committer<'o> {
             partial: !complete,
             parents: self.decisions.parents.clone(),
         };
-        self.bytes_stored += snapshot.encode().0.len() as u64;
+        self.bytes_stored += repo.snapshot_file_len(&snapshot);
         let id = repo.save_snapshot(&snapshot)?;
         // The new snapshot holds everything the previous checkpoint did.
         if let Some(old) = self.checkpoint.take() {

@@ -46,6 +46,8 @@ pub(super) struct Pipeline<'a> {
 /// What one round stored.
 pub(super) struct RoundOutput {
     pub written: Vec<SegmentContainer>,
+    /// The bytes of the container files written.
+    pub container_bytes: u64,
     /// Containers the syncers acknowledged to the remote index themselves.
     pub acked: BTreeSet<u64>,
     /// The tree of the walk's items before `upto`.
@@ -171,9 +173,10 @@ impl Pipeline<'_> {
             let bytes_new_stored = writer.bytes_stored;
             // Closing the syncers' queue: they finish what they hold and stop.
             drop(writer);
-            let (written, acked) = collect(syncers, stages)?;
+            let (written, container_bytes, acked) = collect(syncers, stages)?;
             Ok(RoundOutput {
                 written,
+                container_bytes,
                 acked,
                 tree: tree?,
                 upto,
@@ -206,25 +209,28 @@ impl Pipeline<'_> {
     }
 }
 
-/// What the syncers wrote and acknowledged. A syncer's error (a full disk) is the
-/// cause of the writer's "syncers stopped", so it is the one returned.
+/// What the syncers wrote (the containers and their files' bytes) and acknowledged.
+/// A syncer's error (a full disk) is the cause of the writer's "syncers stopped", so
+/// it is the one returned.
 fn collect(
     syncers: Vec<std::thread::ScopedJoinHandle<'_, write_stage::Synced>>,
     stages: &mut StageTimes,
-) -> Result<(Vec<SegmentContainer>, BTreeSet<u64>)> {
+) -> Result<(Vec<SegmentContainer>, u64, BTreeSet<u64>)> {
     let mut written = Vec::new();
+    let mut file_bytes = 0;
     let mut acked = BTreeSet::new();
     let mut first_error = None;
     for h in syncers {
         let synced = join(h, "sync")?;
         written.extend(synced.written);
+        file_bytes += synced.file_bytes;
         acked.extend(synced.acked);
         stages.sync += synced.busy;
         first_error = first_error.or(synced.error);
     }
     match first_error {
         Some(e) => Err(e),
-        None => Ok((written, acked)),
+        None => Ok((written, file_bytes, acked)),
     }
 }
 

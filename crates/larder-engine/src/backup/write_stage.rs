@@ -153,6 +153,8 @@ pub(super) fn run(
 /// to the remote index itself.
 pub(super) struct Synced {
     pub written: Vec<SegmentContainer>,
+    /// The bytes of the container files written: padding and headers included.
+    pub file_bytes: u64,
     pub busy: Duration,
     pub error: Option<EngineError>,
     pub acked: Vec<u64>,
@@ -180,6 +182,7 @@ pub(super) fn spawn_syncers<'s>(
             scope.spawn(move || {
                 let mut out = Synced {
                     written: Vec::new(),
+                    file_bytes: 0,
                     busy: Duration::ZERO,
                     error: None,
                     acked: Vec::new(),
@@ -196,6 +199,7 @@ pub(super) fn spawn_syncers<'s>(
                         out.error = Some(e.into());
                         return out;
                     }
+                    out.file_bytes += bytes.len() as u64;
                     let _ = reuse.try_send(bytes);
                     let written = SegmentContainer { id, entries };
                     if let Some(remote) = &remote {

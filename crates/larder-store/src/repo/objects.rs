@@ -11,7 +11,7 @@ use larder_crypto::{ObjectKind, RepoKeys};
 use super::{RepoConfig, Repository};
 use crate::backend::FileKind;
 use crate::error::{error_chain, Result, StoreError};
-use crate::segment::{decode_segment, encode_segment, SegmentContainer};
+use crate::segment::{decode_segment, encode_segment, segment_len, SegmentContainer};
 use crate::snapshot::Snapshot;
 
 /// The first bytes of a sealed config (a metadata envelope).
@@ -130,6 +130,25 @@ impl Repository {
         let plain = encode_segment(&self.codec(), containers);
         let bytes = self.seal_file(FileKind::IndexSegment, name, plain)?;
         self.backend.write(FileKind::IndexSegment, name, &bytes)
+    }
+
+    /// The length of the segment file [`Repository::commit`] writes for `containers`.
+    pub fn segment_file_len(&self, containers: &[SegmentContainer]) -> u64 {
+        segment_len(containers) + self.envelope_overhead()
+    }
+
+    /// The length of the file [`Repository::save_snapshot`] writes for `snapshot`.
+    pub fn snapshot_file_len(&self, snapshot: &Snapshot) -> u64 {
+        snapshot.encode().0.len() as u64 + self.envelope_overhead()
+    }
+
+    /// What sealing adds to a metadata or sealed envelope's plaintext: nothing in a
+    /// plaintext repository.
+    fn envelope_overhead(&self) -> u64 {
+        match self.keys {
+            Some(_) => larder_crypto::ENVELOPE_OVERHEAD as u64,
+            None => 0,
+        }
     }
 
     /// Writes a snapshot durably (rule 3) and returns its id: the BLAKE3 of its file,
