@@ -67,11 +67,30 @@ fn forget_by_policy_lists_and_removes_and_dry_run_changes_nothing() {
     assert_eq!(v["keep"][0]["reasons"], serde_json::json!(["last"]));
     assert_eq!(repo.snapshots().len(), 4);
 
+    // With --prune, the dry run previews gc as if the two were gone.
+    let preview = repo.run([
+        "--json",
+        "forget",
+        "--keep-last",
+        "2",
+        "--dry-run",
+        "--prune",
+    ]);
+    preview.expect_ok();
+    let preview = preview.json();
+    assert_eq!(preview["gc"]["dry_run"], true, "{preview}");
+    assert_eq!(repo.snapshots().len(), 4);
+
     let out = repo.run(["--json", "forget", "--keep-last", "2", "--prune"]);
     out.expect_ok();
     let v = out.json();
     assert_eq!(ids_of(&v["remove"]), ids[..2]);
     assert!(v["gc"]["bytes_reclaimed"].as_i64().unwrap() > 0, "{v}");
+    assert_eq!(preview["gc"]["bytes_reclaimed"], v["gc"]["bytes_reclaimed"]);
+    assert_eq!(
+        preview["gc"]["containers_deleted"],
+        v["gc"]["containers_deleted"]
+    );
     let left: Vec<String> = repo
         .snapshots()
         .iter()

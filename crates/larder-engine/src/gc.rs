@@ -24,7 +24,14 @@ pub struct GcSummary {
 /// or a tree stream cannot be read: what it uses would be unknown, and a sweep would
 /// delete it.
 pub fn mark(repo: &Repository) -> Result<(usize, HashSet<Fingerprint>)> {
-    let (snapshots, unreadable) = repo.snapshots()?;
+    mark_except(repo, &[])
+}
+
+/// As [`mark`], as if the snapshots `forgotten` (full ids) were gone: what
+/// `forget --dry-run --prune` previews.
+fn mark_except(repo: &Repository, forgotten: &[String]) -> Result<(usize, HashSet<Fingerprint>)> {
+    let (mut snapshots, unreadable) = repo.snapshots()?;
+    snapshots.retain(|(id, _)| !forgotten.contains(id));
     if let Some(e) = unreadable.first() {
         return Err(EngineError::GcRefused(format!(
             "a snapshot cannot be read ({}); remove it with `larder forget` or repair the repository first",
@@ -58,8 +65,26 @@ pub fn mark(repo: &Repository) -> Result<(usize, HashSet<Fingerprint>)> {
 
 /// Marks, then sweeps with `opts`. Needs the exclusive lock.
 pub fn gc(repo: &mut Repository, opts: &GcOptions) -> Result<GcSummary> {
+    gc_except(repo, opts, &[])
+}
+
+/// What a gc would do once the snapshots `forgotten` are gone: a dry run
+/// (`opts.dry_run` must be set, since they are still there).
+pub fn gc_preview(
+    repo: &mut Repository,
+    opts: &GcOptions,
+    forgotten: &[String],
+) -> Result<GcSummary> {
+    assert!(
+        opts.dry_run,
+        "a gc that ignores live snapshots must not sweep"
+    );
+    gc_except(repo, opts, forgotten)
+}
+
+fn gc_except(repo: &mut Repository, opts: &GcOptions, forgotten: &[String]) -> Result<GcSummary> {
     let start = Instant::now();
-    let (snapshots, live) = mark(repo)?;
+    let (snapshots, live) = mark_except(repo, forgotten)?;
     let sweep = repo.collect_garbage(&live, opts)?;
     Ok(GcSummary {
         snapshots,

@@ -39,7 +39,7 @@ pub use forget::{
     apply_policy, forget, plan_forget, plan_forget_named, ForgetDecision, KeepReason,
     RetentionPolicy,
 };
-pub use gc::{gc, mark, GcSummary};
+pub use gc::{gc, gc_preview, mark, GcSummary};
 pub use meta::read_xattrs;
 pub use pattern::{parse_pattern_file, Pattern, PatternList};
 pub use restore::{restore, RestoreOptions, RestoreSummary, DEFAULT_RESTORE_CACHE};

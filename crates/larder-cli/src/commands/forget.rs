@@ -79,12 +79,16 @@ pub fn run(args: ForgetArgs, g: &Globals, out: &Output) -> Result<ExitCode> {
     if !args.dry_run {
         larder_engine::forget(&repo, &removed)?;
     }
-    let gc = if args.prune && !args.dry_run {
+    let gc = if args.prune {
         let opts = GcOptions {
             repack_threshold: args.repack_threshold,
+            dry_run: args.dry_run,
             ..GcOptions::default()
         };
-        Some(larder_engine::gc(&mut repo, &opts)?)
+        Some(match args.dry_run {
+            true => larder_engine::gc_preview(&mut repo, &opts, &removed)?,
+            false => larder_engine::gc(&mut repo, &opts)?,
+        })
     } else {
         None
     };
@@ -201,10 +205,14 @@ impl Render for Forgotten<'_> {
         for r in &self.remove {
             r.write_line(w, "")?;
         }
+        if let Some(gc) = &self.gc {
+            // In a dry run, what gc would do once those snapshots were gone.
+            gc.write_text(w)?;
+        }
         if self.dry_run {
             writeln!(w, "dry run: nothing was changed")
-        } else if let Some(gc) = &self.gc {
-            gc.write_text(w)
+        } else if self.gc.is_some() {
+            Ok(())
         } else if !self.remove.is_empty() {
             writeln!(w, "their data stays in the repository until `larder gc`")
         } else {
