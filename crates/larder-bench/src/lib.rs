@@ -20,6 +20,7 @@
 //! `docs/design/bench.md` describes the experiments and their settings.
 
 pub mod chunk;
+pub mod chunk_plots;
 pub mod corpus;
 pub mod disk_index;
 mod disk_index_plots;

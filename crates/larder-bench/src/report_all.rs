@@ -11,11 +11,12 @@ use larder_chunk::ChunkerConfig;
 use serde::Serialize;
 
 use crate::chunk::{run_chunk_bench, ChunkBenchReport, Plan};
+use crate::chunk_plots::render_all;
 use crate::corpus::{Corpus, SkippedPath};
 use crate::gen_truth::{generate, run_gen_truth, GenPlan, GenTruthReport};
 use crate::index::{run_index_bench, IndexPlan, IndexRate};
 use crate::pipeline::{run_pipeline_bench, PipelinePlan, PipelineReport};
-use crate::plot::{format_size, render_all, PlotFile};
+use crate::plot::{format_size, PlotFile};
 use crate::report_plots::{gen_truth_plot, index_plot, pipeline_plots};
 use crate::BenchError;
 

@@ -8,7 +8,8 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::Args;
-use larder_bench::plot::{self, PlotFile};
+use larder_bench::chunk_plots;
+use larder_bench::plot::PlotFile;
 use larder_bench::{corpus::Corpus, report, run_chunk_bench, ChunkBenchReport, Plan};
 use serde::Serialize;
 
@@ -55,7 +56,7 @@ pub fn run(args: ChunkArgs, out: &Output) -> Result<ExitCode> {
         plan.runs
     ));
     let report = run_chunk_bench(&corpus, &plan, &mut |step| out.note(step))?;
-    let plots = plot::write_all(&report, &args.out)?;
+    let plots = chunk_plots::write_all(&report, &args.out)?;
     let markdown = report::report_markdown(&report, &plots, &super::command_line());
     let report_path = args.out.join("report.md");
     std::fs::write(&report_path, markdown)
