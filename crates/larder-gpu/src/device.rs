@@ -16,7 +16,7 @@ use cudarc::driver::{
 use larder_hash::{Fingerprint, HashAlgo};
 
 use crate::kernels::{BLAKE3_KERNEL, SCAN_KERNEL, SHA1_KERNEL, SHA256_KERNEL};
-use crate::pipeline::{Backend, ChunkerHasher};
+use crate::pipeline::{ChunkerHasher, Device};
 use crate::stretch::{ScanLayout, ScanOutput};
 use crate::{compile_kernels, driver_available, Error};
 
@@ -139,7 +139,7 @@ impl CudaSlot {
 /// The pipeline on a GPU.
 pub type GpuChunkerHasher<'g> = ChunkerHasher<'g, Gpu>;
 
-impl Backend for Gpu {
+impl Device for Gpu {
     type Slot = CudaSlot;
 
     fn new_slot(&self, bytes: usize, threads: usize, slots: usize) -> Result<CudaSlot, Error> {

@@ -1,4 +1,4 @@
-//! A [`Backend`] on the CPU: host and "device" buffers are separate vectors, uploads and
+//! A [`Device`] on the CPU: host and "device" buffers are separate vectors, uploads and
 //! device copies move bytes between them, the scan is [`emulate_scan`] of the device
 //! bytes and the hashes are larder-hash's of the device bytes. The pipeline runs on it
 //! unchanged, so a wrong upload range, warm-up or leftover copy changes cut points or
@@ -9,7 +9,7 @@ use std::ops::Range;
 
 use larder_hash::{Fingerprint, HashAlgo};
 
-use crate::pipeline::Backend;
+use crate::pipeline::Device;
 use crate::stretch::{emulate_scan, ScanLayout, ScanOutput};
 use crate::Error;
 
@@ -26,7 +26,7 @@ pub struct EmulatedSlot {
     output: ScanOutput,
 }
 
-impl Backend for EmulatedDevice {
+impl Device for EmulatedDevice {
     type Slot = EmulatedSlot;
 
     fn new_slot(

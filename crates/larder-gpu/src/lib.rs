@@ -17,7 +17,7 @@ pub mod stretch;
 
 pub use device::{CudaSlot, Gpu, GpuChunkerHasher};
 pub use emulated::{EmulatedDevice, EmulatedSlot};
-pub use pipeline::{Backend, ChunkerHasher, GpuChunk, GpuConfig, StageTimes};
+pub use pipeline::{ChunkerHasher, Device, GpuChunk, GpuConfig, StageTimes};
 
 use cudarc::nvrtc::{CompileOptions, Ptx};
 

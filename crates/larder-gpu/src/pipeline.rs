@@ -1,4 +1,4 @@
-//! The streaming chunker-hasher, generic over the device ([`Backend`]): the CUDA one
+//! The streaming chunker-hasher, generic over the device ([`Device`]): the CUDA one
 //! (`device.rs`) and the CPU emulation (`emulated.rs`), which runs this very code
 //! without a GPU so that its bookkeeping (slots, warm-up, leftovers, carried
 //! candidates, offsets) is tested everywhere (docs/design/gpu.md, "Streams").
@@ -9,7 +9,7 @@
 //! bytes after its last cut, under `max_size`) are: `prefix >= max_size + 47` holds both.
 //!
 //! Ordering rules (the backend keeps 3; the pipeline 1 and 2):
-//! 1. A slot's host buffer is written only after [`Backend::wait`] on the block it held.
+//! 1. A slot's host buffer is written only after [`Device::wait`] on the block it held.
 //! 2. The leftover of block `k` is copied into slot `k + 1` (host and device) below the
 //!    range that slot's upload reads (its last `WINDOW - 1` bytes are the warm-up,
 //!    already uploaded), so the copy never races that upload.
@@ -28,7 +28,7 @@ use crate::Error;
 
 /// What the pipeline needs from a device. Calls on one slot are ordered as issued
 /// (one CUDA stream per slot); calls on different slots may overlap.
-pub trait Backend {
+pub trait Device {
     type Slot;
     /// A slot of `bytes` bytes (host and device), `threads` scan threads of `slots` slots.
     fn new_slot(&self, bytes: usize, threads: usize, slots: usize) -> Result<Self::Slot, Error>;
@@ -45,7 +45,7 @@ pub trait Backend {
     ) -> Result<(), Error>;
     /// Waits for everything enqueued on the slot.
     fn wait(&self, slot: &mut Self::Slot) -> Result<(), Error>;
-    /// The downloaded scan output of `layout` (after [`Backend::wait`]).
+    /// The downloaded scan output of `layout` (after [`Device::wait`]).
     fn scan_output(&self, slot: &mut Self::Slot, layout: &ScanLayout) -> Result<ScanOutput, Error>;
     /// Fingerprints the device bytes `offsets[i]..offsets[i + 1]`, blocking.
     fn hash(
@@ -128,14 +128,14 @@ struct InFlight<S> {
 /// Chunks and fingerprints a byte stream block by block on a device, with exactly the
 /// CPU path's result: FastCDC 2020 cut points ([`larder_chunk::FastCdc2020`]) and
 /// [`HashAlgo::fingerprint`] of every chunk.
-pub struct ChunkerHasher<'d, B: Backend> {
-    device: &'d B,
+pub struct ChunkerHasher<'d, D: Device> {
+    device: &'d D,
     chunker: CandidateChunker,
     algo: HashAlgo,
     config: GpuConfig,
     prefix: usize,
-    in_flight: VecDeque<InFlight<B::Slot>>,
-    free: Vec<B::Slot>,
+    in_flight: VecDeque<InFlight<D::Slot>>,
+    free: Vec<D::Slot>,
     /// Stream offset of the next byte pushed.
     stream_pos: u64,
     /// The last (at most WINDOW - 1) bytes of the stream: the next block's warm-up.
@@ -146,9 +146,9 @@ pub struct ChunkerHasher<'d, B: Backend> {
     times: StageTimes,
 }
 
-impl<'d, B: Backend> ChunkerHasher<'d, B> {
+impl<'d, D: Device> ChunkerHasher<'d, D> {
     pub fn new(
-        device: &'d B,
+        device: &'d D,
         chunker: CandidateChunker,
         max_size: usize,
         algo: HashAlgo,

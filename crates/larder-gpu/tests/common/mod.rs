@@ -2,7 +2,7 @@
 //! pipeline's chunks of a stream against FastCDC 2020 and larder-hash.
 
 use larder_chunk::{CandidateChunker, Chunker};
-use larder_gpu::{Backend, ChunkerHasher, GpuConfig};
+use larder_gpu::{ChunkerHasher, Device, GpuConfig};
 use larder_hash::HashAlgo;
 
 #[path = "../support/noise.rs"]
@@ -68,7 +68,7 @@ pub fn cases(count: u64, max_len: u64, real: Option<&[u8]>) -> impl Iterator<Ite
 }
 
 /// The pipeline's chunks of `case.data` on `device` equal the CPU path's, byte for byte.
-pub fn check<B: Backend>(device: &B, case: &Case) {
+pub fn check<D: Device>(device: &D, case: &Case) {
     let (min, avg, max) = case.sizes;
     let chunker = CandidateChunker::new(min, avg, max, case.level);
     let mut hasher = ChunkerHasher::new(device, chunker, max, case.algo, case.config).unwrap();
