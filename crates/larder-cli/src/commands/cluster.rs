@@ -39,7 +39,8 @@ pub struct EtcdArgs {
 
 #[derive(Subcommand)]
 pub enum ClusterCommand {
-    /// Create a cluster: its parameters in etcd, its directories in the shared storage
+    /// Create a cluster: its parameters in etcd, its directories in the shared storage,
+    /// and (unless --encryption none) its key, wrapped by the password
     Init(InitArgs),
     /// Nodes, the master, partitions per node, and messages per second
     Status(StatusArgs),
