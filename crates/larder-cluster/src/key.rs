@@ -30,7 +30,8 @@ fn file_name(id: &str) -> String {
 
 /// The id of a slot's file or object name, if it is one.
 fn slot_id(name: &str) -> Option<&str> {
-    name.strip_suffix(".key")
+    name.strip_suffix(EXTENSION)
+        .and_then(|stem| stem.strip_suffix('.'))
         .filter(|id| !id.is_empty() && !id.starts_with('.'))
 }
 
@@ -249,9 +250,10 @@ impl KeySlots {
 
     /// The key for `larder cluster init`: the key the slots in this storage already
     /// hold, unlocked with `password` (a repeated init, or etcd made again; the one of
-    /// cluster `id` when etcd names one), else a new full key for a new random cluster
-    /// id, with `aead` and `fingerprint`, whose first slot `new_slot` makes and which
-    /// is written here. Returns the key and the id of the slot written, if one was.
+    /// cluster `id` when etcd names one), which must have `aead` and `fingerprint`;
+    /// else a new full key for a new random cluster id, with `aead` and `fingerprint`,
+    /// whose first slot `new_slot` makes and which is written here. Returns the key and
+    /// the id of the slot written, if one was.
     pub fn create_or_unlock_key(
         &self,
         password: &[u8],
@@ -272,6 +274,16 @@ impl KeySlots {
                     larder_store::error_chain(&e)
                 ))
             })?;
+            if (keys.aead(), keys.fingerprint_kind()) != (aead, fingerprint) {
+                return Err(ClusterError::Key(format!(
+                    "the key in {} is {} with {} fingerprints, not {} with {}",
+                    self.location().display(),
+                    keys.aead().name(),
+                    keys.fingerprint_kind().name(),
+                    aead.name(),
+                    fingerprint.name()
+                )));
+            }
             return Ok((keys, None));
         }
         if let Some(id) = id {
@@ -332,4 +344,130 @@ pub async fn init_encrypted_cluster(
         return Err(e);
     }
     Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use larder_crypto::{KdfParams, KeyKind};
+
+    use super::*;
+
+    const PASSWORD: &[u8] = b"cluster password";
+    const ALGORITHMS: (AeadKind, FingerprintKind) =
+        (AeadKind::Aes256Gcm, FingerprintKind::KeyedBlake3);
+
+    fn slot(keys: &RepoKeys) -> std::result::Result<KeySlot, String> {
+        let light = KdfParams {
+            memory_kib: 8192,
+            iterations: 1,
+            parallelism: 1,
+        };
+        KeySlot::create(
+            keys,
+            KeyKind::Full,
+            PASSWORD,
+            light,
+            "host".into(),
+            "user".into(),
+            "2026-11-28T00:00:00Z".into(),
+        )
+        .map_err(|e| e.to_string())
+    }
+
+    fn create(slots: &KeySlots) -> Result<(RepoKeys, Option<String>)> {
+        slots.create_or_unlock_key(PASSWORD, None, ALGORITHMS.0, ALGORITHMS.1, slot)
+    }
+
+    #[test]
+    fn only_slot_files_are_slots() {
+        assert_eq!(slot_id("0123abcd.key"), Some("0123abcd"));
+        for name in [
+            ".0123abcd.key.tmp",
+            ".x.key",
+            ".key",
+            "key",
+            "x.keys",
+            "x-key",
+        ] {
+            assert_eq!(slot_id(name), None, "{name}");
+        }
+        assert_eq!(
+            parse_id("00112233445566778899aabbccddeeff").unwrap()[15],
+            0xff
+        );
+        for bad in [
+            "00112233445566778899AABBCCDDEEFF",
+            "0011",
+            "+0112233445566778899aabbccddeeff",
+        ] {
+            assert_eq!(parse_id(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn init_makes_one_slot_and_every_later_init_and_node_unlocks_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let slots = KeySlots::Dir(dir.path().to_path_buf());
+        assert!(slots.list().unwrap().is_empty());
+        let (keys, written) = create(&slots).unwrap();
+        let id = written.expect("a first slot");
+        assert!(dir.path().join(format!("keys/{id}.key")).is_file());
+        let encryption = ClusterEncryption::of(&keys);
+        assert_eq!(encryption.id_bytes().unwrap(), keys.repo_id());
+
+        // Again: the same key, no new slot; with the id etcd names, too.
+        let (again, written) = create(&slots).unwrap();
+        assert_eq!((again.repo_id(), written), (keys.repo_id(), None));
+        let named = slots.create_or_unlock_key(
+            PASSWORD,
+            Some(&encryption),
+            ALGORITHMS.0,
+            ALGORITHMS.1,
+            slot,
+        );
+        assert_eq!(named.unwrap().0.repo_id(), keys.repo_id());
+        assert_eq!(slots.list().unwrap().len(), 1);
+        // Another AEAD than the key's, or another password: refused.
+        let other = slots.create_or_unlock_key(
+            PASSWORD,
+            None,
+            AeadKind::XChaCha20Poly1305,
+            ALGORITHMS.1,
+            slot,
+        );
+        assert!(other
+            .unwrap_err()
+            .to_string()
+            .contains("xchacha20-poly1305"));
+        let wrong = slots.create_or_unlock_key(b"other", None, ALGORITHMS.0, ALGORITHMS.1, slot);
+        assert!(wrong
+            .unwrap_err()
+            .to_string()
+            .contains("wrong password or no matching key"));
+
+        assert_eq!(
+            slots.unlock(PASSWORD, &encryption).unwrap().repo_id(),
+            keys.repo_id()
+        );
+        let wrong = slots.unlock(b"other", &encryption).unwrap_err().to_string();
+        assert_eq!(wrong, "wrong password or no matching key");
+        // A slot of another cluster in the same place is not this cluster's key.
+        let mut elsewhere = encryption.clone();
+        elsewhere.id = "00112233445566778899aabbccddeeff".into();
+        assert!(slots.unlock(PASSWORD, &elsewhere).is_err());
+
+        slots.remove(&id).unwrap();
+        assert!(slots.list().unwrap().is_empty());
+        let none = slots.unlock(PASSWORD, &encryption).unwrap_err().to_string();
+        assert!(none.contains("holds no key slot"), "{none}");
+    }
+
+    #[test]
+    fn a_slot_is_never_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let slots = KeySlots::Dir(dir.path().to_path_buf());
+        let (keys, written) = create(&slots).unwrap();
+        let refused = slots.write(&written.unwrap(), &slot(&keys).unwrap());
+        assert!(refused.unwrap_err().to_string().contains("already exists"));
+    }
 }
