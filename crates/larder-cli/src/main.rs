@@ -160,8 +160,8 @@ fn run(cli: Cli, out: &Output) -> Result<ExitCode> {
         Command::Unlock(args) => unlock::run(args, &g, out),
         Command::Chunk(args) => chunk::run(args, out),
         Command::Gen(args) => gen::run(args, out),
-        Command::Node(args) => node::run(args, out),
-        Command::Cluster(command) => cluster::run(command, out),
+        Command::Node(args) => node::run(args, &g.repo.password, out),
+        Command::Cluster(command) => cluster::run(command, &g.repo.password, out),
         Command::Bench(args) => bench::run(args, out),
     }
 }

@@ -10,6 +10,7 @@ use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use larder_crypto::KdfParams;
 use zeroize::Zeroizing;
 
 /// A password, wiped from memory when dropped.
@@ -33,6 +34,33 @@ pub struct NewPasswordArgs {
     /// else a prompt)
     #[arg(long, value_name = "FILE")]
     pub new_password_file: Option<PathBuf>,
+}
+
+/// The Argon2id parameters of a new first key slot (`init`, `cluster init`).
+#[derive(Args, Clone, Default)]
+pub struct KdfArgs {
+    /// Argon2id memory of the first key slot (default 64MiB; at least 8MiB)
+    #[arg(long, value_name = "SIZE", value_parser = crate::size::parse)]
+    kdf_memory: Option<usize>,
+    /// Argon2id iterations of the first key slot (default 3)
+    #[arg(long, value_name = "N")]
+    kdf_iterations: Option<u32>,
+}
+
+impl KdfArgs {
+    /// `params` with the options given; on error, the usage message.
+    pub fn apply(&self, mut params: KdfParams) -> Result<KdfParams, String> {
+        if let Some(memory) = self.kdf_memory {
+            params.memory_kib = (memory / 1024).try_into().unwrap_or(u32::MAX);
+        }
+        if let Some(iterations) = self.kdf_iterations {
+            params.iterations = iterations;
+        }
+        if params.memory_kib < 8 * 1024 {
+            return Err("--kdf-memory must be at least 8MiB".into());
+        }
+        Ok(params)
+    }
 }
 
 impl PasswordArgs {
@@ -64,6 +92,22 @@ impl PasswordArgs {
 }
 
 impl NewPasswordArgs {
+    /// The password of something new that has no default (`cluster init`):
+    /// `--new-password-file` or `LARDER_NEW_PASSWORD`, else the ordinary sources of
+    /// `given` (`--password-file`, `--password-command`, `LARDER_PASSWORD`), else a
+    /// prompt asked twice. An empty password is refused.
+    pub fn get_or(&self, given: &PasswordArgs) -> Result<Password> {
+        if self.new_password_file.is_none() && std::env::var_os("LARDER_NEW_PASSWORD").is_none() {
+            if let Some(p) = given.given()? {
+                if p.is_empty() {
+                    bail!("refusing an empty password");
+                }
+                return Ok(p);
+            }
+        }
+        self.get()
+    }
+
     /// The new password: `--new-password-file`, `LARDER_NEW_PASSWORD`, or a prompt
     /// asked twice. An empty password is refused.
     pub fn get(&self) -> Result<Password> {

@@ -252,6 +252,9 @@ async fn node_processes_fail_over_within_10s_and_forget_nothing() {
         storage_arg,
         "--partitions",
         &PARTITIONS.to_string(),
+        // The routers below write plaintext containers as a node's stage 4 would.
+        "--encryption",
+        "none",
     ]);
     let mut nodes: BTreeMap<NodeId, NodeProcess> = BTreeMap::new();
     for id in NODES {

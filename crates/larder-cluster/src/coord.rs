@@ -10,8 +10,8 @@ mod membership;
 pub use client::{Etcd, EtcdOptions};
 pub use election::{Election, Leadership};
 pub use map::{
-    Assignment, ClusterConfig, MapCache, PartitionMap, PartitionMapStore, COORD_FORMAT_VERSION,
-    MAX_TXN_OPS, MOVES_PER_TXN,
+    Assignment, ClusterConfig, ClusterEncryption, MapCache, PartitionMap, PartitionMapStore,
+    COORD_FORMAT_VERSION, MAX_TXN_OPS, MOVES_PER_TXN,
 };
 pub use membership::{Member, MemberEvent, Membership, MembershipOptions};
 

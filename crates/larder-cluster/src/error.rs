@@ -51,6 +51,9 @@ pub enum ClusterError {
     /// This node does not own the partition (any more): ask its owner.
     #[error("partition {} is not owned by this node", .0.0)]
     NotOwner(PartitionId),
+    /// The cluster's key: missing, not opened by the password, or not this cluster's.
+    #[error("{0}")]
+    Key(String),
 }
 
 impl ClusterError {
@@ -62,6 +65,7 @@ impl ClusterError {
             ClusterError::Coord(e) => e.is_retryable(),
             ClusterError::Rpc(e) => e.is_retryable(),
             ClusterError::Corrupt { .. }
+            | ClusterError::Key(_)
             | ClusterError::LeaseLost
             | ClusterError::Fenced { .. } => false,
         }

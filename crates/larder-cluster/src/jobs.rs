@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use larder_crypto::RepoKeys;
 use larder_engine::{
     backup, restore, BackupOptions, NoProgress, PatternList, RemoteIndex, RestoreOptions,
     DEFAULT_RESTORE_CACHE,
@@ -61,6 +62,8 @@ pub struct NodeHandler {
     storage: SharedStorage,
     service: OwnerService,
     router: Arc<Router>,
+    /// The cluster's key, in an encrypted cluster.
+    keys: Option<Arc<RepoKeys>>,
 }
 
 /// Where node `id`'s repository holds chunks of a killed backup: containers sealed and
@@ -70,8 +73,9 @@ pub struct NodeHandler {
 pub fn adopted_chunks(
     storage: &SharedStorage,
     id: NodeId,
+    keys: Option<&RepoKeys>,
 ) -> Result<Vec<(Fingerprint, ChunkLocation)>, StoreError> {
-    let repo = storage.open_repository(id, LockMode::Exclusive, Duration::from_secs(60))?;
+    let repo = storage.open_repository(id, LockMode::Exclusive, Duration::from_secs(60), keys)?;
     let mut entries = Vec::new();
     for &id in &repo.report().adopted_containers {
         let table = repo.load_container_table(id)?;
@@ -99,18 +103,21 @@ impl NodeHandler {
         storage: SharedStorage,
         service: OwnerService,
         router: Arc<Router>,
+        keys: Option<Arc<RepoKeys>>,
     ) -> Self {
         Self {
             id,
             storage,
             service,
             router,
+            keys,
         }
     }
 
     async fn run(&self, job: Job) -> Result<String, RpcError> {
         let storage = self.storage.clone();
         let id = self.id;
+        let keys = self.keys.clone();
         match job {
             Job::Backup { paths } => {
                 let remote: Arc<dyn RemoteIndex> = Arc::new(ClusterIndex {
@@ -122,6 +129,7 @@ impl NodeHandler {
                         id,
                         LockMode::Exclusive,
                         Duration::from_secs(60),
+                        keys.as_deref(),
                     )?;
                     let options = BackupOptions {
                         hostname: format!("larder-node-{id}"),
@@ -139,7 +147,7 @@ impl NodeHandler {
             }
             Job::Restore { snapshot, target } => {
                 let summary = tokio::task::spawn_blocking(move || {
-                    let repo = ClusterView::open(&storage, id)?;
+                    let repo = ClusterView::open(&storage, id, keys.as_deref())?;
                     let options = RestoreOptions {
                         overwrite: false,
                         include: PatternList::default(),
@@ -157,7 +165,7 @@ impl NodeHandler {
             }
             Job::Snapshots => {
                 let list = tokio::task::spawn_blocking(move || {
-                    let repo = ClusterView::open(&storage, id)?;
+                    let repo = ClusterView::open(&storage, id, keys.as_deref())?;
                     let (snapshots, _) = repo.snapshots()?;
                     Ok::<_, StoreError>(
                         snapshots

@@ -7,6 +7,7 @@ pub mod balance;
 pub mod coord;
 mod error;
 pub mod jobs;
+pub mod key;
 pub mod model;
 pub mod node;
 pub mod owner;

@@ -2,15 +2,19 @@
 //! the partitions the map gives it, joins through a lease, campaigns for master and,
 //! as master, keeps every partition owned by a live node, evenly. Partitions it gains
 //! are taken over from shared storage; partitions it loses, or whose epoch was
-//! overtaken (fenced), are dropped without another write.
+//! overtaken (fenced), are dropped without another write. In an encrypted cluster it
+//! holds the cluster's key (docs/design/crypto.md, "Cluster").
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use larder_chunk::{ChunkerConfig, ChunkerKind};
+use larder_crypto::RepoKeys;
 use larder_hash::HashAlgo;
 use larder_index::disk::{DiskIndexConfig, Lookup};
+use larder_store::RepoConfig;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
@@ -52,6 +56,9 @@ pub struct NodeOptions {
     /// Each partition's disk index.
     pub index: DiskIndexConfig,
     pub lookup: Lookup,
+    /// The cluster's key, unlocked from its slots in the shared storage: required in an
+    /// encrypted cluster, refused in a plaintext one.
+    pub keys: Option<Arc<RepoKeys>>,
 }
 
 impl NodeOptions {
@@ -79,6 +86,7 @@ impl NodeOptions {
                 ..DiskIndexConfig::default()
             },
             lookup: Lookup::Eager,
+            keys: None,
         }
     }
 }
@@ -110,6 +118,52 @@ pub async fn init_cluster(etcd: &[String], prefix: &str, config: &ClusterConfig)
     Ok(())
 }
 
+/// The cluster's parameters, if it was initialized: what a node (or `cluster init`)
+/// reads first, to know whether the cluster is encrypted.
+pub async fn cluster_config(etcd: &[String], prefix: &str) -> Result<Option<ClusterConfig>> {
+    let etcd = Etcd::connect(etcd, prefix, EtcdOptions::default()).await?;
+    Ok(PartitionMapStore::new(&etcd).config().await?)
+}
+
+/// The config every node repository of the cluster `config` describes is created
+/// with (but for its container range): the cluster's chunker and hash; in an
+/// encrypted cluster its AEAD and the cluster id, which `keys` must have. Refuses a
+/// node without the key of an encrypted cluster, and with a key in a plaintext one.
+fn node_repository(config: &ClusterConfig, keys: Option<&RepoKeys>) -> Result<RepoConfig> {
+    let corrupt = |reason: String| ClusterError::Corrupt {
+        what: "cluster config".into(),
+        reason,
+    };
+    let algo = HashAlgo::from_name(&config.hash)
+        .ok_or_else(|| corrupt(format!("unknown hash {}", config.hash)))?;
+    let kind = ChunkerKind::from_name(&config.chunking)
+        .ok_or_else(|| corrupt(format!("unknown chunker {}", config.chunking)))?;
+    let chunker = ChunkerConfig {
+        kind,
+        ..ChunkerConfig::default()
+    };
+    let mut repo = RepoConfig::new(chunker, algo);
+    match (&config.encryption, keys) {
+        (None, None) => {}
+        (Some(encryption), Some(keys)) => {
+            encryption.check(keys)?;
+            repo = repo.with_encryption(encryption.aead);
+            repo.id = encryption.id.clone();
+        }
+        (Some(_), None) => return Err(ClusterError::Key(
+            "the cluster is encrypted: a node needs the cluster's key, unlocked with its password"
+                .into(),
+        )),
+        (None, Some(_)) => {
+            return Err(ClusterError::Key(
+                "the cluster is not encrypted: its nodes take no key".into(),
+            ))
+        }
+    }
+    repo.validate().map_err(|e| corrupt(e.to_string()))?;
+    Ok(repo)
+}
+
 impl Node {
     /// Starts node `options.id`: binds its lookup service, joins, and starts following
     /// the map (and campaigning for master). Fails if the cluster was never
@@ -121,21 +175,20 @@ impl Node {
             what: format!("cluster under {} in etcd", options.prefix),
             reason: "not initialized: run `larder cluster init` first".into(),
         })?;
-        let algo = HashAlgo::from_name(&config.hash).ok_or_else(|| ClusterError::Corrupt {
-            what: "cluster config".into(),
-            reason: format!("unknown hash {}", config.hash),
-        })?;
+        let keys = options.keys.clone();
+        let template = node_repository(&config, keys.as_deref())?;
         let store = PartitionStore::with_storage(
             options.storage.clone(),
             config.partitions,
-            algo,
+            template.hash,
+            keys.clone(),
             options.index.clone(),
             options.lookup,
         );
         let service = OwnerService::new(store.clone(), config.partitions, options.lock_timeout);
         options
             .storage
-            .ensure_repository(options.id, algo)
+            .ensure_repository(options.id, &template, keys.as_deref())
             .map_err(|e| ClusterError::Corrupt {
                 what: format!("node {}'s repository", options.id),
                 reason: e.to_string(),
@@ -153,6 +206,7 @@ impl Node {
             options.storage.clone(),
             service.clone(),
             router.clone(),
+            keys.clone(),
         );
         let server = LookupServer::bind(options.listen, Arc::new(handler))
             .await
@@ -197,12 +251,11 @@ impl Node {
             stopped.clone(),
         ));
         tasks.spawn(watch_lease(membership.lost(), service.clone(), stopped));
-        let adopted = crate::jobs::adopted_chunks(&options.storage, options.id).map_err(|e| {
-            ClusterError::Corrupt {
+        let adopted = crate::jobs::adopted_chunks(&options.storage, options.id, keys.as_deref())
+            .map_err(|e| ClusterError::Corrupt {
                 what: format!("node {}'s repository", options.id),
                 reason: e.to_string(),
-            }
-        })?;
+            })?;
         if !adopted.is_empty() {
             tasks.spawn(acknowledge_adopted(options.id, router.clone(), adopted));
         }

@@ -7,7 +7,8 @@
 //!
 //! On object storage each partition's index lives in the owner's cache directory and
 //! its checkpoints are put as immutable objects (`chain`; docs/design/cluster.md,
-//! "Partitions on object storage"), from which a takeover rebuilds the index.
+//! "Partitions on object storage"), from which a takeover rebuilds the index; sealed
+//! with the cluster's key in an encrypted cluster (docs/design/crypto.md, "Cluster").
 
 mod chain;
 
@@ -16,10 +17,11 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use larder_crypto::RepoKeys;
 use larder_hash::{Fingerprint, HashAlgo};
 use larder_index::disk::{Answer, DirIo, DiskIndex, DiskIndexConfig, IndexFile, IndexIo, Lookup};
 use larder_index::{ChunkLocation, IndexError};
-use larder_store::{read_container_table, FileKind, PartitionObject};
+use larder_store::{read_table, ChunkCodec, Compression, FileKind};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ClusterError, Result};
@@ -103,6 +105,11 @@ pub struct Replay {
     /// Container tables read, and entries inserted from them.
     pub containers_read: u64,
     pub inserted: u64,
+    /// Partition objects that ended their chain early, each with why: damaged, not
+    /// opened by the cluster's key (changed, or moved from another name, partition or
+    /// cluster), naming another object, or after a missing one. Their entries came from
+    /// the replay instead.
+    pub bad_objects: Vec<(String, String)>,
 }
 
 /// A cluster's partitions in its shared storage. In a shared directory,
@@ -114,13 +121,16 @@ pub struct Replay {
 pub struct PartitionStore {
     storage: SharedStorage,
     partitions: u32,
-    algo: HashAlgo,
+    /// Reads the writers' container tables in the replay: the cluster's fingerprint,
+    /// and its key in an encrypted cluster, which also seals the partition objects.
+    /// Compression plays no part in reading tables.
+    codec: ChunkCodec,
     index: DiskIndexConfig,
     lookup: Lookup,
     /// On object storage: what this node put of each partition it took over.
     chains: Arc<Mutex<HashMap<PartitionId, chain::Chain>>>,
     /// On object storage: objects checkpoints made and `upload` has not put yet.
-    uploads: Arc<Mutex<BTreeMap<PartitionId, VecDeque<PartitionObject>>>>,
+    uploads: Arc<Mutex<BTreeMap<PartitionId, VecDeque<chain::Outgoing>>>>,
 }
 
 /// A partition's open index, ready for its owner.
@@ -130,8 +140,8 @@ pub type PartitionIndex = DiskIndex<DirIo, Ticket>;
 pub type Opened = (PartitionId, PartitionIndex, Covered);
 
 impl PartitionStore {
-    /// The partitions of the cluster in `root`, of `partitions` partitions, whose
-    /// fingerprints are `algo`'s; each index is opened with `index` and `lookup`.
+    /// The partitions of the plaintext cluster in `root`, of `partitions` partitions,
+    /// whose fingerprints are `algo`'s; each index is opened with `index` and `lookup`.
     pub fn new(
         root: &Path,
         partitions: u32,
@@ -139,21 +149,34 @@ impl PartitionStore {
         index: DiskIndexConfig,
         lookup: Lookup,
     ) -> Self {
-        Self::with_storage(SharedStorage::from(root), partitions, algo, index, lookup)
+        Self::with_storage(
+            SharedStorage::from(root),
+            partitions,
+            algo,
+            None,
+            index,
+            lookup,
+        )
     }
 
-    /// The partitions of the cluster whose shared storage is `storage`.
+    /// The partitions of the cluster whose shared storage is `storage`, encrypted with
+    /// `keys` when given.
     pub fn with_storage(
         storage: SharedStorage,
         partitions: u32,
         algo: HashAlgo,
+        keys: Option<Arc<RepoKeys>>,
         index: DiskIndexConfig,
         lookup: Lookup,
     ) -> Self {
+        let codec = match keys {
+            Some(keys) => ChunkCodec::encrypted(Compression::None, algo, keys),
+            None => ChunkCodec::new(Compression::None, algo),
+        };
         Self {
             storage,
             partitions,
-            algo,
+            codec,
             index,
             lookup,
             chains: Arc::default(),
@@ -178,8 +201,13 @@ impl PartitionStore {
 
     fn uploads(
         &self,
-    ) -> std::sync::MutexGuard<'_, BTreeMap<PartitionId, VecDeque<PartitionObject>>> {
+    ) -> std::sync::MutexGuard<'_, BTreeMap<PartitionId, VecDeque<chain::Outgoing>>> {
         self.uploads.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The cluster's key, in an encrypted cluster.
+    fn keys(&self) -> Option<&RepoKeys> {
+        self.codec.keys().map(|k| &**k)
     }
 
     /// Opens `parts` for a new owner under `epoch`: each index as last checkpointed
@@ -212,7 +240,7 @@ impl PartitionStore {
                         tracing::warn!(partition = p.0, epoch, "takeover skipped: {e}");
                         continue;
                     }
-                    let loaded = self.open_from_objects(&objects, p, &objects_of_p)?;
+                    let loaded = self.open_from_objects(&objects, p, &objects_of_p, &mut replay)?;
                     listed.push(objects_of_p);
                     loaded
                 }
@@ -231,11 +259,11 @@ impl PartitionStore {
                 if opened.iter().all(|(_, _, covered)| covered.covers(id)) {
                     continue;
                 }
-                let Ok((entries, _)) = read_container_table(&*backend, id, self.algo) else {
+                let Ok(table) = read_table(&*backend, id, &self.codec) else {
                     continue;
                 };
                 replay.containers_read += 1;
-                for entry in entries {
+                for entry in table.entries {
                     let p = partition_of(&entry.fingerprint, self.partitions);
                     let Some(&i) = slot.get(&p) else { continue };
                     let (_, index, covered) = &mut opened[i];
@@ -283,7 +311,9 @@ impl PartitionStore {
                     // Objects a previous ownership of this node left unput are
                     // dropped: the full object below holds their entries.
                     self.uploads().remove(p);
-                    if let Some(full) = chain::next_object(*p, index, covered, &mut state, true)? {
+                    if let Some(full) =
+                        chain::next_object(*p, index, covered, &mut state, true, self.keys())?
+                    {
                         chain::upload(&objects, *p, &full, objects_of_p)?;
                     }
                     self.chains().insert(*p, state);
@@ -297,12 +327,14 @@ impl PartitionStore {
     /// a fresh index holding the entries of the newest full object and the deltas
     /// after it, and the covered record of the last of them; `true` when there was
     /// none (then everything is replayed). The cache's old files are never trusted:
-    /// they may be from an earlier ownership.
+    /// they may be from an earlier ownership. Objects that end the chain early are
+    /// named in `replay`.
     fn open_from_objects(
         &self,
         objects: &larder_store::ObjectBackend,
         p: PartitionId,
         listed: &[chain::Listed],
+        replay: &mut Replay,
     ) -> Result<(PartitionIndex, Covered, bool)> {
         let dir = self.dir(p);
         let io_err = |what: &str, source| ClusterError::Io {
@@ -333,7 +365,8 @@ impl PartitionStore {
                     source,
                 }
             })?;
-        let loaded = chain::load(objects, p, listed);
+        let (loaded, bad) = chain::load(objects, p, listed, self.keys());
+        replay.bad_objects.extend(bad);
         let mut covered = Covered::default();
         for object in &loaded {
             for &(fp, location) in &object.entries {
@@ -398,7 +431,7 @@ impl PartitionStore {
             .get_mut(&p)
             .filter(|c| c.epoch == covered.epoch)
             .ok_or(ClusterError::NotOwner(p))?;
-        if let Some(object) = chain::next_object(p, index, covered, state, false)? {
+        if let Some(object) = chain::next_object(p, index, covered, state, false, self.keys())? {
             self.uploads().entry(p).or_default().push_back(object);
         }
         Ok(())

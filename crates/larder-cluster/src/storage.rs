@@ -7,10 +7,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use larder_chunk::ChunkerConfig;
-use larder_hash::HashAlgo;
+use larder_crypto::RepoKeys;
 use larder_store::{
-    Backend, LocalBackend, LockMode, ObjectBackend, RepoConfig, Repository, StoreError,
+    config_is_sealed, Backend, LocalBackend, LockMode, ObjectBackend, RepoConfig, Repository,
+    StoreError,
 };
 
 use crate::partition::{first_container, NodeId};
@@ -179,35 +179,54 @@ impl SharedStorage {
         Ok(ids)
     }
 
-    /// Creates node `id`'s repository if it has none: the cluster's fingerprint,
-    /// containers numbered from the node's range. On object storage the config is put
-    /// as the object `nodes/<id>/config` too, and a fresh cache takes it from there.
-    pub fn ensure_repository(&self, id: NodeId, algo: HashAlgo) -> Result<(), StoreError> {
+    /// Creates node `id`'s repository if it has none, with `template`'s parameters (the
+    /// cluster's hash and chunker, and in an encrypted cluster its AEAD and id) and
+    /// containers numbered from the node's range; encrypted with `keys` when given, and
+    /// then with no key slot of its own (docs/design/crypto.md, "Cluster"). On object
+    /// storage the config is put as the object `nodes/<id>/config` too, and a fresh
+    /// cache takes it from there. A repository already there must be encrypted exactly
+    /// when `keys` are given.
+    pub fn ensure_repository(
+        &self,
+        id: NodeId,
+        template: &RepoConfig,
+        keys: Option<&RepoKeys>,
+    ) -> Result<(), StoreError> {
         let local = self.node_root(id);
-        if local.join(CONFIG).is_file() {
-            return Ok(());
+        let config_path = local.join(CONFIG);
+        if config_path.is_file() {
+            let raw = std::fs::read(&config_path).map_err(|e| StoreError::io(&config_path, e))?;
+            return match (config_is_sealed(&raw), keys.is_some()) {
+                (true, false) => Err(StoreError::NeedsKey(local)),
+                (false, true) => Err(StoreError::Config(format!(
+                    "{} is a plaintext repository in an encrypted cluster",
+                    local.display()
+                ))),
+                _ => Ok(()),
+            };
         }
+        let mut config = template.clone();
+        config.container_base = first_container(id);
+        let init = |local: &Path, config: &RepoConfig| match keys {
+            Some(keys) => Repository::init_encrypted_without_slot(local, config, keys),
+            None => Repository::init(local, config),
+        };
         let Self::Object { root, .. } = self else {
-            let mut config = RepoConfig::new(ChunkerConfig::default(), algo);
-            config.container_base = first_container(id);
-            return Repository::init(&local, &config);
+            return init(&local, &config);
         };
         let key = format!("nodes/{id}/{CONFIG}");
-        let config = match root.get(&key) {
-            Ok(bytes) => RepoConfig::decode(&bytes, &key)?,
+        match root.get(&key) {
+            Ok(bytes) => config = RepoConfig::decode_with(&bytes, &key, keys)?,
             Err(StoreError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
-                let mut config = RepoConfig::new(ChunkerConfig::default(), algo);
-                config.container_base = first_container(id);
-                config
             }
             Err(e) => return Err(e),
-        };
+        }
         // A cache left half-made by a crash is made again.
         if local.exists() {
             std::fs::remove_dir_all(&local).map_err(|e| StoreError::io(&local, e))?;
         }
-        Repository::init(&local, &config)?;
-        let bytes = std::fs::read(local.join(CONFIG)).map_err(|e| StoreError::io(&local, e))?;
+        init(&local, &config)?;
+        let bytes = std::fs::read(&config_path).map_err(|e| StoreError::io(&local, e))?;
         // Create-only: a config already there (this node's, from another cache) stays.
         root.put(&key, &bytes, true).map(drop)
     }
@@ -218,7 +237,14 @@ impl SharedStorage {
         id: NodeId,
         mode: LockMode,
         wait: Duration,
+        keys: Option<&RepoKeys>,
     ) -> Result<Repository, StoreError> {
-        Repository::open_with_backend(&self.node_root(id), mode, wait, self.node_backend(id))
+        Repository::open_with(
+            &self.node_root(id),
+            mode,
+            wait,
+            self.node_backend(id),
+            keys.cloned(),
+        )
     }
 }

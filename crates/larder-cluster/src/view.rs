@@ -3,7 +3,9 @@
 //! shared directory or on object storage), so that
 //! any node restores, lists and checks any node's snapshots with the engine's own code.
 //! A container is read from its writer's repository (its id names the writer); segments
-//! and snapshots are the union of all nodes'.
+//! and snapshots are the union of all nodes'. In an encrypted cluster every node
+//! repository has the cluster's id and key (docs/design/crypto.md, "Cluster"), so one
+//! key opens all of them.
 
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -11,6 +13,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use larder_crypto::RepoKeys;
 use larder_store::{Backend, FileKind, LockMode, Repository, StoreError};
 
 use crate::partition::{container_writer, NodeId};
@@ -55,14 +58,19 @@ impl ClusterView {
     }
 
     /// Opens every node's snapshots and chunks as one repository, under node `me`'s
-    /// config and shared lock.
-    pub fn open(storage: &SharedStorage, me: NodeId) -> Result<Repository, StoreError> {
+    /// config and shared lock, with the cluster's key in an encrypted cluster.
+    pub fn open(
+        storage: &SharedStorage,
+        me: NodeId,
+        keys: Option<&RepoKeys>,
+    ) -> Result<Repository, StoreError> {
         let view = Arc::new(Self::new(storage)?);
-        Repository::open_with_backend(
+        Repository::open_with(
             &storage.node_root(me),
             LockMode::Shared,
             Duration::from_secs(60),
             view,
+            keys.cloned(),
         )
     }
 
@@ -154,5 +162,13 @@ impl Backend for ClusterView {
 
     fn remove(&self, _kind: FileKind, _name: &str) -> Result<(), StoreError> {
         Err(read_only(&self.storage))
+    }
+
+    /// A segment's name in its node's repository, without the node this view adds.
+    fn written_name<'a>(&self, kind: FileKind, name: &'a str) -> &'a str {
+        match kind {
+            FileKind::IndexSegment => name.split_once('-').map_or(name, |(_, inner)| inner),
+            _ => name,
+        }
     }
 }

@@ -67,6 +67,7 @@ fn config(partitions: u32) -> ClusterConfig {
         partitions,
         chunking: "fastcdc 2048/8192/65536 level 2".into(),
         hash: "blake3".into(),
+        encryption: None,
     }
 }
 

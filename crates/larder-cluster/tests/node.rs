@@ -60,6 +60,7 @@ async fn partitions_fail_over_and_nothing_acknowledged_is_forgotten() {
         partitions: PARTITIONS,
         chunking: "fastcdc2020".into(),
         hash: "blake3".into(),
+        encryption: None,
     };
     init_cluster(&etcd.endpoints(), "/larder-test", &config)
         .await

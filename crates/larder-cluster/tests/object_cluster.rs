@@ -173,6 +173,7 @@ async fn a_cluster_on_s3_is_exact_survives_a_dead_node_and_restores() {
         partitions: PARTITIONS,
         chunking: "fastcdc2020".into(),
         hash: "blake3".into(),
+        encryption: None,
     };
     init_cluster(&etcd.endpoints(), "/larder-s3", &config)
         .await

@@ -3,7 +3,10 @@
 //! deltas after it, then replays only the containers they do not cover; checkpoints put
 //! deltas, compacted into a full object when they outgrow it; a stale owner is fenced
 //! by a newer epoch's objects. Run against object_store's in-memory store and a real
-//! S3 server (s3s-fs).
+//! S3 server (s3s-fs), plaintext and encrypted (docs/design/crypto.md, "Cluster"): an
+//! encrypted cluster's objects are sealed, and one that is changed, moved, put again
+//! or withheld ends its chain with the reason named, its entries coming back from the
+//! replay.
 
 mod support;
 
@@ -12,13 +15,14 @@ use std::sync::Arc;
 
 use larder_cluster::partitions::{Opened, PartitionStore};
 use larder_cluster::{partition_of, PartitionId, SharedStorage, Ticket};
+use larder_crypto::{AeadKind, FingerprintKind, RepoKeys};
 use larder_hash::{Fingerprint, HashAlgo};
 use larder_index::disk::{Answer, Lookup};
 use larder_index::ChunkLocation;
-use larder_store::{ObjectBackend, PartitionObject};
+use larder_store::{ChunkCodec, Compression, ObjectBackend, PartitionObject};
 use object_store::memory::InMemory;
 use object_store::ObjectStore;
-use support::containers::write_container_to;
+use support::containers::write_container_with;
 use support::s3s::S3sServer;
 use support::small_index;
 
@@ -32,14 +36,34 @@ fn storage(store: &Arc<dyn ObjectStore>, cache: &std::path::Path) -> SharedStora
     }
 }
 
-fn partition_store(storage: SharedStorage) -> PartitionStore {
+/// A cluster's key, or none for a plaintext cluster.
+type Keys = Option<Arc<RepoKeys>>;
+
+fn cluster_key() -> Keys {
+    Some(Arc::new(RepoKeys::generate(
+        [3; 16],
+        AeadKind::Aes256Gcm,
+        FingerprintKind::KeyedBlake3,
+    )))
+}
+
+fn partition_store(storage: SharedStorage, keys: &Keys) -> PartitionStore {
     PartitionStore::with_storage(
         storage,
         PARTITIONS,
         HashAlgo::Blake3,
+        keys.clone(),
         small_index(),
         Lookup::Eager,
     )
+}
+
+/// The codec a node repository of the cluster writes containers with.
+fn codec(keys: &Keys) -> ChunkCodec {
+    match keys {
+        Some(keys) => ChunkCodec::encrypted(Compression::None, HashAlgo::Blake3, keys.clone()),
+        None => ChunkCodec::new(Compression::None, HashAlgo::Blake3),
+    }
 }
 
 /// What an owner does with an acknowledgement: insert unless present.
@@ -72,8 +96,13 @@ fn objects(storage: &SharedStorage, p: PartitionId) -> Vec<String> {
     root.list_keys(&format!("partitions/{:05}", p.0)).unwrap()
 }
 
-fn chain_round_trip(store: Arc<dyn ObjectStore>) {
+fn chain_round_trip(store: Arc<dyn ObjectStore>, keys: Keys) {
     let caches: Vec<tempfile::TempDir> = (0..4).map(|_| tempfile::tempdir().unwrap()).collect();
+    let codec = codec(&keys);
+    let write_container_to = |backend: &dyn larder_store::Backend, node, seq, ids| {
+        write_container_with(backend, &codec, node, seq, ids)
+    };
+    let partition_store = |storage| partition_store(storage, &keys);
     let a = storage(&store, caches[0].path());
     let mut all: HashMap<Fingerprint, ChunkLocation> = HashMap::new();
     for (node, seq, ids) in [(1, 0, 0..300), (1, 1, 300..600), (2, 0, 600..900)] {
@@ -120,11 +149,13 @@ fn chain_round_trip(store: Arc<dyn ObjectStore>) {
     let SharedStorage::Object { root, .. } = &a else {
         unreachable!()
     };
-    let delta = PartitionObject::decode(
+    let delta = PartitionObject::from_stored(
         &root
             .get("partitions/00000/0000000000000007-00000001.delta")
             .unwrap(),
-        "delta",
+        0,
+        "0000000000000007-00000001.delta",
+        keys.as_deref(),
     )
     .unwrap();
     assert_eq!(delta.entries, of_p0);
@@ -250,11 +281,154 @@ fn chain_round_trip(store: Arc<dyn ObjectStore>) {
 
 #[test]
 fn partition_chains_in_memory() {
-    chain_round_trip(Arc::new(InMemory::new()));
+    chain_round_trip(Arc::new(InMemory::new()), None);
 }
 
 #[test]
 fn partition_chains_on_s3s() {
     let server = S3sServer::start(&["larder"]);
-    chain_round_trip(server.store("larder"));
+    chain_round_trip(server.store("larder"), None);
+}
+
+#[test]
+fn sealed_partition_chains_in_memory() {
+    chain_round_trip(Arc::new(InMemory::new()), cluster_key());
+}
+
+/// What the storage does to partition 0's chain of a full object and two deltas
+/// before a new owner takes it over.
+#[derive(Debug, Clone, Copy)]
+enum Tamper {
+    /// One bit of the first delta flipped.
+    FlipBit,
+    /// The two deltas' bytes swapped between their names.
+    Swap,
+    /// The first delta put again under the next name in the chain.
+    Replay,
+    /// The first delta deleted.
+    Withhold,
+}
+
+/// Partition 0's chain tampered with as `tamper` says: the new owner names the object
+/// that ends the chain, with `reason`, and still answers every entry exactly, the rest
+/// coming from the replay of the containers the chain's record does not cover.
+fn tampered_chain(keys: Keys, tamper: Tamper, bad: &str, reason: &str) {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let caches: Vec<tempfile::TempDir> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let codec = codec(&keys);
+    let a = storage(&store, caches[0].path());
+    let mut all: HashMap<Fingerprint, ChunkLocation> = HashMap::new();
+    // Deltas much smaller than the full object: no compaction.
+    all.extend(write_container_with(
+        &*a.node_backend(1),
+        &codec,
+        1,
+        0,
+        0..1200,
+    ));
+    let parts: Vec<PartitionId> = (0..PARTITIONS).map(PartitionId).collect();
+    let store_a = partition_store(a.clone(), &keys);
+    let (mut opened, _) = store_a.take_over(&parts, 7).unwrap();
+    let p0 = PartitionId(0);
+    for (seq, ids) in [(1, 1200..1300), (2, 1300..1400)] {
+        let written = write_container_with(&*a.node_backend(2), &codec, 2, seq, ids);
+        for &(fp, location) in &written {
+            if partition_of(&fp, PARTITIONS) == p0 {
+                insert(&mut opened[0], fp, location);
+            }
+        }
+        all.extend(written);
+        let (p, index, covered) = &mut opened[0];
+        store_a.checkpoint(*p, index, covered).unwrap();
+        assert_eq!(store_a.upload().unwrap(), []);
+    }
+    let names = [
+        "0000000000000007-00000000.full",
+        "0000000000000007-00000001.delta",
+        "0000000000000007-00000002.delta",
+    ];
+    assert_eq!(objects(&a, p0), names);
+    let SharedStorage::Object { root, .. } = &a else {
+        unreachable!()
+    };
+    let key = |name: &str| format!("partitions/00000/{name}");
+    let (first, second) = (
+        root.get(&key(names[1])).unwrap(),
+        root.get(&key(names[2])).unwrap(),
+    );
+    match tamper {
+        Tamper::FlipBit => {
+            let mut flipped = first.clone();
+            flipped[first.len() / 2] ^= 0x10;
+            root.delete(&key(names[1])).unwrap();
+            root.put(&key(names[1]), &flipped, true).unwrap();
+        }
+        Tamper::Swap => {
+            root.delete(&key(names[1])).unwrap();
+            root.delete(&key(names[2])).unwrap();
+            root.put(&key(names[1]), &second, true).unwrap();
+            root.put(&key(names[2]), &first, true).unwrap();
+        }
+        Tamper::Replay => {
+            root.put(&key("0000000000000007-00000003.delta"), &first, true)
+                .unwrap();
+        }
+        Tamper::Withhold => root.delete(&key(names[1])).unwrap(),
+    }
+
+    let b = storage(&store, caches[1].path());
+    let (mut opened_b, replay) = partition_store(b, &keys).take_over(&parts, 9).unwrap();
+    assert_eq!(
+        replay.bad_objects.len(),
+        1,
+        "{tamper:?}: {:?}",
+        replay.bad_objects
+    );
+    let (object, why) = &replay.bad_objects[0];
+    assert!(object.ends_with(&key(bad)), "{tamper:?}: {object}");
+    assert!(why.contains(reason), "{tamper:?}: {why}");
+    assert!(replay.containers_read >= 1, "{tamper:?}");
+    assert_exact(&mut opened_b, &all);
+}
+
+#[test]
+fn a_tampered_sealed_chain_ends_at_the_bad_object_and_the_replay_restores_it() {
+    let failed = "failed authentication";
+    let missing = "the object before it in the chain is missing";
+    for (tamper, bad, reason) in [
+        (Tamper::FlipBit, "0000000000000007-00000001.delta", failed),
+        (Tamper::Swap, "0000000000000007-00000001.delta", failed),
+        (Tamper::Replay, "0000000000000007-00000003.delta", failed),
+        (Tamper::Withhold, "0000000000000007-00000002.delta", missing),
+    ] {
+        tampered_chain(cluster_key(), tamper, bad, reason);
+    }
+}
+
+#[test]
+fn a_damaged_or_incomplete_plaintext_chain_ends_at_the_bad_object() {
+    for (tamper, bad, reason) in [
+        (
+            Tamper::FlipBit,
+            "0000000000000007-00000001.delta",
+            "checksum mismatch",
+        ),
+        (
+            Tamper::Swap,
+            "0000000000000007-00000001.delta",
+            "it holds partition 0's object 0000000000000007-00000002.delta",
+        ),
+        (
+            Tamper::Replay,
+            "0000000000000007-00000003.delta",
+            "it holds partition 0's object 0000000000000007-00000001.delta",
+        ),
+        (
+            Tamper::Withhold,
+            "0000000000000007-00000002.delta",
+            "the object before it in the chain is missing",
+        ),
+    ] {
+        tampered_chain(None, tamper, bad, reason);
+    }
 }

@@ -74,6 +74,13 @@ pub trait Backend: Send + Sync {
     /// Names (without extension) of every file of `kind`, sorted.
     fn list(&self, kind: FileKind) -> Result<Vec<String>>;
     fn remove(&self, kind: FileKind, name: &str) -> Result<()>;
+    /// The name file `name` has in the repository that wrote it, which an encrypted
+    /// repository's envelopes bind (docs/design/crypto.md, "Envelopes"): `name` itself,
+    /// but for a backend that shows the files of several repositories under names of
+    /// its own (a cluster's view, docs/design/crypto.md "Cluster").
+    fn written_name<'a>(&self, _kind: FileKind, name: &'a str) -> &'a str {
+        name
+    }
 }
 
 /// A repository in a local directory (see docs/design/format.md, "Layout").

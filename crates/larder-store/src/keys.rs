@@ -46,16 +46,27 @@ pub fn list_slots(root: &Path) -> Result<Vec<(String, Result<KeySlot>)>> {
         .collect())
 }
 
-/// Unlocks the repository's key with `password`: the first slot it opens. Returns the
-/// keys and the slot's id. Damaged slots are skipped while others remain; if none
-/// opens, [`StoreError::WrongPassword`] (or the damage, if every slot is damaged).
+/// Unlocks the repository's key with `password`: the first slot it opens
+/// ([`unlock_among`] of the repository's slots). Returns the keys and the slot's id.
 pub fn unlock(root: &Path, password: &[u8]) -> Result<(RepoKeys, String)> {
-    let slots = list_slots(root)?;
+    unlock_among(list_slots(root)?, password, None)
+}
+
+/// Unlocks the first of `slots` (ids with the slot or why it does not parse, as
+/// [`list_slots`] gives them) that `password` opens and, when `repo_id` is given,
+/// whose key material is that repository's. Returns the keys and the slot's id.
+/// Damaged slots are skipped; if none opens, the damage of the last damaged slot
+/// (which may have been the one), else [`StoreError::WrongPassword`].
+pub fn unlock_among(
+    slots: Vec<(String, Result<KeySlot>)>,
+    password: &[u8],
+    repo_id: Option<[u8; 16]>,
+) -> Result<(RepoKeys, String)> {
     let mut damage = None;
     for (id, slot) in slots {
         match slot {
             Ok(slot) => {
-                if let Ok(keys) = slot.unlock(password, None) {
+                if let Ok(keys) = slot.unlock(password, repo_id) {
                     return Ok((keys, id));
                 }
             }

@@ -21,13 +21,24 @@
 //!             index's insertion order, fingerprints distinct
 //! ..  32 BLAKE3 of every byte before
 //! ```
+//!
+//! In an encrypted cluster the stored object is those bytes in a metadata envelope of
+//! kind 5 whose name is the object's name in binary (docs/design/crypto.md, "Cluster"):
+//!
+//! ```text
+//! 0   4  partition
+//! 4   8  epoch
+//! 12  4  sequence number
+//! 16  1  kind: 1 full, 2 delta
+//! ```
 
 use std::collections::{BTreeMap, HashSet};
 
+use larder_crypto::{ObjectKind, RepoKeys};
 use larder_hash::Fingerprint;
 use larder_index::ChunkLocation;
 
-use crate::error::{Result, StoreError};
+use crate::error::{error_chain, Result, StoreError};
 
 const MAGIC: &[u8; 8] = b"LRDRPART";
 const VERSION: u32 = 1;
@@ -116,6 +127,60 @@ impl PartitionObject {
         b
     }
 
+    /// The bytes stored under [`PartitionObject::name`] in partition `self.partition`'s
+    /// directory: [`PartitionObject::encode`]'s, sealed with `keys` in an encrypted
+    /// cluster. Sealing draws a fresh salt: a caller that may put the same object twice
+    /// keeps the bytes it made once.
+    pub fn to_stored(&self, keys: Option<&RepoKeys>) -> Vec<u8> {
+        let plain = self.encode();
+        match keys {
+            None => plain,
+            Some(keys) => keys.seal_object(
+                ObjectKind::PartitionObject,
+                &bound_name(self.partition, self.epoch, self.seq, self.kind),
+                &plain,
+            ),
+        }
+    }
+
+    /// The object stored as `name` in partition `partition`'s directory: opened with
+    /// `keys` in an encrypted cluster (refused unless its envelope binds exactly this
+    /// partition and name), decoded, and refused unless it is the object its name and
+    /// directory say (its partition, epoch, sequence number and kind).
+    pub fn from_stored(
+        bytes: &[u8],
+        partition: u32,
+        name: &str,
+        keys: Option<&RepoKeys>,
+    ) -> Result<Self> {
+        let bad = |reason: String| StoreError::corrupt("partition object", name, reason);
+        let (epoch, seq, kind) =
+            parse_object_name(name).ok_or_else(|| bad("not a partition object's name".into()))?;
+        let object = match keys {
+            None => Self::decode(bytes, name)?,
+            Some(keys) => {
+                let plain = keys
+                    .open_object(
+                        ObjectKind::PartitionObject,
+                        &bound_name(partition, epoch, seq, kind),
+                        bytes,
+                    )
+                    .map_err(|e| bad(error_chain(&e)))?;
+                Self::decode(&plain, name)?
+            }
+        };
+        if (object.partition, object.epoch, object.seq, object.kind)
+            != (partition, epoch, seq, kind)
+        {
+            return Err(bad(format!(
+                "it holds partition {}'s object {}",
+                object.partition,
+                object.name()
+            )));
+        }
+        Ok(object)
+    }
+
     /// Decodes object `name` (named in errors); every count, order and reserved byte is
     /// checked, so decoding then encoding gives the same bytes.
     pub fn decode(bytes: &[u8], name: &str) -> Result<Self> {
@@ -194,6 +259,17 @@ impl PartitionObject {
             entries: list,
         })
     }
+}
+
+/// The name a sealed object's envelope binds: the object's name in binary (module
+/// docs).
+fn bound_name(partition: u32, epoch: u64, seq: u32, kind: PartitionObjectKind) -> [u8; 17] {
+    let mut name = [0u8; 17];
+    name[..4].copy_from_slice(&partition.to_le_bytes());
+    name[4..12].copy_from_slice(&epoch.to_le_bytes());
+    name[12..16].copy_from_slice(&seq.to_le_bytes());
+    name[16] = kind.code();
+    name
 }
 
 /// `<epoch:016x>-<seq:08x>.<extension>`.
@@ -324,6 +400,82 @@ mod tests {
         let sum = blake3::hash(&bytes[..n]);
         bytes[n..].copy_from_slice(sum.as_bytes());
         assert!(PartitionObject::decode(&bytes, "x").is_err());
+    }
+
+    fn cluster_key() -> RepoKeys {
+        RepoKeys::generate(
+            [7; 16],
+            larder_crypto::AeadKind::Aes256Gcm,
+            larder_crypto::FingerprintKind::KeyedBlake3,
+        )
+    }
+
+    #[test]
+    fn a_plaintext_cluster_stores_the_encoding_unchanged() {
+        let o = object(6, 4, 2);
+        assert_eq!(o.to_stored(None), o.encode());
+        let back = PartitionObject::from_stored(&o.encode(), o.partition, &o.name(), None);
+        assert_eq!(back.unwrap(), o);
+    }
+
+    #[test]
+    fn a_sealed_object_opens_only_under_its_own_name_partition_and_key() {
+        let keys = cluster_key();
+        let o = object(8, 5, 3);
+        let stored = o.to_stored(Some(&keys));
+        assert!(!stored.starts_with(MAGIC) && stored.len() > o.encode().len());
+        let back = PartitionObject::from_stored(&stored, o.partition, &o.name(), Some(&keys));
+        assert_eq!(back.unwrap(), o);
+        let moved = [
+            (o.partition + 1, o.name()),
+            (o.partition, object_name(o.epoch + 1, o.seq, o.kind)),
+            (o.partition, object_name(o.epoch, o.seq + 1, o.kind)),
+            (
+                o.partition,
+                object_name(o.epoch, o.seq, PartitionObjectKind::Delta),
+            ),
+        ];
+        for (partition, name) in moved {
+            let err = PartitionObject::from_stored(&stored, partition, &name, Some(&keys))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("authentication"), "{partition} {name}: {err}");
+        }
+        let other = cluster_key();
+        assert!(
+            PartitionObject::from_stored(&stored, o.partition, &o.name(), Some(&other)).is_err()
+        );
+        // The plaintext encoding is refused by a key: an encrypted cluster never reads
+        // an unsealed object.
+        assert!(
+            PartitionObject::from_stored(&o.encode(), o.partition, &o.name(), Some(&keys)).is_err()
+        );
+    }
+
+    #[test]
+    fn a_plaintext_object_under_another_name_is_refused() {
+        let o = object(10, 2, 1);
+        let name = object_name(o.epoch, o.seq + 1, o.kind);
+        let err = PartitionObject::from_stored(&o.encode(), o.partition, &name, None)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(&o.name()), "{err}");
+        assert!(
+            PartitionObject::from_stored(&o.encode(), o.partition + 1, &o.name(), None).is_err()
+        );
+        assert!(PartitionObject::from_stored(&o.encode(), o.partition, "x.full", None).is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn every_flipped_bit_of_a_sealed_object_is_refused(seed in any::<u64>(), bit in any::<usize>()) {
+            let keys = cluster_key();
+            let o = object(seed, 3, 2);
+            let mut stored = o.to_stored(Some(&keys));
+            let bit = bit % (stored.len() * 8);
+            stored[bit / 8] ^= 1 << (bit % 8);
+            prop_assert!(PartitionObject::from_stored(&stored, o.partition, &o.name(), Some(&keys)).is_err());
+        }
     }
 
     /// Writes the fuzz target's committed seed (scripts/fuzz-smoke): a delta of 3

@@ -148,6 +148,13 @@ impl RepoConfig {
         self
     }
 
+    /// Parses the bytes of a `config` file, plaintext or sealed (opened with `keys`,
+    /// which must be the repository's: the config's id must equal the key's); `name`
+    /// says where they came from in errors.
+    pub fn decode_with(raw: &[u8], name: &str, keys: Option<&RepoKeys>) -> Result<Self> {
+        objects::decode_config(raw, name, keys)
+    }
+
     /// Parses and validates the bytes of a `config` file; `name` says where they came
     /// from in errors. The repository version is checked before the fields are, so
     /// that a newer larder's config is refused as a newer version, not as damage.
@@ -303,7 +310,7 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
 impl Repository {
     /// Creates a repository at `root`, which must not exist or be an empty directory.
     pub fn init(root: &Path, config: &RepoConfig) -> Result<()> {
-        Self::init_with(root, config, None)
+        Self::init_with(root, config, None, None)
     }
 
     /// Creates an encrypted repository at `root` whose keys are `keys` (made for
@@ -315,18 +322,37 @@ impl Repository {
         slot_id: &str,
         slot: &KeySlot,
     ) -> Result<()> {
+        Self::check_keys(config, keys)?;
+        Self::init_with(root, config, Some(keys), Some((slot_id, slot)))
+    }
+
+    /// Creates an encrypted repository at `root` whose keys are `keys` (made for
+    /// `config`'s id) with no key slot of its own: its key is kept elsewhere, as a
+    /// cluster keeps its node repositories' in its shared storage
+    /// (docs/design/crypto.md, "Cluster"), and it opens only with keys from there.
+    pub fn init_encrypted_without_slot(
+        root: &Path,
+        config: &RepoConfig,
+        keys: &RepoKeys,
+    ) -> Result<()> {
+        Self::check_keys(config, keys)?;
+        Self::init_with(root, config, Some(keys), None)
+    }
+
+    fn check_keys(config: &RepoConfig, keys: &RepoKeys) -> Result<()> {
         if config.encryption.is_none() || config.id_bytes()? != keys.repo_id() {
             return Err(StoreError::Config(
                 "the keys are not this config's encrypted repository's".into(),
             ));
         }
-        Self::init_with(root, config, Some((keys, slot_id, slot)))
+        Ok(())
     }
 
     fn init_with(
         root: &Path,
         config: &RepoConfig,
-        keys: Option<(&RepoKeys, &str, &KeySlot)>,
+        keys: Option<&RepoKeys>,
+        slot: Option<(&str, &KeySlot)>,
     ) -> Result<()> {
         config.validate()?;
         if root.exists() && fs::read_dir(root).map_err(io(root))?.next().is_some() {
@@ -338,11 +364,11 @@ impl Repository {
             fs::create_dir_all(&p).map_err(io(&p))?;
         }
         File::create(root.join("lock")).map_err(io(root))?;
-        if let Some((_, id, slot)) = keys {
+        if let Some((id, slot)) = slot {
             crate::keys::write_slot(root, id, slot)?;
         }
         let tmp = root.join("tmp").join("config");
-        let bytes = objects::encode_config(config, keys.map(|(k, _, _)| k));
+        let bytes = objects::encode_config(config, keys);
         fs::write(&tmp, bytes).map_err(io(&tmp))?;
         File::open(&tmp)
             .and_then(|f| f.sync_all())

@@ -1,6 +1,7 @@
-//! `larder cluster init|status` (docs/design/cluster.md): a cluster's creation, and
-//! what it looks like now; and the etcd options and async runtime of every command
-//! that talks to a cluster.
+//! `larder cluster init|status` (docs/design/cluster.md): a cluster's creation
+//! (encrypted unless `--encryption none`: its key's first slot in the shared storage,
+//! docs/design/crypto.md "Cluster"), and what it looks like now; and the etcd options
+//! and async runtime of every command that talks to a cluster.
 
 use std::collections::BTreeMap;
 use std::io::{self, Write};
@@ -13,12 +14,17 @@ use clap::{Args, Subcommand};
 use larder_cluster::coord::{
     ClusterConfig, Election, Etcd, EtcdOptions, Membership, PartitionMapStore, COORD_FORMAT_VERSION,
 };
+use larder_cluster::key::{init_encrypted_cluster, KeySlots};
 use larder_cluster::node::init_cluster;
 use larder_cluster::rpc::{NodeClient, NodeStats};
+use larder_crypto::{AeadKind, FingerprintKind, KdfParams, KeyKind};
+use larder_hash::HashAlgo;
 use serde::Serialize;
 
 use crate::duration;
 use crate::output::{Output, Render};
+use crate::password::{KdfArgs, NewPasswordArgs, PasswordArgs};
+use crate::repo_open::new_slot;
 
 /// Where a cluster's coordination lives.
 #[derive(Args, Clone)]
@@ -33,7 +39,8 @@ pub struct EtcdArgs {
 
 #[derive(Subcommand)]
 pub enum ClusterCommand {
-    /// Create a cluster: its parameters in etcd, its directories in the shared storage
+    /// Create a cluster: its parameters in etcd, its directories in the shared storage,
+    /// and (unless --encryption none) its key, wrapped by the password
     Init(InitArgs),
     /// Nodes, the master, partitions per node, and messages per second
     Status(StatusArgs),
@@ -49,9 +56,17 @@ pub struct InitArgs {
     /// Fingerprint partitions: fixed for the cluster's life, far more than nodes
     #[arg(long, default_value_t = larder_cluster::DEFAULT_PARTITIONS, value_parser = clap::value_parser!(u32).range(1..=65536))]
     partitions: u32,
-    /// Fingerprint: blake3, sha256 or sha1
+    /// Fingerprint: blake3, sha256 or sha1 (sha1 only for a plaintext cluster)
     #[arg(long, default_value = "blake3")]
     hash: String,
+    /// aes-256-gcm, xchacha20-poly1305, or none for a plaintext cluster (the papers'
+    /// experiments)
+    #[arg(long, default_value = "aes-256-gcm")]
+    encryption: String,
+    #[command(flatten)]
+    new_password: NewPasswordArgs,
+    #[command(flatten)]
+    kdf: KdfArgs,
 }
 
 #[derive(Args)]
@@ -70,9 +85,9 @@ pub fn runtime() -> Result<tokio::runtime::Runtime> {
         .context("starting the async runtime")
 }
 
-pub fn run(command: ClusterCommand, out: &Output) -> Result<ExitCode> {
+pub fn run(command: ClusterCommand, password: &PasswordArgs, out: &Output) -> Result<ExitCode> {
     match command {
-        ClusterCommand::Init(args) => init(args, out),
+        ClusterCommand::Init(args) => init(args, password, out),
         ClusterCommand::Status(args) => {
             let status = runtime()?.block_on(status(&args.etcd, args.interval))?;
             out.print(&status)?;
@@ -81,25 +96,77 @@ pub fn run(command: ClusterCommand, out: &Output) -> Result<ExitCode> {
     }
 }
 
-fn init(args: InitArgs, out: &Output) -> Result<ExitCode> {
-    if larder_hash::HashAlgo::from_name(&args.hash).is_none() {
+fn init(args: InitArgs, password: &PasswordArgs, out: &Output) -> Result<ExitCode> {
+    let Some(hash) = HashAlgo::from_name(&args.hash) else {
         return Ok(out.usage(&format!(
             "unknown hash {}: blake3, sha256 or sha1",
             args.hash
         )));
+    };
+    let aead = match args.encryption.to_ascii_lowercase().as_str() {
+        "none" => None,
+        name => match AeadKind::from_name(name) {
+            Some(aead) => Some(aead),
+            None => {
+                return Ok(out.usage(&format!(
+                    "unknown encryption {:?}: use aes-256-gcm, xchacha20-poly1305 or none",
+                    args.encryption
+                )))
+            }
+        },
+    };
+    if aead.is_some() && hash == HashAlgo::Sha1 {
+        return Ok(out.usage("SHA-1 clusters cannot be encrypted: use --encryption none"));
     }
+    let params = match args.kdf.apply(KdfParams::DEFAULT) {
+        Ok(params) => params,
+        Err(msg) => return Ok(out.usage(&msg)),
+    };
     let storage = prepare_storage(&args.storage)?;
-    let config = ClusterConfig {
+    let mut config = ClusterConfig {
         format_version: COORD_FORMAT_VERSION,
         partitions: args.partitions,
-        chunking: "fastcdc2020".into(),
+        chunking: if aead.is_some() {
+            "keyed"
+        } else {
+            "fastcdc2020"
+        }
+        .into(),
         hash: args.hash,
+        encryption: None,
     };
-    runtime()?.block_on(init_cluster(&args.etcd.etcd, &args.etcd.prefix, &config))?;
+    let (etcd, prefix) = (&args.etcd.etcd, &args.etcd.prefix);
+    match aead {
+        None => runtime()?.block_on(init_cluster(etcd, prefix, &config))?,
+        Some(aead) => {
+            let fingerprint = match hash {
+                HashAlgo::Sha256 => FingerprintKind::HmacSha256,
+                _ => FingerprintKind::KeyedBlake3,
+            };
+            let password = args.new_password.get_or(password)?;
+            let slots = KeySlots::parse(&args.storage)?;
+            config = runtime()?.block_on(init_encrypted_cluster(
+                etcd,
+                prefix,
+                &slots,
+                config,
+                password.as_bytes(),
+                (aead, fingerprint),
+                |keys| {
+                    new_slot(keys, KeyKind::Full, &password, params).map_err(|e| format!("{e:#}"))
+                },
+            ))?;
+        }
+    }
     out.print(&Created {
         storage: storage.display().to_string(),
         partitions: config.partitions,
         hash: config.hash,
+        encryption: config
+            .encryption
+            .as_ref()
+            .map_or("none", |e| e.aead.name())
+            .to_string(),
     })?;
     Ok(ExitCode::SUCCESS)
 }
@@ -127,13 +194,15 @@ struct Created {
     storage: String,
     partitions: u32,
     hash: String,
+    /// The AEAD, or `none`.
+    encryption: String,
 }
 
 impl Render for Created {
     fn notes(&self) -> Vec<String> {
         vec![format!(
-            "created a cluster of {} partitions ({}) in {}",
-            self.partitions, self.hash, self.storage
+            "created a cluster of {} partitions ({}, encryption {}) in {}",
+            self.partitions, self.hash, self.encryption, self.storage
         )]
     }
 }

@@ -15,7 +15,7 @@ use serde::Serialize;
 use super::index::IndexArgs;
 use super::Globals;
 use crate::output::{Output, Render};
-use crate::password::{NewPasswordArgs, Password};
+use crate::password::{KdfArgs, NewPasswordArgs, Password};
 use crate::repo_open::create_encrypted;
 use crate::size;
 
@@ -50,12 +50,8 @@ pub struct InitArgs {
     encryption: String,
     #[command(flatten)]
     new_password: NewPasswordArgs,
-    /// Argon2id memory of the first key slot (default 64MiB; at least 8MiB)
-    #[arg(long, value_name = "SIZE", value_parser = size::parse)]
-    kdf_memory: Option<usize>,
-    /// Argon2id iterations of the first key slot (default 3)
-    #[arg(long, value_name = "N")]
-    kdf_iterations: Option<u32>,
+    #[command(flatten)]
+    kdf: KdfArgs,
     #[command(flatten)]
     index: IndexArgs,
 }
@@ -137,16 +133,11 @@ pub fn run(args: InitArgs, g: &Globals, out: &Output) -> Result<ExitCode> {
     if config.encryption.is_none() {
         Repository::init(&path, &config)?;
     } else {
-        let (password, mut params) = new_password(&args, g)?;
-        if let Some(memory) = args.kdf_memory {
-            params.memory_kib = (memory / 1024).try_into().unwrap_or(u32::MAX);
-        }
-        if let Some(iterations) = args.kdf_iterations {
-            params.iterations = iterations;
-        }
-        if params.memory_kib < 8 * 1024 {
-            return Ok(out.usage("--kdf-memory must be at least 8MiB"));
-        }
+        let (password, params) = new_password(&args, g)?;
+        let params = match args.kdf.apply(params) {
+            Ok(params) => params,
+            Err(msg) => return Ok(out.usage(&msg)),
+        };
         create_encrypted(&path, &config, &password, params)?;
     }
     out.print(&Created {

@@ -1,20 +1,23 @@
 //! `larder node`: run a dedup node of a cluster coordinated through etcd until SIGINT
-//! or SIGTERM (docs/design/cluster.md).
+//! or SIGTERM (docs/design/cluster.md); in an encrypted cluster with the cluster's key,
+//! unlocked with its password first (docs/design/crypto.md, "Cluster").
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
-use larder_cluster::node::{Node, NodeOptions};
+use larder_cluster::node::{cluster_config, Node, NodeOptions};
 use larder_cluster::SharedStorage;
 use larder_index::disk::Lookup;
 use serde::Serialize;
 
 use super::cluster::{runtime, EtcdArgs};
 use crate::output::{Output, Render};
+use crate::password::PasswordArgs;
 use crate::{duration, size};
 
 #[derive(Args)]
@@ -52,8 +55,9 @@ pub struct NodeArgs {
     partition_fingerprints: u64,
 }
 
-/// Runs a node until SIGINT or SIGTERM, then leaves the cluster in good order.
-pub fn run(args: NodeArgs, out: &Output) -> Result<ExitCode> {
+/// Runs a node until SIGINT or SIGTERM, then leaves the cluster in good order. An
+/// encrypted cluster's node unlocks the cluster's key with `password` before it joins.
+pub fn run(args: NodeArgs, password: &PasswordArgs, out: &Output) -> Result<ExitCode> {
     if args.storage.starts_with("s3://") && args.cache.is_none() {
         return Ok(out.usage(&format!(
             "--storage {} needs --cache DIR: the node's local directory for its partitions' indexes and its repository's config and lock",
@@ -77,6 +81,17 @@ pub fn run(args: NodeArgs, out: &Output) -> Result<ExitCode> {
     options.index.expected_fingerprints = args.partition_fingerprints;
     options.lookup = Lookup::Eager;
     runtime()?.block_on(async {
+        let config = cluster_config(&options.etcd, &options.prefix).await?;
+        if let Some(encryption) = config.as_ref().and_then(|c| c.encryption.as_ref()) {
+            let password = password
+                .get(None)
+                .context("the cluster is encrypted: its nodes need its password")?;
+            let keys = options
+                .storage
+                .key_slots()
+                .unlock(password.as_bytes(), encryption)?;
+            options.keys = Some(Arc::new(keys));
+        }
         let node = Node::start(options).await?;
         out.print(&Serving {
             node: node.id,

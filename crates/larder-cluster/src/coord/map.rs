@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, EventType, KeyValue, TxnOp, TxnOpResponse, WatchOptions};
+use larder_crypto::{AeadKind, FingerprintKind};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
@@ -79,10 +80,25 @@ pub struct ClusterConfig {
     pub format_version: u32,
     /// `P`, the number of partitions: fixed for the cluster's life.
     pub partitions: u32,
-    /// The chunking parameters every node uses, as the repository names them.
+    /// The chunker every node repository is created with, by name (`fastcdc2020`, or
+    /// `keyed` in an encrypted cluster).
     pub chunking: String,
     /// The fingerprint algorithm.
     pub hash: String,
+    /// How the cluster is encrypted; absent (and not written): a plaintext cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encryption: Option<ClusterEncryption>,
+}
+
+/// What an encrypted cluster's key must be (docs/design/crypto.md, "Cluster"): the
+/// key slots in its shared storage hold key material of this cluster id, AEAD and
+/// fingerprint. No key byte is in etcd.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterEncryption {
+    pub aead: AeadKind,
+    pub fingerprint: FingerprintKind,
+    /// The cluster id, 32 lower-case hex digits: every node repository's id.
+    pub id: String,
 }
 
 /// A read-mostly view of the map, kept current by a background watch. Clones share
@@ -543,10 +559,29 @@ mod tests {
             partitions: 1024,
             chunking: "...".into(),
             hash: "blake3".into(),
+            encryption: None,
         };
         assert_eq!(
             serde_json::to_string(&config).unwrap(),
             r#"{"format_version":1,"partitions":1024,"chunking":"...","hash":"blake3"}"#
+        );
+        let encrypted = ClusterConfig {
+            chunking: "keyed".into(),
+            encryption: Some(ClusterEncryption {
+                aead: AeadKind::Aes256Gcm,
+                fingerprint: FingerprintKind::KeyedBlake3,
+                id: "00112233445566778899aabbccddeeff".into(),
+            }),
+            ..config
+        };
+        let json = serde_json::to_string(&encrypted).unwrap();
+        assert_eq!(
+            json,
+            r#"{"format_version":1,"partitions":1024,"chunking":"keyed","hash":"blake3","encryption":{"aead":"aes-256-gcm","fingerprint":"keyed-blake3","id":"00112233445566778899aabbccddeeff"}}"#
+        );
+        assert_eq!(
+            serde_json::from_str::<ClusterConfig>(&json).unwrap(),
+            encrypted
         );
         assert_eq!(map_value(3), br#"{"owner":3}"#);
     }

@@ -1,15 +1,18 @@
 //! A partition's index on object storage as a chain of immutable objects
 //! (docs/design/cluster.md, "Partitions on object storage"): the newest full object,
-//! then deltas; each put create-only under a name ordered by epoch and sequence.
+//! then deltas; each put create-only under a name ordered by epoch and sequence, and
+//! sealed with the cluster's key in an encrypted cluster (docs/design/crypto.md,
+//! "Cluster").
 
 use std::collections::BTreeMap;
 use std::ops::Range;
 
+use larder_crypto::RepoKeys;
 use larder_hash::Fingerprint;
 use larder_index::disk::{decode_record_page, IndexFile, IndexIo, PageBuf, PAGE, RECORDS_PER_PAGE};
 use larder_index::ChunkLocation;
 use larder_store::{
-    object_name, parse_object_name, ObjectBackend, PartitionObject, PartitionObjectKind, StoreError,
+    parse_object_name, ObjectBackend, PartitionObject, PartitionObjectKind, StoreError,
 };
 
 use super::{Covered, PartitionIndex};
@@ -29,6 +32,18 @@ pub(super) struct Chain {
     pub delta_entries: u64,
     /// The covered record of the newest object.
     pub covered: BTreeMap<u16, u64>,
+}
+
+/// An object made by a checkpoint, ready to put: what its name says, and its stored
+/// bytes, made once (sealing draws a fresh salt), so that a put retried after a lost
+/// answer sends the same bytes and finds them equal.
+#[derive(Debug, Clone)]
+pub(super) struct Outgoing {
+    pub epoch: u64,
+    pub kind: PartitionObjectKind,
+    /// `<epoch>-<seq>.<kind>`.
+    pub name: String,
+    pub bytes: Vec<u8>,
 }
 
 /// One object of a partition, by name.
@@ -85,44 +100,49 @@ pub(super) fn check_fence(p: PartitionId, listed: &[Listed], epoch: u64) -> Resu
 }
 
 /// The objects a takeover reads: the newest full object and every delta after it,
-/// decoded, up to the first that fails to read or decode (each object's covered
-/// record assumes every object before it). Empty when there is no usable full object.
+/// opened (with `keys` in an encrypted cluster) and decoded, up to the first that fails
+/// to read, open or decode, names another object, or does not follow the one before
+/// it (a delta's predecessor is the object of its epoch with the sequence number one
+/// less: the owner puts them so, so a gap means an object is missing); each object's
+/// covered record assumes every object before it. Empty when there is no usable full
+/// object. Also returns the object that ended the chain early, if one did (where it
+/// is, in words), with why.
 pub(super) fn load(
     objects: &ObjectBackend,
     p: PartitionId,
     listed: &[Listed],
-) -> Vec<PartitionObject> {
+    keys: Option<&RepoKeys>,
+) -> (Vec<PartitionObject>, Vec<(String, String)>) {
     let Some(start) = listed
         .iter()
         .rposition(|l| l.kind == PartitionObjectKind::Full)
     else {
-        return Vec::new();
+        return (Vec::new(), Vec::new());
     };
-    let mut chain = Vec::new();
+    let mut chain: Vec<PartitionObject> = Vec::new();
     for l in &listed[start..] {
-        let decoded = objects
-            .get(&l.key)
-            .and_then(|bytes| PartitionObject::decode(&bytes, &l.key));
-        match decoded {
-            Ok(o)
-                if o.partition == p.0
-                    && o.epoch == l.epoch
-                    && o.seq == l.seq
-                    && o.kind == l.kind =>
-            {
-                chain.push(o)
-            }
-            Ok(_) => {
-                tracing::warn!(key = %l.key, "partition object names another object: the chain stops before it");
-                break;
-            }
-            Err(e) => {
-                tracing::warn!(key = %l.key, "unreadable partition object, the chain stops before it: {}", larder_store::error_chain(&e));
-                break;
+        let follows = chain
+            .last()
+            .is_none_or(|prev| prev.epoch == l.epoch && prev.seq.checked_add(1) == Some(l.seq));
+        let name = l.key.rsplit('/').next().unwrap_or(&l.key);
+        let loaded = if follows {
+            objects
+                .get(&l.key)
+                .and_then(|bytes| PartitionObject::from_stored(&bytes, p.0, name, keys))
+                .map_err(|e| larder_store::error_chain(&e))
+        } else {
+            Err("the object before it in the chain is missing".to_string())
+        };
+        match loaded {
+            Ok(object) => chain.push(object),
+            Err(reason) => {
+                let object = objects.describe(&l.key).display().to_string();
+                tracing::warn!(%object, "partition object refused, the chain stops before it (its entries come from the replay): {reason}");
+                return (chain, vec![(object, reason)]);
             }
         }
     }
-    chain
+    (chain, Vec::new())
 }
 
 /// The records at positions `range` of the index's metadata array, which the last
@@ -173,17 +193,16 @@ pub(super) fn read_records(
 /// Puts `object` create-only. A name already taken by the same bytes (a put retried
 /// after its answer was lost) is success; by other bytes, an error: names are never
 /// reused.
-pub(super) fn put(objects: &ObjectBackend, p: PartitionId, object: &PartitionObject) -> Result<()> {
-    let key = format!("{}/{}", dir(p), object.name());
-    let bytes = object.encode();
+pub(super) fn put(objects: &ObjectBackend, p: PartitionId, object: &Outgoing) -> Result<()> {
+    let key = format!("{}/{}", dir(p), object.name);
     if objects
-        .put(&key, &bytes, true)
+        .put(&key, &object.bytes, true)
         .map_err(|e| store_error(p, e))?
     {
         return Ok(());
     }
     let there = objects.get(&key).map_err(|e| store_error(p, e))?;
-    if there == bytes {
+    if there == object.bytes {
         Ok(())
     } else {
         Err(ClusterError::Corrupt {
@@ -199,13 +218,15 @@ pub(super) fn put(objects: &ObjectBackend, p: PartitionId, object: &PartitionObj
 /// `None` when neither the entries nor the covered record changed. The caller made the
 /// index durable (`DiskIndex::checkpoint`) first. No request to the object store: the
 /// owner calls this under its service lock, and [`upload`] puts the object after.
+/// Sealed with `keys` in an encrypted cluster.
 pub(super) fn next_object(
     p: PartitionId,
     index: &mut PartitionIndex,
     covered: &Covered,
     chain: &mut Chain,
     force_full: bool,
-) -> Result<Option<PartitionObject>> {
+    keys: Option<&RepoKeys>,
+) -> Result<Option<Outgoing>> {
     let len = index.len();
     let new = len.saturating_sub(chain.uploaded);
     if !force_full && new == 0 && chain.covered == covered.containers {
@@ -234,7 +255,12 @@ pub(super) fn next_object(
     } else {
         chain.delta_entries += new;
     }
-    Ok(Some(object))
+    Ok(Some(Outgoing {
+        epoch: object.epoch,
+        kind: object.kind,
+        name: object.name(),
+        bytes: object.to_stored(keys),
+    }))
 }
 
 /// Puts `object` (create-only); after a full object, deletes every object of `listed`
@@ -242,18 +268,17 @@ pub(super) fn next_object(
 pub(super) fn upload(
     objects: &ObjectBackend,
     p: PartitionId,
-    object: &PartitionObject,
+    object: &Outgoing,
     listed: &[Listed],
 ) -> Result<()> {
     put(objects, p, object)?;
     if object.kind == PartitionObjectKind::Full {
-        let this = object_name(object.epoch, object.seq, object.kind);
         for old in listed {
             if old
                 .key
                 .rsplit('/')
                 .next()
-                .is_some_and(|n| n < this.as_str())
+                .is_some_and(|n| n < object.name.as_str())
             {
                 objects.delete(&old.key).map_err(|e| store_error(p, e))?;
             }

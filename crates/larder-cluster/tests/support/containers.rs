@@ -6,7 +6,7 @@ use larder_cluster::partitions::node_dir;
 use larder_cluster::NodeId;
 use larder_hash::{Fingerprint, HashAlgo};
 use larder_index::ChunkLocation;
-use larder_store::{Backend, ContainerBuilder, FileKind, LocalBackend};
+use larder_store::{Backend, ChunkCodec, Compression, ContainerBuilder, FileKind, LocalBackend};
 
 /// The chunk numbered `i`: 128 bytes of it.
 pub fn chunk(i: u64) -> Vec<u8> {
@@ -39,12 +39,25 @@ pub fn write_container_to(
     seq: u64,
     ids: std::ops::Range<u64>,
 ) -> Vec<(Fingerprint, ChunkLocation)> {
+    let codec = ChunkCodec::new(Compression::None, HashAlgo::Blake3);
+    write_container_with(backend, &codec, node, seq, ids)
+}
+
+/// Like [`write_container_to`], as a repository with `codec` writes it: sealed, its
+/// chunks named by keyed fingerprints, when the codec is an encrypted repository's.
+pub fn write_container_with(
+    backend: &dyn Backend,
+    codec: &ChunkCodec,
+    node: NodeId,
+    seq: u64,
+    ids: std::ops::Range<u64>,
+) -> Vec<(Fingerprint, ChunkLocation)> {
     let id = first_container(node) + seq;
-    let mut builder = ContainerBuilder::new(id, HashAlgo::Blake3, 1 << 16);
+    let mut builder = ContainerBuilder::for_codec(id, codec, 1 << 16, 1 << 20);
     let mut out = Vec::new();
     for i in ids {
         let data = chunk(i);
-        let fp = chunk_fp(i);
+        let fp = codec.fingerprint(&data);
         let entry = builder.push(fp, &data);
         out.push((
             fp,

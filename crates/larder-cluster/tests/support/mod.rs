@@ -6,6 +6,7 @@ use larder_index::disk::DiskIndexConfig;
 
 pub mod containers;
 pub mod etcd;
+pub mod plaintext;
 #[path = "../../../larder-store/tests/support/s3s.rs"]
 pub mod s3s;
 

@@ -60,10 +60,10 @@ pub(crate) fn encode_config(config: &RepoConfig, keys: Option<&RepoKeys>) -> Vec
     }
 }
 
-/// A file's name as an envelope binds it: the number in its hex name, as 8
-/// little-endian bytes.
-fn bound_name(kind: FileKind, name: &str) -> Result<[u8; 8]> {
-    u64::from_str_radix(name, 16)
+/// A file's name as an envelope binds it: the number in its hex name (its name in the
+/// repository that wrote it, `written`), as 8 little-endian bytes.
+fn bound_name(kind: FileKind, name: &str, written: &str) -> Result<[u8; 8]> {
+    u64::from_str_radix(written, 16)
         .map(u64::to_le_bytes)
         .map_err(|_| StoreError::corrupt(kind.dir(), name, "its name is not a hex number"))
 }
@@ -104,7 +104,10 @@ impl Repository {
     pub(crate) fn seal_file(&self, kind: FileKind, name: &str, plain: Vec<u8>) -> Result<Vec<u8>> {
         match &self.keys {
             None => Ok(plain),
-            Some(keys) => Ok(keys.seal_object(object_kind(kind), &bound_name(kind, name)?, &plain)),
+            Some(keys) => {
+                let bound = bound_name(kind, name, self.backend.written_name(kind, name))?;
+                Ok(keys.seal_object(object_kind(kind), &bound, &plain))
+            }
         }
     }
 
@@ -112,9 +115,11 @@ impl Repository {
     pub(crate) fn open_file(&self, kind: FileKind, name: &str, bytes: Vec<u8>) -> Result<Vec<u8>> {
         match &self.keys {
             None => Ok(bytes),
-            Some(keys) => keys
-                .open_object(object_kind(kind), &bound_name(kind, name)?, &bytes)
-                .map_err(|e| StoreError::corrupt(kind.dir(), name, error_chain(&e))),
+            Some(keys) => {
+                let bound = bound_name(kind, name, self.backend.written_name(kind, name))?;
+                keys.open_object(object_kind(kind), &bound, &bytes)
+                    .map_err(|e| StoreError::corrupt(kind.dir(), name, error_chain(&e)))
+            }
         }
     }
 

@@ -1,0 +1,262 @@
+//! An encrypted cluster through the `larder` binary (docs/design/crypto.md,
+//! "Cluster"), with real processes: `larder cluster init` (encrypted by default) makes
+//! one key slot in the shared directory and repeating it keeps that one; a `larder
+//! node` without the password or with a wrong one exits 1 with a clear message and
+//! makes no repository; two nodes with it (one from `LARDER_PASSWORD`, one from
+//! `--password-file`) back a tree up through `--cluster`, the second storing nothing
+//! again, and restore it byte for byte through the other node; the shared directory
+//! then shows no file name, no file content and no plain digest of a chunk, which a
+//! plaintext repository of the same tree shows.
+
+mod support;
+
+#[allow(dead_code)]
+#[path = "../../larder-cluster/tests/support/etcd.rs"]
+mod etcd;
+#[allow(dead_code)]
+#[path = "../../larder-cluster/tests/support/plaintext.rs"]
+mod plaintext;
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use etcd::EtcdCluster;
+use plaintext::{digests, files_containing, stored_files};
+use support::{
+    assert_same_tree, larder, larder_command, pseudo_random, restored, run_command, Scratch,
+    TreeBuilder, CHEAP_KDF, PASSWORD, RUN_TIMEOUT,
+};
+
+const NAME_MARKER: &str = "quarterly-secret-plans";
+const CONTENT_MARKER: &[u8] = b"the launch code is 0000";
+/// Lines of a node's log printed when the test fails.
+const TAIL: usize = 60;
+
+/// A `larder node` process, killed when dropped (its log printed if the test failed).
+struct NodeProcess {
+    id: u16,
+    child: Child,
+    log: PathBuf,
+}
+
+impl Drop for NodeProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(TAIL)..];
+            eprintln!("--- node {} log tail:\n{}", self.id, tail.join("\n"));
+        }
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `larder node` arguments for node `id` listening on `port`.
+fn node_args(id: u16, etcd: &str, storage: &Path, port: u16) -> Vec<String> {
+    [
+        "node",
+        "--id",
+        &id.to_string(),
+        "--etcd",
+        etcd,
+        "--storage",
+        storage.to_str().unwrap(),
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+        "--ttl",
+        "3",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// Waits until `nodes` nodes are members and no partition is unowned.
+fn settled(xdg: &Path, etcd: &str, nodes: usize) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let out = larder(
+            xdg,
+            [
+                "--json",
+                "cluster",
+                "status",
+                "--etcd",
+                etcd,
+                "--interval",
+                "100ms",
+            ],
+        );
+        let status = out.expect_ok().json();
+        if status["nodes"].as_array().map(Vec::len) == Some(nodes) && status["unowned"] == 0 {
+            return;
+        }
+        assert!(Instant::now() < deadline, "not settled: {status}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A tree with a marked file name, a small file (one chunk: smaller than the least
+/// chunk) holding the content marker, and larger files; and the small file's content.
+fn make_source(root: &Path) -> (PathBuf, Vec<u8>) {
+    let mut small = CONTENT_MARKER.to_vec();
+    small.extend_from_slice(&pseudo_random(5, 900));
+    let large = pseudo_random(1, 1 << 20);
+    let mut tree = TreeBuilder::new(root);
+    tree.file(format!("docs/{NAME_MARKER}.txt"), &small)
+        .file("large.bin", &large)
+        .file("docs/large-copy.bin", &large);
+    for i in 0..6u64 {
+        tree.file(
+            format!("file-{i}"),
+            pseudo_random(10 + i, 3000 + 7000 * i as usize),
+        );
+    }
+    (tree.finish(), small)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_encrypted_cluster_backs_up_restores_and_refuses_nodes_without_its_password() {
+    let etcd = EtcdCluster::start(1).await;
+    let endpoints = etcd.endpoints().join(",");
+    let scratch = Scratch::new();
+    let xdg = scratch.dir("xdg");
+    let storage = scratch.path().join("shared");
+    let logs = scratch.dir("logs");
+    let init: Vec<&str> = [
+        "--json",
+        "cluster",
+        "init",
+        "--etcd",
+        &endpoints,
+        "--storage",
+        storage.to_str().unwrap(),
+        "--partitions",
+        "32",
+    ]
+    .into_iter()
+    .chain(CHEAP_KDF)
+    .collect();
+    let created = larder(&xdg, &init).expect_ok().json();
+    assert_eq!(created["encryption"], "aes-256-gcm", "{created}");
+    let slots = || stored_files(&storage.join("keys"));
+    assert_eq!(slots().len(), 1);
+    // Again: the same cluster, its slot unlocked, no new one.
+    larder(&xdg, &init).expect_ok();
+    assert_eq!(slots().len(), 1);
+
+    // A node that cannot unlock the key exits 1 before it makes anything.
+    let port = free_port();
+    let mut without = larder_command(&xdg);
+    without
+        .env_remove("LARDER_PASSWORD")
+        .args(node_args(1, &endpoints, &storage, port));
+    run_command(without, RUN_TIMEOUT)
+        .expect_code(1)
+        .expect_stderr(&["the cluster is encrypted", "LARDER_PASSWORD"]);
+    let mut wrong = larder_command(&xdg);
+    wrong
+        .env("LARDER_PASSWORD", "not the password")
+        .args(node_args(1, &endpoints, &storage, port));
+    run_command(wrong, RUN_TIMEOUT)
+        .expect_code(1)
+        .expect_stderr(&["wrong password or no matching key"]);
+    assert!(!storage.join("nodes/1").exists());
+
+    // Node 1's password from LARDER_PASSWORD, node 2's from a file.
+    let password_file = scratch.path().join("password");
+    std::fs::write(&password_file, format!("{PASSWORD}\n")).unwrap();
+    let ports = [free_port(), free_port()];
+    let mut nodes = Vec::new();
+    for (id, port) in [(1u16, ports[0]), (2, ports[1])] {
+        let log = logs.join(format!("node-{id}.log"));
+        let file = std::fs::File::create(&log).unwrap();
+        let mut command = larder_command(&xdg);
+        command
+            .args(node_args(id, &endpoints, &storage, port))
+            .env("LARDER_LOG", "info")
+            .stdout(file.try_clone().unwrap())
+            .stderr(Stdio::from(file));
+        if id == 2 {
+            command
+                .env_remove("LARDER_PASSWORD")
+                .arg("--password-file")
+                .arg(&password_file);
+        }
+        nodes.push(NodeProcess {
+            id,
+            child: command.spawn().unwrap(),
+            log,
+        });
+    }
+    settled(&xdg, &endpoints, 2);
+    let [one, two] = ports.map(|p| format!("127.0.0.1:{p}"));
+
+    let (src, small) = make_source(&scratch.path().join("src"));
+    let src_arg = src.to_str().unwrap();
+    let first = larder(&xdg, ["--json", "--cluster", &one, "backup", src_arg])
+        .expect_ok()
+        .json();
+    assert!(first["chunks_new"].as_u64().unwrap() > 5, "{first}");
+    let id = first["snapshot_id"].as_str().unwrap().to_string();
+    // Node 2 cuts and fingerprints as node 1 does: nothing but the tree is new.
+    let second = larder(&xdg, ["--json", "--cluster", &two, "backup", src_arg])
+        .expect_ok()
+        .json();
+    assert!(second["chunks_new"].as_u64().unwrap() <= 1, "{second}");
+    let listed = larder(&xdg, ["--json", "--cluster", &two, "snapshots"]);
+    assert!(listed.expect_ok().stdout.contains(&id), "{listed}");
+    let target = scratch.path().join("target");
+    larder(
+        &xdg,
+        ["--cluster", &two, "restore", &id, target.to_str().unwrap()],
+    )
+    .expect_ok();
+    assert_same_tree(&src, &restored(&target, &src));
+    drop(nodes);
+
+    // What the shared directory shows: sealed node configs, and nothing of the tree.
+    for node in ["1", "2"] {
+        let config = std::fs::read(storage.join("nodes").join(node).join("config")).unwrap();
+        assert!(config.starts_with(b"LARDERE1"), "node {node}'s config");
+    }
+    let mut needles: Vec<Vec<u8>> = vec![NAME_MARKER.as_bytes().to_vec(), CONTENT_MARKER.to_vec()];
+    needles.extend(digests(&small));
+    for needle in &needles {
+        let found = files_containing(&storage, needle);
+        assert!(found.is_empty(), "{needle:?} is in {found:?}");
+    }
+    // A plaintext repository of the same tree shows them: the search would find them.
+    let plain = scratch.path().join("plain");
+    let repo = plain.to_str().unwrap();
+    larder(
+        &xdg,
+        [
+            "--repo",
+            repo,
+            "init",
+            "--encryption",
+            "none",
+            "--compression",
+            "none",
+        ],
+    )
+    .expect_ok();
+    larder(&xdg, ["--repo", repo, "backup", src_arg]).expect_ok();
+    for needle in &needles[..3] {
+        assert!(
+            !files_containing(&plain, needle).is_empty(),
+            "{needle:?} is not in the plaintext repository"
+        );
+    }
+}
