@@ -1,7 +1,7 @@
 //! The disk index wired into the repository (docs/design/format.md, "Disk index"):
 //! memory, eager-disk and lazy-disk repositories store the same bytes and restore the
 //! same trees; rebuild, convert, catch-up after a lost `held` update, and readers'
-//! fallback.
+//! fallback; an encrypted repository's sealed disk index.
 
 mod support;
 
@@ -30,8 +30,8 @@ const MODES: [&[&str]; 4] = [
     ],
 ];
 
-/// A plaintext repository: an encrypted one keeps the memory index until the disk
-/// index is encrypted.
+/// A plaintext repository, whose index files these tests compare and damage (an
+/// encrypted one's are sealed: see the last test).
 fn init(mode: &[&str]) -> Repo {
     let mut args = CHUNKER.to_vec();
     args.extend_from_slice(&["--encryption", "none"]);
@@ -106,7 +106,7 @@ fn sources(dir: &Path) -> Vec<PathBuf> {
 }
 
 /// Every test's source directory, one each.
-const TESTS: [&str; 5] = ["exactness", "convert", "held", "readers", "kill"];
+const TESTS: [&str; 6] = ["exactness", "convert", "held", "readers", "kill", "sealed"];
 
 /// A directory for sources whose ancestors keep their mtimes while the tests run (a
 /// snapshot records the roots' ancestors, and `/tmp` changes all the time): under
@@ -378,4 +378,59 @@ fn a_killed_lazy_backup_leaves_a_repository_that_checks_and_stores_nothing_twice
     for source in &sources {
         assert_same_tree(source, &restored(&target, source));
     }
+}
+
+/// `init --index disk` in an encrypted repository (the default): its disk index is
+/// sealed (docs/design/crypto.md, "Disk index pages"); backups deduplicate through
+/// it, `stats --index` reads the last backup's sealed counters, conversions both ways
+/// keep every chunk indexed, and every snapshot restores.
+#[test]
+fn an_encrypted_repository_keeps_a_sealed_disk_index() {
+    let stable = StableDir::new("sealed");
+    let sources = sources(&stable.0);
+    let mut args = CHUNKER.to_vec();
+    args.extend_from_slice(MODES[3]);
+    let repo = Repo::init(&args);
+    // A new table is sparse: its holes take no space.
+    let shape = |repo: &Repo| {
+        let stats = repo.run(["--json", "stats", "--index"]);
+        stats.expect_ok();
+        stats.json()["disk_index"]["shape"].clone()
+    };
+    let empty = shape(&repo);
+    let bytes = |key: &str| empty[key].as_u64().unwrap();
+    assert!(
+        bytes("allocated_bytes") * 100 < bytes("disk_bytes"),
+        "{empty}"
+    );
+    let first = repo.backup(&[&sources[0], &sources[1]]);
+    assert!(!first["disk_index"].is_null(), "{first}");
+    assert_nothing_new(&repo.backup(&[&sources[0], &sources[1]]));
+    let disk = repo.path.join("index/disk");
+    let table = fs::read(disk.join("table")).unwrap();
+    assert!(table.starts_with(b"LARDERE1"), "the table is not sealed");
+    assert!(!disk.join("last-backup.json").exists());
+    let stats = repo.run(["--json", "stats", "--index"]);
+    stats.expect_ok();
+    let stats = stats.json();
+    assert_eq!(stats["index"], "disk (lazy, 1 MiB)");
+    let index = &stats["disk_index"];
+    assert!(
+        index["last_backup"]["fingerprints"].as_u64().unwrap() > 0,
+        "{index}"
+    );
+    assert!(index["shape"]["fingerprints"].as_u64().unwrap() > 10_000);
+    repo.run(["index", "convert", "--to", "memory"]).expect_ok();
+    assert_nothing_new(&repo.backup(&[&sources[0]]));
+    repo.run(["index", "convert", "--to", "disk"]).expect_ok();
+    assert_nothing_new(&repo.backup(&[&sources[1]]));
+    let s = repo.backup(&[&sources[2]]);
+    assert!(s["chunks_new"].as_u64().unwrap() > 0);
+    assert_nothing_new(&repo.backup(&[&sources[2]]));
+    repo.check(true).expect_ok();
+    let snaps = repo.snapshots();
+    let last = snaps.last().unwrap()["id"].as_str().unwrap().to_string();
+    let target = repo.new_path("restore");
+    repo.restore(&last, &target, &[]).expect_ok();
+    assert_same_tree(&sources[2], &restored(&target, &sources[2]));
 }

@@ -31,7 +31,8 @@ pub enum ObjectKind {
     Chunk,
     /// Inside a container (`container.rs`). Name: container id (u64).
     ContainerDataKey,
-    /// Name: file code (1 table, 2 meta, 3 bloom, 4 held; one byte) ‖ page number (u64).
+    /// A disk index page, build header or record (`index_page.rs`). Name: file code
+    /// ([`crate::IndexPart`], one byte) ‖ page number (u64).
     DiskIndexPage,
 }
 

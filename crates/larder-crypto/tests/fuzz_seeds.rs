@@ -1,14 +1,18 @@
-//! The committed seeds of the fuzz targets `key_slot`, `envelope` and `container_crypto`
-//! (fuzz/seeds/, copied by scripts/fuzz-smoke): written by
+//! The committed seeds of the fuzz targets `key_slot`, `envelope`, `container_crypto`
+//! and `index_page` (fuzz/seeds/, copied by scripts/fuzz-smoke): written by
 //! `cargo test -p larder-crypto --test fuzz_seeds -- --ignored write_the_fuzz_seeds`,
 //! with the fixed key the targets use, and checked here to open as the targets read
 //! them.
 
 use std::path::PathBuf;
 
-use larder_crypto::{ContainerFooter, KdfParams, KeyKind, KeySlot, ObjectKind, RepoKeys};
+use larder_crypto::index_page::{INDEX_HEADER_LEN, INDEX_PAGE_LEN, SEALED_PAGE_LEN};
+use larder_crypto::{
+    ContainerFooter, IndexPart, KdfParams, KeyKind, KeySlot, ObjectKind, RepoKeys,
+};
 
-/// The targets' fixed key (fuzz/fuzz_targets/envelope.rs, container_crypto.rs).
+/// The targets' fixed key (fuzz/fuzz_targets/envelope.rs, container_crypto.rs,
+/// index_page.rs).
 fn fuzz_keys() -> RepoKeys {
     let mut material = vec![1, 1, 4];
     material.extend_from_slice(&[0x46; 16]);
@@ -62,8 +66,32 @@ fn container_input(keys: &RepoKeys) -> Vec<u8> {
     input
 }
 
+/// The `index_page` target's inputs: page 1 of `table` (byte i is i mod 256) and a
+/// `held` record, each after the file code, the page number and the build header.
+fn index_inputs(keys: &RepoKeys) -> [Vec<u8>; 2] {
+    let sealer = keys.new_index_build();
+    let plain: Vec<u8> = (0..INDEX_PAGE_LEN).map(|i| i as u8).collect();
+    let mut page = vec![0u8; SEALED_PAGE_LEN];
+    sealer.seal_pages(IndexPart::Table, 1, &plain, &mut page);
+    let input = |part: IndexPart, number: u64, body: &[u8]| {
+        let mut input = vec![part.code()];
+        input.extend_from_slice(&number.to_le_bytes());
+        input.extend_from_slice(sealer.header());
+        input.extend_from_slice(body);
+        input
+    };
+    [
+        input(IndexPart::Table, 1, &page),
+        input(
+            IndexPart::Held,
+            0,
+            &sealer.seal_held(b"LDXHELD1 of a fuzz seed"),
+        ),
+    ]
+}
+
 #[test]
-#[ignore = "writes fuzz/seeds/{key_slot,envelope,container_crypto}"]
+#[ignore = "writes fuzz/seeds/{key_slot,envelope,container_crypto,index_page}"]
 fn write_the_fuzz_seeds() {
     let keys = fuzz_keys();
     let write = |target: &str, name: &str, bytes: &[u8]| {
@@ -103,6 +131,9 @@ fn write_the_fuzz_seeds() {
         "seed-container",
         &container_input(&keys),
     );
+    let [page, held] = index_inputs(&keys);
+    write("index_page", "seed-page", &page);
+    write("index_page", "seed-held", &held);
 }
 
 #[test]
@@ -144,4 +175,18 @@ fn the_fuzz_seeds_open() {
         .open_footer(input[input.len() - 32..].try_into().unwrap())
         .unwrap();
     assert_eq!(footer.entry_count, 1);
+    let page = std::fs::read(seeds("index_page").join("seed-page")).unwrap();
+    assert_eq!(page[0], IndexPart::Table.code());
+    let (header, sealed) = page[9..].split_at(INDEX_HEADER_LEN);
+    let sealer = keys.write_only().open_index_build(header).unwrap();
+    let mut plain = vec![0u8; INDEX_PAGE_LEN];
+    sealer
+        .open_page(IndexPart::Table, 1, sealed, &mut plain)
+        .unwrap();
+    assert_eq!(plain[255], 255);
+    let held = std::fs::read(seeds("index_page").join("seed-held")).unwrap();
+    let sealer = keys
+        .open_index_build(&held[9..9 + INDEX_HEADER_LEN])
+        .unwrap();
+    sealer.open_held(&held[9 + INDEX_HEADER_LEN..]).unwrap();
 }

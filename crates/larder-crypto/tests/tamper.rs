@@ -1,12 +1,14 @@
 //! Round trips and tampering: every single bit flip of an envelope, a key slot or any
 //! part of a container fails to open; objects moved to another name, kind, place,
 //! container or repository fail; a write-only key opens metadata envelopes and tables
-//! and nothing else.
+//! and nothing else; a disk index page moved to another page, file, build or
+//! repository fails.
 
 use larder_crypto::container::KEY_BLOCK_LEN;
+use larder_crypto::index_page::{INDEX_PAGE_LEN, SEALED_PAGE_LEN};
 use larder_crypto::{
-    AeadKind, ContainerFooter, CryptoError, FingerprintKind, KdfParams, KeyKind, KeySlot,
-    ObjectKind, RepoKeys,
+    AeadKind, ContainerFooter, CryptoError, FingerprintKind, IndexPart, KdfParams, KeyKind,
+    KeySlot, ObjectKind, RepoKeys,
 };
 
 /// Full keys from fixed bytes: `repo` fills the repository id, `seed` the four keys.
@@ -315,4 +317,90 @@ fn a_chunk_opener_is_shared_between_threads() {
         .open_chunk_in_slice(3, &c.chunks[3].1, &mut whole[..sealed_len])
         .unwrap();
     assert_eq!(&whole[..len], &chunks[3][..]);
+}
+
+/// Page `page` of `part`, sealed: byte i of its plaintext is `i * 7 + page` (mod 256).
+fn sealed_page(sealer: &larder_crypto::PageSealer, part: IndexPart, page: u64) -> Vec<u8> {
+    let plain: Vec<u8> = (0..INDEX_PAGE_LEN)
+        .map(|i| (i as u64 * 7 + page) as u8)
+        .collect();
+    let mut sealed = vec![0u8; SEALED_PAGE_LEN];
+    sealer.seal_pages(part, page, &plain, &mut sealed);
+    sealed
+}
+
+fn page_opens(sealer: &larder_crypto::PageSealer, part: IndexPart, page: u64, b: &[u8]) -> bool {
+    let mut out = vec![0u8; INDEX_PAGE_LEN];
+    sealer.open_page(part, page, b, &mut out).is_ok()
+}
+
+#[test]
+fn every_bit_flip_of_a_disk_index_page_and_header_fails() {
+    for aead in AeadKind::ALL {
+        let k = keys(aead, 1, 1);
+        let sealer = k.new_index_build();
+        let sealed = sealed_page(&sealer, IndexPart::Table, 3);
+        every_flip_fails("disk index page", &sealed, |b| {
+            page_opens(&sealer, IndexPart::Table, 3, b)
+        });
+        every_flip_fails("disk index header", sealer.header(), |b| {
+            k.open_index_build(b).is_ok()
+        });
+        let held = sealer.seal_held(b"held runs");
+        every_flip_fails("held", &held, |b| sealer.open_held(b).is_ok());
+    }
+}
+
+#[test]
+fn disk_index_pages_are_bound_to_page_file_build_and_repository() {
+    let k = keys(AeadKind::Aes256Gcm, 1, 1);
+    let sealer = k.new_index_build();
+    let sealed = sealed_page(&sealer, IndexPart::Meta, 5);
+    assert!(page_opens(&sealer, IndexPart::Meta, 5, &sealed));
+    // Another page number, another file.
+    assert!(!page_opens(&sealer, IndexPart::Meta, 4, &sealed));
+    assert!(!page_opens(
+        &sealer,
+        IndexPart::Meta,
+        5 + (1 << 32),
+        &sealed
+    ));
+    for part in [IndexPart::Table, IndexPart::Bloom, IndexPart::Runs] {
+        assert!(!page_opens(&sealer, part, 5, &sealed), "{part:?}");
+    }
+    // A page of an older build of the same repository's index: same keys, new build.
+    let newer = k.new_index_build();
+    assert!(!page_opens(&newer, IndexPart::Meta, 5, &sealed));
+    let err = {
+        let mut out = vec![0u8; INDEX_PAGE_LEN];
+        newer
+            .open_page(IndexPart::Meta, 5, &sealed, &mut out)
+            .unwrap_err()
+    };
+    assert!(err.to_string().contains("earlier build"), "{err}");
+    assert!(newer.open_held(&sealer.seal_held(b"held")).is_err());
+    // Another repository (same keys, another id) cannot open the header or the page,
+    // nor can other keys; a write-only key opens both.
+    for other in [
+        keys(AeadKind::Aes256Gcm, 2, 1),
+        keys(AeadKind::Aes256Gcm, 1, 2),
+    ] {
+        assert!(other.open_index_build(sealer.header()).is_err());
+        let theirs = other.new_index_build();
+        assert!(!page_opens(&theirs, IndexPart::Meta, 5, &sealed));
+    }
+    let write_only = k.write_only().open_index_build(sealer.header()).unwrap();
+    assert!(page_opens(&write_only, IndexPart::Meta, 5, &sealed));
+    // A header is no other kind 9 object: a `held` of a header's length does not open
+    // as one (another name).
+    let held = sealer.seal_held(&[0; 16]);
+    assert_eq!(held.len(), sealer.header().len());
+    assert!(k.open_index_build(&held).is_err());
+    // Zeros are no page.
+    assert!(!page_opens(
+        &sealer,
+        IndexPart::Table,
+        1,
+        &vec![0u8; SEALED_PAGE_LEN]
+    ));
 }

@@ -17,6 +17,7 @@ mod io;
 mod lazy;
 mod metrics;
 mod runs;
+mod sealed;
 mod store;
 
 use std::collections::{HashMap, VecDeque};
@@ -33,6 +34,7 @@ pub use self::format::{
 };
 pub use self::io::{DirIo, IndexFile, IndexIo, MemIo, PageBuf, PAGE};
 pub use self::metrics::{ComponentTimes, DiskIndexMetrics};
+pub use self::sealed::{IndexDir, SealedIo};
 
 use self::lazy::LazyBuffer;
 use self::store::DiskStore;

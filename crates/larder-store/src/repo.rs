@@ -219,11 +219,6 @@ impl RepoConfig {
             }
             _ => {}
         }
-        if self.encryption.is_some() && self.index != IndexSettings::Memory {
-            return Err(StoreError::Config(
-                "the disk index is not encrypted yet: an encrypted repository keeps the memory index".into(),
-            ));
-        }
         if self.encryption.is_some() && self.hash == HashAlgo::Sha1 {
             return Err(StoreError::Config(
                 "an encrypted repository cannot use SHA-1 fingerprints".into(),
@@ -273,11 +268,14 @@ pub struct OpenReport {
     /// Containers the disk index lacked and now holds (rule 2 of "Disk index").
     pub disk_caught_up: Vec<u64>,
     /// Why the disk index was rebuilt from the segments at open, if it was.
-    pub disk_rebuilt: Option<&'static str>,
+    pub disk_rebuilt: Option<String>,
     /// Why a reader fell back to the memory index, if it did (the disk index was
     /// missing, dirty, damaged or stale; a writer's open repairs it).
-    pub disk_fallback: Option<&'static str>,
+    pub disk_fallback: Option<String>,
 }
+
+/// Why a disk index that names deleted containers is not used.
+const STALE: &str = "stale (it names deleted containers)";
 
 /// An open repository with its index loaded.
 pub struct Repository {
@@ -381,7 +379,7 @@ impl Repository {
         if let IndexSettings::Disk { lookup, memory } = config.index {
             // An empty disk index; were this lost, the first writer's open would
             // build it.
-            DiskState::rebuild(root, lookup, memory, &[])?;
+            DiskState::rebuild(root, lookup, memory, &[], keys.map(|(k, _, _)| k))?;
         }
         if let Some(parent) = root.parent().filter(|p| !p.as_os_str().is_empty()) {
             sync_dir(parent)?;
@@ -584,7 +582,7 @@ impl Repository {
     /// reader that finds it unusable falls back to the memory index.
     fn load_disk_index(&mut self, lookup: DiskLookup, memory: u64) -> Result<()> {
         let writable = self.mode == LockMode::Exclusive;
-        let mut state = match DiskState::open(&self.root, lookup, memory) {
+        let mut state = match DiskState::open(&self.root, lookup, memory, self.keys.as_deref()) {
             Ok(state) => Some(state),
             Err(Unusable::Fail(e)) => return Err(e),
             Err(Unusable::Rebuild(why)) if writable => {
@@ -636,7 +634,7 @@ impl Repository {
         });
         let state = match state {
             Some(_) if stale && !writable => {
-                self.report.disk_fallback = Some("stale (it names deleted containers)");
+                self.report.disk_fallback = Some(STALE.into());
                 self.indexed_containers.clear();
                 self.chunk_bytes = ChunkBytes::default();
                 self.pending.clear();
@@ -646,9 +644,15 @@ impl Repository {
             Some(state) if !stale => state,
             _ => {
                 if stale {
-                    self.report.disk_rebuilt = Some("stale (it names deleted containers)");
+                    self.report.disk_rebuilt = Some(STALE.into());
                 }
-                DiskState::rebuild(&self.root, lookup, memory, &self.indexed_tables_in_order()?)?
+                DiskState::rebuild(
+                    &self.root,
+                    lookup,
+                    memory,
+                    &self.indexed_tables_in_order()?,
+                    self.keys.as_deref(),
+                )?
             }
         };
         self.index = RepoIndex::Disk(Box::new(Mutex::new(state)));
@@ -852,7 +856,8 @@ impl Repository {
             }
             IndexSettings::Disk { lookup, memory } => {
                 self.note_containers(&good);
-                let state = DiskState::rebuild(&self.root, lookup, memory, &good)?;
+                let state =
+                    DiskState::rebuild(&self.root, lookup, memory, &good, self.keys.as_deref())?;
                 self.index = RepoIndex::Disk(Box::new(Mutex::new(state)));
             }
         }
@@ -887,7 +892,8 @@ impl Repository {
                 self.add_containers(&tables);
             }
             IndexSettings::Disk { lookup, memory } => {
-                let state = DiskState::rebuild(&self.root, lookup, memory, &tables)?;
+                let state =
+                    DiskState::rebuild(&self.root, lookup, memory, &tables, self.keys.as_deref())?;
                 self.index = RepoIndex::Disk(Box::new(Mutex::new(state)));
             }
         }

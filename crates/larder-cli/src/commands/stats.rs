@@ -152,7 +152,8 @@ impl DiskIndexStats {
             Some(d) => {
                 writeln!(
                     w,
-                    "  files     {} apparent, the table sparse ({} fingerprints, {} table buckets, {} lazy buffer buckets)",
+                    "  files     {} on disk, {} apparent (the table sparse; {} fingerprints, {} table buckets, {} lazy buffer buckets)",
+                    mb(d.allocated_bytes),
                     mb(d.disk_bytes),
                     d.fingerprints,
                     d.table_buckets,

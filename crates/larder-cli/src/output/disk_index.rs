@@ -3,7 +3,6 @@
 //! as the text `stats --index` shows.
 
 use std::io::{self, Write};
-use std::path::PathBuf;
 
 use larder_index::disk::DiskIndexMetrics;
 use larder_store::Repository;
@@ -116,24 +115,19 @@ impl From<&DiskIndexMetrics> for DiskIndexCounters {
     }
 }
 
-/// Where a backup leaves its disk index counters for `stats --index`: informational
-/// only, never read for correctness (docs/design/format.md, "Disk index").
-fn last_backup_path(repo: &Repository) -> PathBuf {
-    larder_store::DiskState::dir_of(repo.root()).join("last-backup.json")
-}
-
-/// Records a backup's disk index counters; a failure to write them is ignored: the
-/// backup is committed, and the file is informational.
+/// Records a backup's disk index counters for `stats --index` (sealed in an encrypted
+/// repository); a failure to write them is ignored: the backup is committed, and the
+/// record is informational only, never read for correctness (docs/design/format.md,
+/// "Disk index").
 pub fn save_last_backup(repo: &Repository, counters: &DiskIndexCounters) {
     if let Ok(value) = serde_json::to_value(counters) {
-        let _ = std::fs::write(last_backup_path(repo), value.to_string());
+        let _ = repo.save_last_backup_counters(value.to_string().as_bytes());
     }
 }
 
 /// The last backup's counters as that backup wrote them (any larder version), if any.
 pub fn last_backup(repo: &Repository) -> Option<Value> {
-    let raw = std::fs::read(last_backup_path(repo)).ok()?;
-    serde_json::from_slice(&raw).ok()
+    serde_json::from_slice(&repo.last_backup_counters()?).ok()
 }
 
 /// The counters of [`last_backup`] as text, one line per group; a field the file lacks

@@ -530,7 +530,7 @@ mod tests {
     use std::collections::HashSet;
 
     use larder_hash::HashAlgo;
-    use larder_index::disk::{DirIo, DiskIndex, DiskIndexConfig, Lookup};
+    use larder_index::disk::{DiskIndex, DiskIndexConfig, IndexDir, Lookup};
     use larder_index::ChunkLocation;
     use proptest::prelude::*;
 
@@ -575,7 +575,7 @@ mod tests {
             ..DiskIndexConfig::default()
         };
         let mut index = DiskIndex::create(
-            DirIo::open(dir, false).unwrap(),
+            IndexDir::open(dir, None).unwrap(),
             config.clone(),
             Lookup::Lazy,
         )

@@ -19,6 +19,7 @@ use super::format::{
 use super::io::{IndexFile, IndexIo, PageBuf, PAGE};
 use super::metrics::DiskIndexMetrics;
 use super::runs::{Run, MAX_RUNS};
+use super::sealed::Unopenable;
 use super::FingerprintHasher;
 use crate::{ChunkLocation, IndexError, Result};
 
@@ -739,10 +740,17 @@ fn page_of(bytes: &[u8]) -> PageBuf {
     buf
 }
 
+/// An I/O error of `file`: a sealed page that does not open ([`SealedIo`]) is a
+/// corrupt file, anything else an I/O error.
+///
+/// [`SealedIo`]: super::SealedIo
 pub(super) fn io_error<I: IndexIo>(io: &I, file: IndexFile, source: io::Error) -> IndexError {
-    IndexError::Io {
-        path: io.path(file),
-        source,
+    match source.downcast::<Unopenable>() {
+        Ok(unopenable) => unopenable.into_error(),
+        Err(source) => IndexError::Io {
+            path: io.path(file),
+            source,
+        },
     }
 }
 

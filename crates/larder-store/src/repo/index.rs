@@ -1,14 +1,17 @@
 //! The repository's fingerprint index, in memory or on disk (docs/design/format.md,
 //! "config" and "Disk index"). The segments and containers are the source of truth
 //! for both: the memory index is built from them at every open; the disk index is
-//! derived from them once and then caught up with what it lacks.
+//! derived from them once and then caught up with what it lacks. An encrypted
+//! repository's disk index is sealed page by page (docs/design/crypto.md, "Disk index
+//! pages"), and so are its `held` record and the last backup's counters.
 
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use larder_crypto::{IndexPart, ObjectKind, RepoKeys};
 use larder_hash::Fingerprint;
-use larder_index::disk::{DirIo, DiskIndex, DiskIndexConfig, DiskIndexMetrics, Lookup};
+use larder_index::disk::{DiskIndex, DiskIndexConfig, DiskIndexMetrics, IndexDir, Lookup};
 use larder_index::{ChunkLocation, CuckooIndex, FingerprintIndex, IndexError};
 use serde::{Deserialize, Serialize};
 
@@ -81,8 +84,9 @@ impl IndexSettings {
     }
 }
 
-/// The disk index's token: the caller's number for a submitted fingerprint.
-pub type RepoDiskIndex = DiskIndex<DirIo, u64>;
+/// The disk index's token: the caller's number for a submitted fingerprint. Its files
+/// are plain or sealed, as the repository is.
+pub type RepoDiskIndex = DiskIndex<IndexDir, u64>;
 
 /// Container ids as ascending, non-touching inclusive runs: the `held` file.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -197,8 +201,8 @@ pub struct DiskState {
 
 /// Why an existing disk index cannot be used as it is.
 pub(crate) enum Unusable {
-    /// Missing, dirty or damaged: rebuild it.
-    Rebuild(&'static str),
+    /// Missing, dirty or damaged (which file, where): rebuild it.
+    Rebuild(String),
     /// Anything else (an I/O error): fail.
     Fail(StoreError),
 }
@@ -236,33 +240,32 @@ impl DiskState {
         root.join("index").join("disk")
     }
 
-    /// Opens the disk index of the repository at `root`.
+    /// Opens the disk index of the repository at `root`, sealed with `keys` in an
+    /// encrypted repository.
     pub(crate) fn open(
         root: &Path,
         lookup: DiskLookup,
         memory: u64,
+        keys: Option<&RepoKeys>,
     ) -> std::result::Result<Self, Unusable> {
         let dir = Self::dir_of(root);
         let held = match fs::read(dir.join("held")) {
-            Ok(raw) => ContainerRuns::decode(&raw).map_err(|_| Unusable::Rebuild("damaged"))?,
+            Ok(raw) => raw,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(Unusable::Rebuild("missing"))
+                return Err(Unusable::Rebuild("missing".into()))
             }
             Err(e) => return Err(Unusable::Fail(StoreError::io(dir.join("held"), e))),
         };
-        let io = DirIo::open(&dir, false).map_err(|e| Unusable::Fail(StoreError::io(&dir, e)))?;
+        let io = IndexDir::open(&dir, keys).map_err(|e| Unusable::Fail(StoreError::io(&dir, e)))?;
         // The expected count only sizes a new index; an existing one keeps its own.
-        let index =
-            DiskIndex::open(io, disk_config(lookup, memory, 0), lookup.lookup()).map_err(|e| {
-                match e {
-                    IndexError::NeedsRebuild => {
-                        Unusable::Rebuild("dirty (a crash while it was written)")
-                    }
-                    IndexError::Corrupt { .. } => Unusable::Rebuild("damaged"),
-                    IndexError::Missing(_) => Unusable::Rebuild("missing"),
-                    e => Unusable::Fail(e.into()),
-                }
-            })?;
+        let mut index = DiskIndex::open(io, disk_config(lookup, memory, 0), lookup.lookup())
+            .map_err(unusable)?;
+        let held = match index.io_mut() {
+            IndexDir::Plain(_) => held,
+            IndexDir::Sealed(io) => io.open_held(&held).map_err(unusable)?,
+        };
+        let held = ContainerRuns::decode(&held)
+            .map_err(|e| Unusable::Rebuild(format!("damaged (held: {e})")))?;
         Ok(Self {
             index,
             held,
@@ -280,6 +283,7 @@ impl DiskState {
         lookup: DiskLookup,
         memory: u64,
         containers: &[SegmentContainer],
+        keys: Option<&RepoKeys>,
     ) -> Result<Self> {
         let dir = Self::dir_of(root);
         if dir.exists() {
@@ -288,7 +292,7 @@ impl DiskState {
         fs::create_dir_all(&dir).map_err(io_err(&dir))?;
         sync_dir(&root.join("index"))?;
         let chunks: u64 = containers.iter().map(|c| c.entries.len() as u64).sum();
-        let io = DirIo::open(&dir, false).map_err(io_err(&dir))?;
+        let io = IndexDir::open(&dir, keys).map_err(io_err(&dir))?;
         // Filled by an eager index, which answers in submission order, so that the
         // metadata array keeps the containers' order; then opened as configured.
         let config = disk_config(lookup, memory, 2 * chunks);
@@ -365,12 +369,17 @@ impl DiskState {
         self.record(containers.iter().map(|c| c.id))
     }
 
-    /// Syncs the index, then names `ids` in `held` durably.
+    /// Syncs the index, then names `ids` in `held` durably (sealed for the index's
+    /// build in an encrypted repository).
     fn record(&mut self, ids: impl IntoIterator<Item = u64>) -> Result<()> {
         self.index.sync()?;
         let held = self.held.with(ids);
+        let bytes = match self.index.io_mut() {
+            IndexDir::Plain(_) => held.encode(),
+            IndexDir::Sealed(io) => io.seal_held(&held.encode())?,
+        };
         let tmp = self.tmp.join(format!("held-{}.tmp", std::process::id()));
-        crate::direct::write_durable(&tmp, &held.encode()).map_err(io_err(&tmp))?;
+        crate::direct::write_durable(&tmp, &bytes).map_err(io_err(&tmp))?;
         let dest = self.dir.join("held");
         fs::rename(&tmp, &dest).map_err(io_err(&dest))?;
         sync_dir(&self.dir)?;
@@ -387,6 +396,80 @@ impl DiskState {
 
     pub fn get(&mut self, fp: &Fingerprint) -> Result<Option<ChunkLocation>> {
         Ok(self.index.get(fp)?)
+    }
+
+    /// Bytes the index's files take on disk: their allocated blocks, so that the
+    /// sparse table's holes count nothing (0 where the file system does not say).
+    fn allocated_bytes(&self) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        fs::read_dir(&self.dir)
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.ok()?.metadata().ok())
+            .filter(|m| m.is_file())
+            .map(|m| m.blocks() * 512)
+            .sum()
+    }
+}
+
+/// Why an error of the disk index's open makes it unusable.
+fn unusable(e: IndexError) -> Unusable {
+    match e {
+        IndexError::NeedsRebuild => {
+            Unusable::Rebuild("dirty (a crash while it was written)".into())
+        }
+        IndexError::Corrupt {
+            file,
+            offset,
+            reason,
+        } => Unusable::Rebuild(format!("damaged ({file} at byte {offset}: {reason})")),
+        IndexError::Missing(_) => Unusable::Rebuild("missing".into()),
+        e => Unusable::Fail(e.into()),
+    }
+}
+
+/// The name of the last backup's counters in `index/disk/`: sealed in an encrypted
+/// repository (docs/design/crypto.md, "`held` and the last backup's counters").
+fn last_backup_name(keys: Option<&RepoKeys>) -> &'static str {
+    match keys {
+        None => "last-backup.json",
+        Some(_) => "last-backup",
+    }
+}
+
+impl super::Repository {
+    /// Records the last backup's disk index counters (JSON) for `stats --index`:
+    /// informational, written without the durability protocol (docs/design/format.md,
+    /// "Disk index").
+    pub fn save_last_backup_counters(&self, json: &[u8]) -> Result<()> {
+        let keys = self.keys.as_deref();
+        let path = DiskState::dir_of(&self.root).join(last_backup_name(keys));
+        let bytes = match keys {
+            None => json.to_vec(),
+            Some(k) => k.seal_object(
+                ObjectKind::DiskIndexPage,
+                &IndexPart::LastBackup.name(0),
+                json,
+            ),
+        };
+        fs::write(&path, bytes).map_err(io_err(&path))
+    }
+
+    /// The counters [`Self::save_last_backup_counters`] wrote, if they are there and
+    /// open.
+    pub fn last_backup_counters(&self) -> Option<Vec<u8>> {
+        let keys = self.keys.as_deref();
+        let raw = fs::read(DiskState::dir_of(&self.root).join(last_backup_name(keys))).ok()?;
+        match keys {
+            None => Some(raw),
+            Some(k) => k
+                .open_object(
+                    ObjectKind::DiskIndexPage,
+                    &IndexPart::LastBackup.name(0),
+                    &raw,
+                )
+                .ok(),
+        }
     }
 }
 
@@ -471,6 +554,7 @@ impl RepoIndex {
                 Some(DiskShape {
                     fingerprints: index.len(),
                     disk_bytes: index.disk_bytes(),
+                    allocated_bytes: state.allocated_bytes(),
                     table_buckets: index.buckets().0,
                     buffer_buckets: index.buckets().1,
                     bloom_bytes: index.bloom().bytes(),
@@ -486,7 +570,11 @@ impl RepoIndex {
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct DiskShape {
     pub fingerprints: u64,
+    /// Bytes of the files in the plaintext layout, the table's holes included.
     pub disk_bytes: u64,
+    /// Bytes the files take on disk (allocated blocks: the holes count nothing; a
+    /// sealed index's headers and tags count).
+    pub allocated_bytes: u64,
     pub table_buckets: u64,
     pub buffer_buckets: u64,
     pub bloom_bytes: u64,
