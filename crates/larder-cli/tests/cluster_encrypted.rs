@@ -236,6 +236,17 @@ async fn an_encrypted_cluster_backs_up_restores_and_refuses_nodes_without_its_pa
         let found = files_containing(&storage, needle);
         assert!(found.is_empty(), "{needle:?} is in {found:?}");
     }
+    // The partitions' disk indexes are sealed: none of the plain files' magics (whose
+    // pages would hold keyed fingerprints and chunk locations in the clear).
+    let tables = stored_files(&storage.join("partitions"))
+        .into_iter()
+        .filter(|p| p.ends_with("table"))
+        .count();
+    assert!(tables > 0, "no partition index was written");
+    for magic in [&b"LDXTABLE"[..], b"LDXMETA1", b"LDXBLOOM"] {
+        let found = files_containing(&storage.join("partitions"), magic);
+        assert!(found.is_empty(), "a plain disk index file: {found:?}");
+    }
     // A plaintext repository of the same tree shows them: the search would find them.
     let plain = scratch.path().join("plain");
     let repo = plain.to_str().unwrap();

@@ -19,7 +19,9 @@ use std::sync::{Arc, Mutex};
 
 use larder_crypto::RepoKeys;
 use larder_hash::{Fingerprint, HashAlgo};
-use larder_index::disk::{Answer, DirIo, DiskIndex, DiskIndexConfig, IndexFile, IndexIo, Lookup};
+use larder_index::disk::{
+    Answer, DirIo, DiskIndex, DiskIndexConfig, IndexDir, IndexFile, IndexIo, Lookup,
+};
 use larder_index::{ChunkLocation, IndexError};
 use larder_store::{read_table, ChunkCodec, Compression, FileKind};
 use serde::{Deserialize, Serialize};
@@ -134,7 +136,7 @@ pub struct PartitionStore {
 }
 
 /// A partition's open index, ready for its owner.
-pub type PartitionIndex = DiskIndex<DirIo, Ticket>;
+pub type PartitionIndex = DiskIndex<IndexDir, Ticket>;
 
 /// A partition taken over: its index and what the index covers.
 pub type Opened = (PartitionId, PartitionIndex, Covered);
@@ -357,7 +359,7 @@ impl PartitionStore {
                 _ => {}
             }
         }
-        let io = DirIo::open(&dir, false).map_err(|e| io_err("open", e))?;
+        let io = IndexDir::open(&dir, self.keys()).map_err(|e| io_err("open", e))?;
         let mut index =
             DiskIndex::create(io, self.index.clone(), self.lookup).map_err(|source| {
                 ClusterError::Index {
@@ -567,7 +569,7 @@ impl PartitionStore {
             source,
         };
         std::fs::create_dir_all(&dir).map_err(|e| io_err("create", e))?;
-        let io = DirIo::open(&dir, false).map_err(|e| io_err("open", e))?;
+        let io = IndexDir::open(&dir, self.keys()).map_err(|e| io_err("open", e))?;
         let index_err = |source| ClusterError::Index {
             partition: p,
             source,
@@ -575,7 +577,7 @@ impl PartitionStore {
         match DiskIndex::open(io, self.index.clone(), self.lookup) {
             Ok(index) => Ok((index, self.read_covered(p)?.unwrap_or_default(), false)),
             Err(IndexError::Missing(_) | IndexError::NeedsRebuild | IndexError::Corrupt { .. }) => {
-                let io = DirIo::open(&dir, false).map_err(|e| io_err("open", e))?;
+                let io = IndexDir::open(&dir, self.keys()).map_err(|e| io_err("open", e))?;
                 let index =
                     DiskIndex::create(io, self.index.clone(), self.lookup).map_err(index_err)?;
                 Ok((index, Covered::default(), true))

@@ -25,7 +25,7 @@ struct Pending {
 }
 
 struct Inner {
-    owner: Owner<larder_index::disk::DirIo>,
+    owner: Owner<larder_index::disk::IndexDir>,
     /// The next ticket id: unique among this owner's tickets, whoever asks.
     next_id: u64,
     /// The requests waiting for answers, by their first ticket id: a request of `n`

@@ -379,7 +379,7 @@ impl Repository {
         if let IndexSettings::Disk { lookup, memory } = config.index {
             // An empty disk index; were this lost, the first writer's open would
             // build it.
-            DiskState::rebuild(root, lookup, memory, &[], keys.map(|(k, _, _)| k))?;
+            DiskState::rebuild(root, lookup, memory, &[], keys)?;
         }
         if let Some(parent) = root.parent().filter(|p| !p.as_os_str().is_empty()) {
             sync_dir(parent)?;
