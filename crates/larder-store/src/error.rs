@@ -57,10 +57,18 @@ pub enum StoreError {
     Key(String),
     #[error("compression: {0}")]
     Compression(String),
+    /// Its message holds the index error's, so the error is not its source too (a
+    /// cause chain would print it twice).
     #[error("disk index: {0}")]
-    DiskIndex(#[from] larder_index::IndexError),
+    DiskIndex(larder_index::IndexError),
     #[error("the disk index is {0}; open the repository with a writer (`larder index rebuild`) to repair it")]
     DiskIndexUnusable(&'static str),
+}
+
+impl From<larder_index::IndexError> for StoreError {
+    fn from(e: larder_index::IndexError) -> Self {
+        Self::DiskIndex(e)
+    }
 }
 
 fn waited_advice(waited: std::time::Duration) -> String {
@@ -113,5 +121,19 @@ impl StoreError {
             ),
             _ => false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_disk_index_error_is_printed_once_in_its_chain() {
+        let inner = larder_index::IndexError::NeedsRebuild;
+        let text = error_chain(&StoreError::from(inner));
+        let message = larder_index::IndexError::NeedsRebuild.to_string();
+        assert_eq!(text.matches(&message).count(), 1, "{text}");
+        assert!(text.starts_with("disk index: "), "{text}");
     }
 }
