@@ -85,8 +85,8 @@ impl PasswordArgs {
         if let Some(file) = default_file.filter(|f| f.exists()) {
             return first_line_of_file(file);
         }
-        prompt("repository password: ").context(
-            "the repository is encrypted and no password was given: set LARDER_PASSWORD, or use --password-file or --password-command",
+        prompt("password: ").context(
+            "no password was given: set LARDER_PASSWORD, or use --password-file or --password-command",
         )
     }
 }

@@ -131,7 +131,10 @@ impl RepoOpener {
             true => Some(password::default_password_file()?),
             false => None,
         };
-        let password = self.password.get(default_file.as_deref())?;
+        let password = self
+            .password
+            .get(default_file.as_deref())
+            .context("the repository is encrypted")?;
         Ok(Some(keys::unlock(path, password.as_bytes())?))
     }
 }
