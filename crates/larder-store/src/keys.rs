@@ -20,8 +20,17 @@ fn slot_path(root: &Path, id: &str) -> PathBuf {
 /// Every slot file's id, sorted, with the slot or why it does not parse.
 pub fn list_slots(root: &Path) -> Result<Vec<(String, Result<KeySlot>)>> {
     let dir = root.join(DIR);
+    let entries = fs::read_dir(&dir).map_err(|e| match e.kind() {
+        // A cluster node's repository: its key is the cluster's (docs/design/crypto.md).
+        std::io::ErrorKind::NotFound => StoreError::Key(format!(
+            "slots: {} is missing; a cluster node's repository has none (its key is the \
+             cluster's: open it through the cluster)",
+            dir.display()
+        )),
+        _ => StoreError::io(&dir, e),
+    })?;
     let mut ids = Vec::new();
-    for entry in fs::read_dir(&dir).map_err(|e| StoreError::io(&dir, e))? {
+    for entry in entries {
         let path = entry.map_err(|e| StoreError::io(&dir, e))?.path();
         if path.extension().is_some_and(|e| e == EXTENSION) {
             if let Some(id) = path.file_stem().and_then(|s| s.to_str()) {
