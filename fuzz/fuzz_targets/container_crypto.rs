@@ -7,24 +7,12 @@
 //! tests/fuzz_seeds.rs seals the seed with.
 #![no_main]
 use larder_crypto::aead::TAG_LEN;
-use larder_crypto::RepoKeys;
-use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
 
-/// Made once: deriving `read_public` (an X25519 multiplication) per input would be
-/// most of a run.
-fn fuzz_keys() -> &'static (RepoKeys, RepoKeys) {
-    static KEYS: OnceLock<(RepoKeys, RepoKeys)> = OnceLock::new();
-    KEYS.get_or_init(|| {
-        let mut material = vec![1, 1, 4];
-        material.extend_from_slice(&[0x46; 16]);
-        material.extend(0..128u8);
-        let full = RepoKeys::from_material(&material).expect("fixed key material");
-        let write_only = full.write_only();
-        (full, write_only)
-    })
-}
+#[path = "common/keys.rs"]
+mod keys;
+use keys::fuzz_keys;
 
 fuzz_target!(|data: &[u8]| {
     if data.len() < 144 + 4 + 32 {

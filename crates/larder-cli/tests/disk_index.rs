@@ -5,7 +5,6 @@
 
 mod support;
 
-use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -37,26 +36,6 @@ fn init(mode: &[&str]) -> Repo {
     args.extend_from_slice(&["--encryption", "none"]);
     args.extend_from_slice(mode);
     Repo::init(&args)
-}
-
-/// Every file under `dir` (relative path to bytes).
-fn files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                out.insert(
-                    p.strip_prefix(dir).unwrap().to_path_buf(),
-                    fs::read(&p).unwrap(),
-                );
-            }
-        }
-    }
-    out
 }
 
 /// Generated generations (larder gen) plus a small tree with exact and partial

@@ -9,7 +9,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
-use support::{pseudo_random, restored, Repo, PASSWORD};
+use support::{files, pseudo_random, restored, Repo, PASSWORD};
 
 /// The slots as `key list --json` gives them: (id, kind, current).
 fn slots(repo: &Repo, password: &str) -> Vec<(String, String, bool)> {
@@ -50,24 +50,6 @@ impl RepoExt for Repo {
 trait RepoExt {
     fn run_with_password(&self, password: &str, args: &[&str]) -> support::Output;
     fn add_key(&self, new_password: &str, extra: &[&str]) -> String;
-}
-
-/// Every file under `root` with its bytes.
-fn contents(root: &Path) -> Vec<(PathBuf, Vec<u8>)> {
-    let mut out = Vec::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for entry in fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                stack.push(path);
-            } else {
-                out.push((path.clone(), fs::read(&path).unwrap()));
-            }
-        }
-    }
-    out.sort();
-    out
 }
 
 #[test]
@@ -169,7 +151,7 @@ fn a_wrong_password_exits_1_and_writes_nothing() {
     let src = repo.dir("src");
     fs::write(src.join("a.txt"), b"hello").unwrap();
     repo.backup(&[&src]);
-    let before = contents(&repo.path);
+    let before = files(&repo.path);
     for args in [
         vec!["backup", src.to_str().unwrap()],
         vec!["snapshots"],
@@ -182,7 +164,7 @@ fn a_wrong_password_exits_1_and_writes_nothing() {
             .expect_stderr(&["wrong password or no matching key"]);
     }
     assert!(
-        contents(&repo.path) == before,
+        files(&repo.path) == before,
         "a wrong password changed the repository"
     );
 }

@@ -357,16 +357,11 @@ mod tests {
         (AeadKind::Aes256Gcm, FingerprintKind::KeyedBlake3);
 
     fn slot(keys: &RepoKeys) -> std::result::Result<KeySlot, String> {
-        let light = KdfParams {
-            memory_kib: 8192,
-            iterations: 1,
-            parallelism: 1,
-        };
         KeySlot::create(
             keys,
             KeyKind::Full,
             PASSWORD,
-            light,
+            KdfParams::GENERATED,
             "host".into(),
             "user".into(),
             "2026-11-28T00:00:00Z".into(),

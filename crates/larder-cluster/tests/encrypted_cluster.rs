@@ -9,7 +9,6 @@
 
 mod support;
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,7 +17,7 @@ use larder_chunk::ChunkerConfig;
 use larder_cluster::coord::{ClusterConfig, COORD_FORMAT_VERSION};
 use larder_cluster::key::{init_encrypted_cluster, KeySlots};
 use larder_cluster::node::{Node, NodeOptions};
-use larder_cluster::rpc::{Job, NodeClient};
+use larder_cluster::rpc::Job;
 use larder_cluster::view::ClusterView;
 use larder_cluster::{ClusterError, NodeId, SharedStorage};
 use larder_crypto::{AeadKind, FingerprintKind, KdfParams, KeyKind, KeySlot, RepoKeys};
@@ -28,6 +27,7 @@ use larder_store::{Compression, LockMode, ObjectBackend, RepoConfig, Repository}
 use support::etcd::EtcdCluster;
 use support::plaintext::{digests, files_containing, stored_files};
 use support::s3s::S3sServer;
+use support::{bytes, files, job};
 
 const PARTITIONS: u32 = 16;
 const PREFIX: &str = "/larder-encrypted";
@@ -36,18 +36,13 @@ const PASSWORD: &[u8] = b"correct horse battery staple";
 const NAME_MARKER: &str = "quarterly-secret-plans";
 const CONTENT_MARKER: &[u8] = b"the launch code is 0000";
 
-/// The first key slot, with Argon2id's lightest parameters (tests only).
+/// The first key slot, with a generated password's cheap parameters (tests only).
 fn first_slot(keys: &RepoKeys) -> Result<KeySlot, String> {
-    let light = KdfParams {
-        memory_kib: 8192,
-        iterations: 1,
-        parallelism: 1,
-    };
     KeySlot::create(
         keys,
         KeyKind::Full,
         PASSWORD,
-        light,
+        KdfParams::GENERATED,
         "test-host".into(),
         "tester".into(),
         "2026-11-28T00:00:00Z".into(),
@@ -80,37 +75,6 @@ async fn settled(nodes: &[&Node]) {
     }
 }
 
-async fn job(node: &Node, job: Job) -> serde_json::Value {
-    // Node id 1 as the asker: a job does not look anything up under it.
-    let client = NodeClient::connect(&node.addr.to_string(), 1)
-        .await
-        .unwrap();
-    serde_json::from_str(&client.job(&job).await.unwrap()).unwrap()
-}
-
-/// Every regular file under `root`, by relative path, with its content.
-fn files(root: &Path) -> BTreeMap<String, Vec<u8>> {
-    stored_files(root)
-        .into_iter()
-        .map(|path| {
-            let rel = path.strip_prefix(root).unwrap().display().to_string();
-            (rel, std::fs::read(&path).unwrap())
-        })
-        .collect()
-}
-
-fn random_bytes(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
-        })
-        .collect()
-}
-
 /// A tree with a marked file name, a small file (one chunk: smaller than the least
 /// chunk) holding the content marker, and larger files. Returns the tree and the small
 /// file's content.
@@ -118,15 +82,15 @@ fn make_source(base: &Path) -> (std::path::PathBuf, Vec<u8>) {
     let src = base.join("src");
     std::fs::create_dir_all(src.join("docs")).unwrap();
     let mut small = CONTENT_MARKER.to_vec();
-    small.extend_from_slice(&random_bytes(5, 900));
+    small.extend_from_slice(&bytes(5, 900));
     std::fs::write(src.join(format!("docs/{NAME_MARKER}.txt")), &small).unwrap();
-    let large = random_bytes(1, 2 << 20);
+    let large = bytes(1, 2 << 20);
     std::fs::write(src.join("large.bin"), &large).unwrap();
     std::fs::write(src.join("docs/large-copy.bin"), &large).unwrap();
     for i in 0..8u64 {
         std::fs::write(
             src.join(format!("file-{i}")),
-            random_bytes(10 + i, 3000 + 5000 * i as usize),
+            bytes(10 + i, 3000 + 5000 * i as usize),
         )
         .unwrap();
     }

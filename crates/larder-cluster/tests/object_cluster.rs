@@ -7,7 +7,6 @@
 
 mod support;
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,28 +14,17 @@ use std::time::{Duration, Instant};
 use larder_chunk::ChunkerConfig;
 use larder_cluster::coord::{ClusterConfig, COORD_FORMAT_VERSION};
 use larder_cluster::node::{init_cluster, Node, NodeOptions};
-use larder_cluster::rpc::{Job, NodeClient};
+use larder_cluster::rpc::Job;
 use larder_cluster::{NodeId, SharedStorage};
 use larder_engine::{backup, BackupOptions};
 use larder_hash::HashAlgo;
 use larder_store::{LockMode, ObjectBackend, RepoConfig, Repository};
 use support::etcd::EtcdCluster;
 use support::s3s::S3sServer;
+use support::{bytes, files, job};
 
 const PARTITIONS: u32 = 32;
 const TTL: i64 = 3;
-
-fn bytes(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
-        })
-        .collect()
-}
 
 fn options(id: NodeId, etcd: &EtcdCluster, storage: SharedStorage) -> NodeOptions {
     let mut options = NodeOptions::new(id, etcd.endpoints(), "/larder-s3", storage);
@@ -61,14 +49,6 @@ async fn settled(nodes: &[&Node], live: &[NodeId]) {
     }
 }
 
-async fn job(node: &Node, job: Job) -> serde_json::Value {
-    // Node id 1 as the asker: a job does not look anything up under it.
-    let client = NodeClient::connect(&node.addr.to_string(), 1)
-        .await
-        .unwrap();
-    serde_json::from_str(&client.job(&job).await.unwrap()).unwrap()
-}
-
 async fn backup_through(node: &Node, src: &Path) -> serde_json::Value {
     let summary = job(
         node,
@@ -82,24 +62,6 @@ async fn backup_through(node: &Node, src: &Path) -> serde_json::Value {
         "{summary}"
     );
     summary
-}
-
-/// Every regular file under `root`, by relative path, with its content.
-fn files(root: &Path) -> BTreeMap<String, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                stack.push(path);
-            } else {
-                let rel = path.strip_prefix(root).unwrap().display().to_string();
-                out.insert(rel, std::fs::read(&path).unwrap());
-            }
-        }
-    }
-    out
 }
 
 /// Two sources sharing a large file and parts of others, no zero runs.

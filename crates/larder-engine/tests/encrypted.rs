@@ -6,14 +6,12 @@
 use std::collections::HashSet;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::Duration;
 
 use larder_chunk::{ChunkerConfig, ChunkerKind};
-use larder_crypto::{AeadKind, FingerprintKind, KdfParams, KeyKind, KeySlot, RepoKeys};
+use larder_crypto::{AeadKind, FingerprintKind, KeyKind, RepoKeys};
 use larder_engine::{backup, check, restore, DEFAULT_RESTORE_CACHE};
 use larder_hash::HashAlgo;
-use larder_store::{keys, LocalBackend, LockMode, RepoConfig, Repository, StoreError};
+use larder_store::{keys, LockMode, RepoConfig, Repository, StoreError};
 
 #[path = "support/bytes.rs"]
 mod seeded;
@@ -23,6 +21,10 @@ use seeded::bytes;
 mod tree_files;
 use tree_files::files;
 
+#[path = "support/unlock.rs"]
+mod unlock;
+use unlock::{open, slot};
+
 #[path = "support/options.rs"]
 mod options;
 use options::{backup_options, check_options, restore_options};
@@ -30,20 +32,6 @@ use options::{backup_options, check_options, restore_options};
 const PASSWORD: &[u8] = b"correct horse battery staple";
 const MARKER: &str = "LARDER-SECRET-MARKER-6d1f2";
 const NAME: &str = "quarterly-payroll-secret.xlsx";
-
-/// A slot cheap enough for tests: the parameters of a generated password.
-fn slot(keys: &RepoKeys, kind: KeyKind, password: &[u8]) -> KeySlot {
-    KeySlot::create(
-        keys,
-        kind,
-        password,
-        KdfParams::GENERATED,
-        "test".into(),
-        "test".into(),
-        "2026-11-28T00:00:00Z".into(),
-    )
-    .unwrap()
-}
 
 fn init(root: &Path, hash: HashAlgo, aead: AeadKind) -> RepoKeys {
     init_sized(root, hash, aead, 4 << 20)
@@ -69,17 +57,6 @@ fn init_sized(root: &Path, hash: HashAlgo, aead: AeadKind, container_size: usize
     let first = slot(&keys, KeyKind::Full, PASSWORD);
     Repository::init_encrypted(root, &config, &keys, "0000000000000001", &first).unwrap();
     keys
-}
-
-fn open(root: &Path, password: &[u8], mode: LockMode) -> Result<Repository, StoreError> {
-    let (keys, _) = keys::unlock(root, password)?;
-    Repository::open_with(
-        root,
-        mode,
-        Duration::ZERO,
-        Arc::new(LocalBackend::new(root)),
-        Some(keys),
-    )
 }
 
 fn source(dir: &Path) -> PathBuf {

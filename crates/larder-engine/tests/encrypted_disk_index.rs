@@ -7,15 +7,11 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::Duration;
 
-use larder_crypto::{AeadKind, FingerprintKind, KdfParams, KeyKind, KeySlot, RepoKeys};
+use larder_crypto::{AeadKind, FingerprintKind, KeyKind, RepoKeys};
 use larder_engine::{backup, check, restore, BackupSummary, DEFAULT_RESTORE_CACHE};
 use larder_hash::HashAlgo;
-use larder_store::{
-    keys, DiskLookup, DiskState, IndexSettings, LocalBackend, LockMode, RepoConfig, Repository,
-};
+use larder_store::{keys, DiskLookup, DiskState, IndexSettings, LockMode, RepoConfig, Repository};
 
 #[path = "support/bytes.rs"]
 mod seeded;
@@ -24,6 +20,10 @@ use seeded::bytes;
 #[path = "support/files.rs"]
 mod tree_files;
 use tree_files::files;
+
+#[path = "support/unlock.rs"]
+mod unlock;
+use unlock::{open, slot};
 
 #[path = "support/options.rs"]
 mod options;
@@ -36,19 +36,6 @@ const NAME: &str = "salaries-by-name.csv";
 /// The smallest budget, with chunks of 1 KiB: a backup spills runs of 384 entries and
 /// merges them into the table.
 const MEMORY: u64 = 1 << 20;
-
-fn slot(keys: &RepoKeys, kind: KeyKind, password: &[u8]) -> KeySlot {
-    KeySlot::create(
-        keys,
-        kind,
-        password,
-        KdfParams::GENERATED,
-        "test".into(),
-        "test".into(),
-        "2026-11-28T00:00:00Z".into(),
-    )
-    .unwrap()
-}
 
 /// The keyed chunker with chunks of 1 KiB.
 fn chunker() -> larder_chunk::ChunkerConfig {
@@ -86,20 +73,8 @@ fn init(root: &Path, aead: AeadKind, lookup: DiskLookup) {
     .unwrap();
 }
 
-fn open(root: &Path, password: &[u8], mode: LockMode) -> Repository {
-    let (keys, _) = keys::unlock(root, password).unwrap();
-    Repository::open_with(
-        root,
-        mode,
-        Duration::ZERO,
-        Arc::new(LocalBackend::new(root)),
-        Some(keys),
-    )
-    .unwrap()
-}
-
 fn run_backup(root: &Path, password: &[u8], src: &Path) -> BackupSummary {
-    let mut repo = open(root, password, LockMode::Exclusive);
+    let mut repo = open(root, password, LockMode::Exclusive).unwrap();
     let summary = backup(&mut repo, &[src.to_path_buf()], &backup_options(2)).unwrap();
     assert!(summary.warnings.is_empty(), "{:?}", summary.warnings);
     summary
@@ -122,7 +97,7 @@ fn source(dir: &Path) -> PathBuf {
 
 /// Restores `snapshot` with the full key and compares it with `src`.
 fn assert_restores(root: &Path, snapshot: &str, src: &Path, target: &Path) {
-    let repo = open(root, PASSWORD, LockMode::Shared);
+    let repo = open(root, PASSWORD, LockMode::Shared).unwrap();
     let restored = restore(
         &repo,
         snapshot,
@@ -196,7 +171,7 @@ fn an_encrypted_disk_index_deduplicates_restores_and_holds_no_plaintext() {
         assert_nothing_new(&second);
         assert_restores(&root, &second.snapshot_id, &src, &dir.path().join("r"));
 
-        let repo = open(&root, PASSWORD, LockMode::Shared);
+        let repo = open(&root, PASSWORD, LockMode::Shared).unwrap();
         assert!(repo.report().disk_fallback.is_none(), "{:?}", repo.report());
         repo.save_last_backup_counters(br#"{"fingerprints":1234}"#)
             .unwrap();
@@ -280,7 +255,7 @@ fn a_write_only_key_backs_up_through_the_disk_index() {
     let second = run_backup(&root, WRITER, &src);
     assert_nothing_new(&second);
     // The full key uses the index the writer kept, as it is.
-    let repo = open(&root, PASSWORD, LockMode::Exclusive);
+    let repo = open(&root, PASSWORD, LockMode::Exclusive).unwrap();
     assert!(repo.report().disk_rebuilt.is_none(), "{:?}", repo.report());
     assert!(
         repo.report().disk_caught_up.is_empty(),
@@ -342,18 +317,18 @@ fn a_damaged_page_is_named_and_nothing_is_lost() {
         copy_repo(&root, &copy);
         flip(&copy, file, at);
         // A reader names the damage and uses the memory index: nothing is lost.
-        let repo = open(&copy, PASSWORD, LockMode::Shared);
+        let repo = open(&copy, PASSWORD, LockMode::Shared).unwrap();
         let why = repo.report().disk_fallback.clone().unwrap_or_default();
         assert!(why.starts_with(expected), "{file}: {why}");
         drop(repo);
         assert_restores(&copy, &first.snapshot_id, &src, &copy.join("r"));
         // A writer names it, rebuilds the index, and it deduplicates again.
-        let repo = open(&copy, PASSWORD, LockMode::Exclusive);
+        let repo = open(&copy, PASSWORD, LockMode::Exclusive).unwrap();
         let why = repo.report().disk_rebuilt.clone().unwrap_or_default();
         assert!(why.starts_with(expected), "{file}: {why}");
         drop(repo);
         assert_nothing_new(&run_backup(&copy, PASSWORD, &src));
-        let repo = open(&copy, PASSWORD, LockMode::Shared);
+        let repo = open(&copy, PASSWORD, LockMode::Shared).unwrap();
         assert!(repo.report().disk_fallback.is_none(), "{:?}", repo.report());
     }
 
@@ -373,7 +348,7 @@ fn a_damaged_page_is_named_and_nothing_is_lost() {
     }
     assert!(damaged > 100, "{damaged} written bucket pages");
     fs::write(&table, bytes).unwrap();
-    let repo = open(&copy, PASSWORD, LockMode::Shared);
+    let repo = open(&copy, PASSWORD, LockMode::Shared).unwrap();
     assert!(repo.report().disk_fallback.is_none(), "{:?}", repo.report());
     // `check` reports the damage it met, or stops on it.
     let found = match check(&repo, &check_options(false)) {
@@ -385,7 +360,7 @@ fn a_damaged_page_is_named_and_nothing_is_lost() {
         "{found}"
     );
     drop(repo);
-    let mut repo = open(&copy, PASSWORD, LockMode::Exclusive);
+    let mut repo = open(&copy, PASSWORD, LockMode::Exclusive).unwrap();
     assert!(repo.rebuild_index().unwrap().is_empty());
     drop(repo);
     assert_restores(&copy, &first.snapshot_id, &src, &copy.join("r"));

@@ -863,6 +863,26 @@ pub fn assert_same_tree(expected: &Path, actual: &Path) {
     );
 }
 
+/// Every file under `dir` (relative path to bytes).
+pub fn files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.insert(
+                    p.strip_prefix(dir).unwrap().to_path_buf(),
+                    fs::read(&p).unwrap(),
+                );
+            }
+        }
+    }
+    out
+}
+
 /// Every file, directory and symlink under `root`, relative, sorted.
 pub fn list_tree(root: &Path) -> Vec<PathBuf> {
     fn walk(root: &Path, rel: &Path, out: &mut Vec<PathBuf>) {

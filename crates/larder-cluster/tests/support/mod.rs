@@ -2,6 +2,11 @@
 
 #![allow(dead_code)]
 
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use larder_cluster::node::Node;
+use larder_cluster::rpc::{Job, NodeClient};
 use larder_index::disk::DiskIndexConfig;
 
 pub mod containers;
@@ -18,4 +23,37 @@ pub fn small_index() -> DiskIndexConfig {
         buffered_chunk_bytes: 64,
         ..DiskIndexConfig::default()
     }
+}
+
+/// Deterministic pseudo-random bytes (xorshift64 from `seed`).
+pub fn bytes(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+/// Runs `job` on `node` and returns its JSON answer.
+pub async fn job(node: &Node, job: Job) -> serde_json::Value {
+    // Node id 1 as the asker: a job does not look anything up under it.
+    let client = NodeClient::connect(&node.addr.to_string(), 1)
+        .await
+        .unwrap();
+    serde_json::from_str(&client.job(&job).await.unwrap()).unwrap()
+}
+
+/// Every regular file under `root`, by relative path, with its content.
+pub fn files(root: &Path) -> BTreeMap<String, Vec<u8>> {
+    plaintext::stored_files(root)
+        .into_iter()
+        .map(|path| {
+            let rel = path.strip_prefix(root).unwrap().display().to_string();
+            (rel, std::fs::read(&path).unwrap())
+        })
+        .collect()
 }
