@@ -7,13 +7,13 @@
 mod commands;
 mod duration;
 mod host;
+mod location;
 mod output;
 mod password;
 mod pattern_args;
 mod repo_open;
 mod size;
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -30,9 +30,10 @@ use crate::repo_open::RepoOpener;
 #[derive(Parser)]
 #[command(name = "larder", version, about = "Fast exact-deduplication backups")]
 struct Cli {
-    /// Repository path [default: $XDG_DATA_HOME/larder/repo, created on first use]
-    #[arg(long, global = true, env = "LARDER_REPO")]
-    repo: Option<PathBuf>,
+    /// Repository: a path, file://PATH or s3://BUCKET/PREFIX [default:
+    /// $XDG_DATA_HOME/larder/repo, created on first use]
+    #[arg(long, global = true, env = "LARDER_REPO", value_parser = location::parse)]
+    repo: Option<location::RepoLocation>,
     /// Print machine-readable JSON on stdout instead of text
     #[arg(long, global = true)]
     json: bool,

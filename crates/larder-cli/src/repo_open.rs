@@ -1,10 +1,12 @@
 //! Finding, creating and opening the repository: `--repo` (or `LARDER_REPO`, or the
 //! default one under `$XDG_DATA_HOME`, created on first use, encrypted with a generated
-//! password kept under `$XDG_CONFIG_HOME`), its password, and `--retry-lock`. Opening
-//! says what the repository recovered from (interrupted gc, unindexed containers, a
-//! stale disk index) in notes and warnings.
+//! password kept under `$XDG_CONFIG_HOME`), its password, and `--retry-lock`. A
+//! remote repository's metadata is cached under `$XDG_CACHE_HOME/larder/<id>/`, which
+//! also holds its local state (docs/design/remote.md). Opening says what the
+//! repository recovered from (interrupted gc, unindexed containers, a stale disk
+//! index) in notes and warnings.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,24 +15,37 @@ use larder_chunk::{ChunkerConfig, ChunkerKind};
 use larder_crypto::{FingerprintKind, KdfParams, KeyKind, KeySlot, RepoKeys};
 use larder_hash::HashAlgo;
 use larder_store::{
-    config_is_sealed, keys, LocalBackend, LockMode, OpenReport, RepoConfig, Repository,
+    config_is_sealed, keys, Backend, CachedBackend, FileKind, LocalBackend, LockMode, OpenReport,
+    RepoConfig, Repository, StoreError, CONFIG_NAME,
 };
 
+use crate::location::RepoLocation;
 use crate::output::Output;
 use crate::password::{self, Password, PasswordArgs};
 
 /// The global options that say which repository a command works on, its password, and
 /// how long it waits for another process's lock.
 pub struct RepoOpener {
-    path: Option<PathBuf>,
+    location: Option<RepoLocation>,
     retry_lock: Duration,
     pub password: PasswordArgs,
 }
 
+/// A repository's files and the local directory of its local state: its own directory,
+/// or a remote repository's cache (known once its id is).
+pub struct Storage {
+    pub backend: Arc<dyn Backend>,
+    pub local: Option<PathBuf>,
+}
+
 impl RepoOpener {
-    pub fn new(path: Option<PathBuf>, retry_lock: Duration, password: PasswordArgs) -> Self {
+    pub fn new(
+        location: Option<RepoLocation>,
+        retry_lock: Duration,
+        password: PasswordArgs,
+    ) -> Self {
         Self {
-            path,
+            location,
             retry_lock,
             password,
         }
@@ -38,53 +53,63 @@ impl RepoOpener {
 
     /// Whether the command works on the default repository.
     pub fn is_default(&self) -> bool {
-        self.path.is_none()
+        self.location.is_none()
     }
 
     /// Where `init` creates the repository: `--repo`, or the default path.
-    pub fn init_path(&self) -> Result<PathBuf> {
-        match &self.path {
-            Some(p) => Ok(p.clone()),
-            None => default_repo(),
+    pub fn init_location(&self) -> Result<RepoLocation> {
+        match &self.location {
+            Some(l) => Ok(l.clone()),
+            None => Ok(RepoLocation::Local(default_repo()?)),
         }
     }
 
-    /// The repository to use; the default one is created on first use.
-    pub fn path(&self, out: &Output) -> Result<PathBuf> {
-        if let Some(p) = &self.path {
-            return Ok(p.clone());
-        }
+    /// The repository's storage; the default repository is created on first use.
+    pub fn storage(&self, out: &Output) -> Result<Storage> {
+        let location = match &self.location {
+            Some(l) => l.clone(),
+            None => RepoLocation::Local(self.default_path(out)?),
+        };
+        storage_of(&location)
+    }
+
+    /// The default repository's path, created on first use.
+    fn default_path(&self, out: &Output) -> Result<PathBuf> {
         let path = default_repo()?;
-        if !path.join("config").exists() {
-            let chunker = ChunkerConfig {
-                kind: ChunkerKind::Keyed,
-                ..ChunkerConfig::default()
-            };
-            let config = RepoConfig::new(chunker, HashAlgo::Blake3)
-                .with_encryption(larder_crypto::AeadKind::Aes256Gcm);
-            let generated = self.password.given()?.is_none();
-            let password = self.new_default_password()?;
-            let params = if generated {
-                KdfParams::GENERATED
-            } else {
-                KdfParams::DEFAULT
-            };
-            create_encrypted(&path, &config, &password, params).with_context(|| {
-                format!("creating the default repository at {}", path.display())
-            })?;
-            out.note(&format!(
-                "created the default repository at {} (encrypted{})",
-                path.display(),
-                if generated {
-                    format!(
-                        "; its password is in {}: keep a copy of it",
-                        password::default_password_file()?.display()
-                    )
-                } else {
-                    String::new()
-                }
-            ));
+        if path.join(CONFIG_NAME).exists() {
+            return Ok(path);
         }
+        let chunker = ChunkerConfig {
+            kind: ChunkerKind::Keyed,
+            ..ChunkerConfig::default()
+        };
+        let config = RepoConfig::new(chunker, HashAlgo::Blake3)
+            .with_encryption(larder_crypto::AeadKind::Aes256Gcm);
+        let generated = self.password.given()?.is_none();
+        let password = self.new_default_password()?;
+        let params = if generated {
+            KdfParams::GENERATED
+        } else {
+            KdfParams::DEFAULT
+        };
+        create(
+            &storage_of(&RepoLocation::Local(path.clone()))?,
+            &config,
+            Some((&password, params)),
+        )
+        .with_context(|| format!("creating the default repository at {}", path.display()))?;
+        out.note(&format!(
+            "created the default repository at {} (encrypted{})",
+            path.display(),
+            if generated {
+                format!(
+                    "; its password is in {}: keep a copy of it",
+                    password::default_password_file()?.display()
+                )
+            } else {
+                String::new()
+            }
+        ));
         Ok(path)
     }
 
@@ -106,23 +131,33 @@ impl RepoOpener {
     /// Like [`RepoOpener::open`], also returning the id of the key slot that unlocked
     /// an encrypted repository.
     pub fn open_keyed(&self, mode: LockMode, out: &Output) -> Result<(Repository, Option<String>)> {
-        let path = self.path(out)?;
-        let (keys, slot) = match self.unlock(&path)? {
+        let storage = self.storage(out)?;
+        let (keys, slot) = match self.unlock(&*storage.backend)? {
             Some((keys, slot)) => (Some(keys), Some(slot)),
             None => (None, None),
         };
-        let backend = Arc::new(LocalBackend::new(&path));
-        let repo = Repository::open_with(&path, mode, self.retry_lock, backend, keys)?;
+        let (backend, state) = match storage.local {
+            Some(dir) => (storage.backend, dir),
+            None => {
+                let dir = cache_dir(&repo_id(&*storage.backend, keys.as_ref())?)?;
+                let cached = CachedBackend::new(storage.backend, &dir)?;
+                (Arc::new(cached) as Arc<dyn Backend>, dir)
+            }
+        };
+        let repo = Repository::open_in(backend, &state, mode, self.retry_lock, keys)?;
         report_gc_recovery(repo.report(), out);
         report_index_recovery(repo.report(), out);
         Ok((repo, slot))
     }
 
-    /// The keys of the repository at `path` if it is encrypted, and the slot that
-    /// opened them.
-    fn unlock(&self, path: &Path) -> Result<Option<(RepoKeys, String)>> {
-        let Ok(config) = std::fs::read(path.join("config")) else {
-            return Ok(None);
+    /// The keys of the repository in `backend` if it is encrypted, and the slot that
+    /// opened them; `None` for a plaintext one, or where there is none (opening says).
+    fn unlock(&self, backend: &dyn Backend) -> Result<Option<(RepoKeys, String)>> {
+        let config = match backend.read(FileKind::Config, CONFIG_NAME) {
+            Err(StoreError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(None)
+            }
+            config => config?,
         };
         if !config_is_sealed(&config) {
             return Ok(None);
@@ -135,29 +170,102 @@ impl RepoOpener {
             .password
             .get(default_file.as_deref())
             .context("the repository is encrypted")?;
-        Ok(Some(keys::unlock(path, password.as_bytes())?))
+        Ok(Some(keys::unlock(backend, password.as_bytes())?))
     }
 }
 
-/// Creates an encrypted repository at `path` with `config` (which names its AEAD), its
-/// first key slot wrapped under `password`.
-pub fn create_encrypted(
-    path: &Path,
-    config: &RepoConfig,
-    password: &Password,
-    params: KdfParams,
-) -> Result<()> {
-    let aead = config
-        .encryption
-        .context("the config names no encryption")?
-        .aead;
-    let fingerprint = match config.hash {
-        HashAlgo::Sha256 => FingerprintKind::HmacSha256,
-        _ => FingerprintKind::KeyedBlake3,
+/// The storage of the repository at `location`.
+pub fn storage_of(location: &RepoLocation) -> Result<Storage> {
+    match location {
+        RepoLocation::Local(path) => Ok(Storage {
+            backend: Arc::new(LocalBackend::new(path)),
+            local: Some(path.clone()),
+        }),
+        remote => Ok(Storage {
+            backend: remote
+                .remote_backend()?
+                .expect("a remote location has a backend"),
+            local: None,
+        }),
+    }
+}
+
+/// The id of the repository in `backend`: its key's, or its plaintext config's.
+fn repo_id(backend: &dyn Backend, keys: Option<&RepoKeys>) -> Result<String> {
+    if let Some(keys) = keys {
+        return Ok(keys.repo_id().iter().map(|b| format!("{b:02x}")).collect());
+    }
+    let raw = match backend.read(FileKind::Config, CONFIG_NAME) {
+        Err(StoreError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            return Err(StoreError::NotARepository(backend.location().into()).into())
+        }
+        raw => raw?,
     };
-    let keys = RepoKeys::generate(config.id_bytes()?, aead, fingerprint);
-    let slot = new_slot(&keys, KeyKind::Full, password, params)?;
-    Repository::init_encrypted(path, config, &keys, &larder_crypto::random_id_hex(8), &slot)?;
+    Ok(RepoConfig::decode(&raw, &backend.location())?.id)
+}
+
+/// The cache of the remote repository `id`: `$XDG_CACHE_HOME/larder/<id>` (else
+/// `~/.cache/larder/<id>`), in a directory marked as a cache (CACHEDIR.TAG) so that
+/// backup tools skip it.
+pub fn cache_dir(id: &str) -> Result<PathBuf> {
+    let base = match std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {
+        Some(d) => PathBuf::from(d),
+        None => PathBuf::from(
+            std::env::var_os("HOME").context("neither XDG_CACHE_HOME nor HOME is set")?,
+        )
+        .join(".cache"),
+    };
+    let root = base.join("larder");
+    std::fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
+    let tag = root.join("CACHEDIR.TAG");
+    if !tag.exists() {
+        let _ = std::fs::write(
+            &tag,
+            "Signature: 8a477f597d28d172789f06886806bc55\n# larder's cache of remote repositories' metadata\n",
+        );
+    }
+    Ok(root.join(id))
+}
+
+/// Creates a repository with `config` in `storage`: encrypted under the password
+/// given (with its Argon2id parameters) if the config names encryption.
+pub fn create(
+    storage: &Storage,
+    config: &RepoConfig,
+    password: Option<(&Password, KdfParams)>,
+) -> Result<()> {
+    let keys = match config.encryption {
+        None => None,
+        Some(encryption) => {
+            let fingerprint = match config.hash {
+                HashAlgo::Sha256 => FingerprintKind::HmacSha256,
+                _ => FingerprintKind::KeyedBlake3,
+            };
+            let keys = RepoKeys::generate(config.id_bytes()?, encryption.aead, fingerprint);
+            let (password, params) =
+                password.context("an encrypted repository needs a password")?;
+            let slot = new_slot(&keys, KeyKind::Full, password, params)?;
+            Some((keys, slot))
+        }
+    };
+    let slot_id = larder_crypto::random_id_hex(8);
+    match (&storage.local, &keys) {
+        (Some(path), None) => Repository::init(path, config)?,
+        (Some(path), Some((keys, slot))) => {
+            Repository::init_encrypted(path, config, keys, &slot_id, slot)?
+        }
+        (None, keys) => {
+            let state = cache_dir(&config.id)?;
+            let keys_slot = keys.as_ref().map(|(k, s)| (k, (slot_id.as_str(), s)));
+            Repository::init_in(
+                &*storage.backend,
+                &state,
+                config,
+                keys_slot.map(|(k, _)| k),
+                keys_slot.map(|(_, s)| s),
+            )?
+        }
+    }
     Ok(())
 }
 

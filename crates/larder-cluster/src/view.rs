@@ -97,6 +97,9 @@ impl ClusterView {
                 let backend = self.nodes.get(&node).ok_or_else(missing)?;
                 Ok((backend, inner.to_string()))
             }
+            // The view's config, key slots and lock are node `me`'s own, in its
+            // directory (`Repository::open_with`).
+            FileKind::Config | FileKind::Key | FileKind::Lock => Err(missing()),
             FileKind::Snapshot | FileKind::GcPlan => self
                 .nodes
                 .values()
@@ -132,6 +135,10 @@ impl Backend for ClusterView {
         Err(read_only(&self.storage))
     }
 
+    fn write_new(&self, _kind: FileKind, _name: &str, _data: &[u8]) -> Result<bool, StoreError> {
+        Err(read_only(&self.storage))
+    }
+
     fn sync(&self, _kind: FileKind) -> Result<(), StoreError> {
         Err(read_only(&self.storage))
     }
@@ -162,6 +169,10 @@ impl Backend for ClusterView {
 
     fn remove(&self, _kind: FileKind, _name: &str) -> Result<(), StoreError> {
         Err(read_only(&self.storage))
+    }
+
+    fn location(&self) -> String {
+        self.storage.display().to_string()
     }
 
     /// A segment's name in its node's repository, without the node this view adds.

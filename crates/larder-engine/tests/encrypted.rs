@@ -203,7 +203,7 @@ fn a_write_only_key_backs_up_and_deduplicates_but_reads_nothing() {
     let root = dir.path().join("repo");
     let keys = init(&root, HashAlgo::Blake3, AeadKind::Aes256Gcm);
     keys::write_slot(
-        &root,
+        &larder_store::LocalBackend::new(&root),
         "00000000000000ff",
         &slot(&keys, KeyKind::WriteOnly, b"writer"),
     )

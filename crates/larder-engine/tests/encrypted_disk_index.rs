@@ -66,7 +66,7 @@ fn init(root: &Path, aead: AeadKind, lookup: DiskLookup) {
     let first = slot(&keys, KeyKind::Full, PASSWORD);
     Repository::init_encrypted(root, &config, &keys, "0000000000000001", &first).unwrap();
     keys::write_slot(
-        root,
+        &larder_store::LocalBackend::new(root),
         "00000000000000ff",
         &slot(&keys, KeyKind::WriteOnly, WRITER),
     )

@@ -346,6 +346,9 @@ impl Backend for FailAfterCheckpoint {
         }
         Ok(())
     }
+    fn write_new(&self, kind: FileKind, name: &str, data: &[u8]) -> larder_store::Result<bool> {
+        self.inner.write_new(kind, name, data)
+    }
     fn sync(&self, kind: FileKind) -> larder_store::Result<()> {
         self.inner.sync(kind)
     }
@@ -354,6 +357,9 @@ impl Backend for FailAfterCheckpoint {
     }
     fn remove(&self, kind: FileKind, name: &str) -> larder_store::Result<()> {
         self.inner.remove(kind, name)
+    }
+    fn location(&self) -> String {
+        self.inner.location()
     }
 }
 

@@ -39,6 +39,8 @@ pub enum StoreError {
         /// How long this process waited for it.
         waited: std::time::Duration,
     },
+    #[error("the lock of repository {} could not be refreshed for so long that others may take it as stale; stopped before committing", .0.display())]
+    LockLost(PathBuf),
     #[error("no snapshot matches {0:?} (see `larder snapshots`)")]
     NoSuchSnapshot(String),
     #[error("snapshot prefix {0:?} matches more than one snapshot; give more digits")]
@@ -111,16 +113,33 @@ impl StoreError {
         }
     }
 
-    /// Whether trying the same operation again may succeed.
+    /// Whether the same call may succeed if made again (docs/design/remote.md,
+    /// "Retries"): a dropped, refused or timed-out connection, or a throttled or
+    /// failing server ([`io::ErrorKind::ResourceBusy`], as backends report them).
+    pub fn is_transient(&self) -> bool {
+        let Self::Io { source, .. } = self else {
+            return false;
+        };
+        use io::ErrorKind as K;
+        matches!(
+            source.kind(),
+            K::Interrupted
+                | K::WouldBlock
+                | K::TimedOut
+                | K::ConnectionReset
+                | K::ConnectionAborted
+                | K::ConnectionRefused
+                | K::NotConnected
+                | K::BrokenPipe
+                | K::UnexpectedEof
+                | K::ResourceBusy
+        )
+    }
+
+    /// Whether trying the same operation again may succeed: a transient error, or a
+    /// lock another process holds.
     pub fn is_retryable(&self) -> bool {
-        match self {
-            Self::Locked { .. } => true,
-            Self::Io { source, .. } => matches!(
-                source.kind(),
-                io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-            ),
-            _ => false,
-        }
+        matches!(self, Self::Locked { .. }) || self.is_transient()
     }
 }
 

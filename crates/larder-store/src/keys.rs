@@ -1,55 +1,35 @@
-//! Key slots (docs/design/crypto.md, "Key slots"): `keys/<id>.key` in the repository,
-//! listed, unlocked, added and removed. A slot is written whole in `tmp/` and renamed
-//! into place, like every repository file.
-
-use std::fs;
-use std::path::{Path, PathBuf};
+//! Key slots (docs/design/crypto.md, "Key slots"): the [`FileKind::Key`] files of a
+//! repository (`keys/<id>.key`), listed, unlocked, added and removed through its
+//! backend.
 
 use larder_crypto::{KeySlot, RepoKeys};
 
-use crate::backend::sync_dir;
+use crate::backend::{Backend, FileKind};
 use crate::error::{Result, StoreError};
 
-const DIR: &str = "keys";
-const EXTENSION: &str = "key";
-
-fn slot_path(root: &Path, id: &str) -> PathBuf {
-    root.join(DIR).join(format!("{id}.{EXTENSION}"))
-}
-
-/// Every slot file's id, sorted, with the slot or why it does not parse.
-pub fn list_slots(root: &Path) -> Result<Vec<(String, Result<KeySlot>)>> {
-    let dir = root.join(DIR);
-    let entries = fs::read_dir(&dir).map_err(|e| match e.kind() {
-        // A cluster node's repository: its key is the cluster's (docs/design/crypto.md).
-        std::io::ErrorKind::NotFound => StoreError::Key(format!(
-            "slots: {} is missing; a cluster node's repository has none (its key is the \
+/// Every slot's id, sorted, with the slot or why it does not parse. A repository
+/// without slots is an error: a cluster node's (its key is the cluster's).
+pub fn list_slots(backend: &dyn Backend) -> Result<Vec<(String, Result<KeySlot>)>> {
+    let ids = backend.list(FileKind::Key)?;
+    if ids.is_empty() {
+        return Err(StoreError::Key(format!(
+            "slots: {} has none; a cluster node's repository has none (its key is the \
              cluster's: open it through the cluster)",
-            dir.display()
-        )),
-        _ => StoreError::io(&dir, e),
-    })?;
-    let mut ids = Vec::new();
-    for entry in entries {
-        let path = entry.map_err(|e| StoreError::io(&dir, e))?.path();
-        if path.extension().is_some_and(|e| e == EXTENSION) {
-            if let Some(id) = path.file_stem().and_then(|s| s.to_str()) {
-                ids.push(id.to_string());
-            }
-        }
+            backend.location()
+        )));
     }
-    ids.sort();
     Ok(ids
         .into_iter()
         .map(|id| {
-            let path = slot_path(root, &id);
-            let slot = fs::read(&path)
-                .map_err(|e| StoreError::io(&path, e))
-                .and_then(|bytes| {
-                    KeySlot::parse(&bytes).map_err(|e| {
-                        StoreError::Key(format!("file {} is damaged: {e}", path.display()))
-                    })
-                });
+            let slot = backend.read(FileKind::Key, &id).and_then(|bytes| {
+                KeySlot::parse(&bytes).map_err(|e| {
+                    StoreError::Key(format!(
+                        "file {}/{} is damaged: {e}",
+                        backend.location(),
+                        FileKind::Key.relative_path(&id)
+                    ))
+                })
+            });
             (id, slot)
         })
         .collect())
@@ -57,8 +37,8 @@ pub fn list_slots(root: &Path) -> Result<Vec<(String, Result<KeySlot>)>> {
 
 /// Unlocks the repository's key with `password`: the first slot it opens
 /// ([`unlock_among`] of the repository's slots). Returns the keys and the slot's id.
-pub fn unlock(root: &Path, password: &[u8]) -> Result<(RepoKeys, String)> {
-    unlock_among(list_slots(root)?, password, None)
+pub fn unlock(backend: &dyn Backend, password: &[u8]) -> Result<(RepoKeys, String)> {
+    unlock_among(list_slots(backend)?, password, None)
 }
 
 /// Unlocks the first of `slots` (ids with the slot or why it does not parse, as
@@ -86,22 +66,16 @@ pub fn unlock_among(
 }
 
 /// Writes slot `id` durably; refuses to replace an existing one.
-pub fn write_slot(root: &Path, id: &str, slot: &KeySlot) -> Result<()> {
-    let dir = root.join(DIR);
-    fs::create_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))?;
-    let dest = slot_path(root, id);
-    if dest.exists() {
+pub fn write_slot(backend: &dyn Backend, id: &str, slot: &KeySlot) -> Result<()> {
+    if !backend.write_new(FileKind::Key, id, &slot.to_bytes())? {
         return Err(StoreError::Key(format!("{id} already exists")));
     }
-    let tmp = root.join("tmp").join(format!("{id}.{EXTENSION}"));
-    crate::direct::write_durable(&tmp, &slot.to_bytes()).map_err(|e| StoreError::io(&tmp, e))?;
-    fs::rename(&tmp, &dest).map_err(|e| StoreError::io(&dest, e))?;
-    sync_dir(&dir)
+    backend.sync(FileKind::Key)
 }
 
 /// Removes slot `id` durably. Refuses to remove the last slot of a full key.
-pub fn remove_slot(root: &Path, id: &str) -> Result<()> {
-    let slots = list_slots(root)?;
+pub fn remove_slot(backend: &dyn Backend, id: &str) -> Result<()> {
+    let slots = list_slots(backend)?;
     let Some((_, target)) = slots.iter().find(|(s, _)| s == id) else {
         return Err(StoreError::Key(format!(
             "{id} does not exist (see `larder key list`)"
@@ -117,7 +91,6 @@ pub fn remove_slot(root: &Path, id: &str) -> Result<()> {
             "{id} is the repository's last full key; add another with `larder key add` first"
         )));
     }
-    let path = slot_path(root, id);
-    fs::remove_file(&path).map_err(|e| StoreError::io(&path, e))?;
-    sync_dir(&root.join(DIR))
+    backend.remove(FileKind::Key, id)?;
+    backend.sync(FileKind::Key)
 }

@@ -19,7 +19,10 @@ mod tree;
 
 #[cfg(feature = "object-store")]
 pub use backend::{parse_s3_url, ObjectBackend};
-pub use backend::{Backend, FileKind, LocalBackend};
+pub use backend::{
+    Backend, CachedBackend, FileKind, LocalBackend, RetryBackend, RetryPolicy, SplitBackend,
+    CONFIG_NAME,
+};
 pub use chunk_codec::{ChunkCodec, ChunkSeal, IdCode, StoredChunk};
 pub use compression::{
     ChunkEncoding, Compression, DEFAULT_ZSTD_LEVEL, MAX_COMPRESSED_RAW_LEN, ZSTD_LEVELS,
@@ -31,7 +34,10 @@ pub use container::{
 };
 pub use error::{error_chain, Result, StoreError};
 pub use gc_plan::GcPlan;
-pub use lock::{LockHolder, LockMode, RepoLock};
+pub use lock::{
+    FlockLock, LockHolder, LockMode, LockObject, ObjectLock, RepoLock, LOCK_REFRESH,
+    LOCK_STALE_AFTER,
+};
 pub use partition_object::{object_name, parse_object_name, PartitionObject, PartitionObjectKind};
 pub use repo::{
     config_is_sealed, ChunkBytes, ContainerRuns, DiskLookup, DiskShape, DiskState, Encryption,

@@ -2,21 +2,20 @@
 //! (docs/design/format.md, "Commit order").
 
 use std::collections::BTreeSet;
-use std::fs::{self, File};
+use std::fs;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use larder_chunk::ChunkerConfig;
-use larder_crypto::{AeadKind, KeySlot, RepoKeys};
+use larder_crypto::{AeadKind, RepoKeys};
 use larder_hash::HashAlgo;
 use larder_index::CuckooIndex;
 
 use serde::{Deserialize, Serialize};
 
-use crate::backend::{sync_dir, Backend, FileKind, LocalBackend};
+use crate::backend::{Backend, FileKind, CONFIG_NAME};
 use crate::chunk_codec::ChunkCodec;
 use crate::compression::Compression;
 use crate::container::{read_table, ContainerTable, ParsedContainer};
@@ -42,6 +41,7 @@ const CONTAINER_SIZES: std::ops::RangeInclusive<usize> = (4 << 10)..=(1 << 30);
 mod gc;
 mod index;
 mod objects;
+mod open;
 pub use gc::{GcOptions, GcReport};
 use index::Unusable;
 pub use index::{
@@ -279,7 +279,9 @@ const STALE: &str = "stale (it names deleted containers)";
 
 /// An open repository with its index loaded.
 pub struct Repository {
-    root: PathBuf,
+    /// The local directory of the repository's local state (the disk index): the
+    /// repository's own directory, or a remote repository's cache.
+    state: PathBuf,
     backend: Arc<dyn Backend>,
     config: RepoConfig,
     index: RepoIndex,
@@ -294,7 +296,7 @@ pub struct Repository {
     /// The key the repository was opened with, if it is encrypted.
     keys: Option<Arc<RepoKeys>>,
     /// Held for the repository's lifetime; declared last so that it is released last.
-    _lock: RepoLock,
+    lock: RepoLock,
 }
 
 fn lock_disk(m: &mut Mutex<DiskState>) -> &mut DiskState {
@@ -306,167 +308,6 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
 }
 
 impl Repository {
-    /// Creates a repository at `root`, which must not exist or be an empty directory.
-    pub fn init(root: &Path, config: &RepoConfig) -> Result<()> {
-        Self::init_with(root, config, None, None)
-    }
-
-    /// Creates an encrypted repository at `root` whose keys are `keys` (made for
-    /// `config`'s id) and whose first key slot is `slot`, named `slot_id`.
-    pub fn init_encrypted(
-        root: &Path,
-        config: &RepoConfig,
-        keys: &RepoKeys,
-        slot_id: &str,
-        slot: &KeySlot,
-    ) -> Result<()> {
-        Self::check_keys(config, keys)?;
-        Self::init_with(root, config, Some(keys), Some((slot_id, slot)))
-    }
-
-    /// Creates an encrypted repository at `root` whose keys are `keys` (made for
-    /// `config`'s id) with no key slot of its own: its key is kept elsewhere, as a
-    /// cluster keeps its node repositories' in its shared storage
-    /// (docs/design/crypto.md, "Cluster"), and it opens only with keys from there.
-    pub fn init_encrypted_without_slot(
-        root: &Path,
-        config: &RepoConfig,
-        keys: &RepoKeys,
-    ) -> Result<()> {
-        Self::check_keys(config, keys)?;
-        Self::init_with(root, config, Some(keys), None)
-    }
-
-    fn check_keys(config: &RepoConfig, keys: &RepoKeys) -> Result<()> {
-        if config.encryption.is_none() || config.id_bytes()? != keys.repo_id() {
-            return Err(StoreError::Config(
-                "the keys are not this config's encrypted repository's".into(),
-            ));
-        }
-        Ok(())
-    }
-
-    fn init_with(
-        root: &Path,
-        config: &RepoConfig,
-        keys: Option<&RepoKeys>,
-        slot: Option<(&str, &KeySlot)>,
-    ) -> Result<()> {
-        config.validate()?;
-        if root.exists() && fs::read_dir(root).map_err(io(root))?.next().is_some() {
-            return Err(StoreError::AlreadyExists(root.to_path_buf()));
-        }
-        fs::create_dir_all(root).map_err(io(root))?;
-        for dir in ["tmp", "containers", "index", "snapshots", "gc"] {
-            let p = root.join(dir);
-            fs::create_dir_all(&p).map_err(io(&p))?;
-        }
-        File::create(root.join("lock")).map_err(io(root))?;
-        if let Some((id, slot)) = slot {
-            crate::keys::write_slot(root, id, slot)?;
-        }
-        let tmp = root.join("tmp").join("config");
-        let bytes = objects::encode_config(config, keys);
-        fs::write(&tmp, bytes).map_err(io(&tmp))?;
-        File::open(&tmp)
-            .and_then(|f| f.sync_all())
-            .map_err(io(&tmp))?;
-        fs::rename(&tmp, root.join("config")).map_err(io(root))?;
-        for dir in ["tmp", "containers", "index", "snapshots", "gc"] {
-            sync_dir(&root.join(dir))?;
-        }
-        sync_dir(root)?;
-        if let IndexSettings::Disk { lookup, memory } = config.index {
-            // An empty disk index; were this lost, the first writer's open would
-            // build it.
-            DiskState::rebuild(root, lookup, memory, &[], keys)?;
-        }
-        if let Some(parent) = root.parent().filter(|p| !p.as_os_str().is_empty()) {
-            sync_dir(parent)?;
-        }
-        Ok(())
-    }
-
-    /// Opens `root`, takes the lock, and loads the index (segments, then any container
-    /// no segment names). Fails at once if the lock is taken.
-    pub fn open(root: &Path, mode: LockMode) -> Result<Self> {
-        Self::open_waiting(root, mode, Duration::ZERO)
-    }
-
-    /// Like [`Repository::open`], waiting up to `wait` for the lock. With the exclusive
-    /// lock it first removes what is in `tmp/` and finishes or rolls back an
-    /// interrupted garbage collection (docs/design/gc.md).
-    pub fn open_waiting(root: &Path, mode: LockMode, wait: Duration) -> Result<Self> {
-        Self::open_with_backend(root, mode, wait, Arc::new(LocalBackend::new(root)))
-    }
-
-    /// Like [`Repository::open_waiting`], with the repository's files read and written
-    /// through `backend` instead of the directory's own: the config and the lock stay
-    /// in `root`. A cluster opens a view this way whose backend reads every node's
-    /// containers, segments and snapshots (docs/design/cluster.md, "Restores").
-    pub fn open_with_backend(
-        root: &Path,
-        mode: LockMode,
-        wait: Duration,
-        backend: Arc<dyn Backend>,
-    ) -> Result<Self> {
-        Self::open_with(root, mode, wait, backend, None)
-    }
-
-    /// Like [`Repository::open_with_backend`], with the key of an encrypted
-    /// repository (from [`crate::keys::unlock`]); `None` opens a plaintext one.
-    pub fn open_with(
-        root: &Path,
-        mode: LockMode,
-        wait: Duration,
-        backend: Arc<dyn Backend>,
-        keys: Option<RepoKeys>,
-    ) -> Result<Self> {
-        let config_path = root.join("config");
-        if !config_path.is_file() {
-            return Err(StoreError::NotARepository(root.to_path_buf()));
-        }
-        let raw = fs::read(&config_path).map_err(io(&config_path))?;
-        if config_is_sealed(&raw) && keys.is_none() {
-            return Err(StoreError::NeedsKey(root.to_path_buf()));
-        }
-        let lock = RepoLock::acquire(root, mode, wait)?;
-        let config =
-            objects::decode_config(&raw, &config_path.display().to_string(), keys.as_ref())?;
-        let mut repo = Self {
-            root: root.to_path_buf(),
-            backend,
-            config,
-            index: RepoIndex::default(),
-            mode,
-            indexed_containers: BTreeSet::new(),
-            chunk_bytes: ChunkBytes::default(),
-            pending: Vec::new(),
-            segments: Vec::new(),
-            next_container: AtomicU64::new(1),
-            report: OpenReport::default(),
-            keys: keys.map(Arc::new),
-            _lock: lock,
-        };
-        if mode == LockMode::Exclusive {
-            repo.clean_tmp()?;
-            repo.recover_gc()?;
-        }
-        repo.load_index()?;
-        Ok(repo)
-    }
-
-    fn clean_tmp(&mut self) -> Result<()> {
-        let tmp = self.root.join("tmp");
-        fs::create_dir_all(&tmp).map_err(io(&tmp))?;
-        for entry in fs::read_dir(&tmp).map_err(io(&tmp))? {
-            let path = entry.map_err(io(&tmp))?.path();
-            fs::remove_file(&path).map_err(io(&path))?;
-            self.report.removed_tmp += 1;
-        }
-        Ok(())
-    }
-
     /// Records `containers` as indexed (ids and chunk bytes); returns those that were
     /// not.
     fn note_containers<'c>(
@@ -582,7 +423,7 @@ impl Repository {
     /// reader that finds it unusable falls back to the memory index.
     fn load_disk_index(&mut self, lookup: DiskLookup, memory: u64) -> Result<()> {
         let writable = self.mode == LockMode::Exclusive;
-        let mut state = match DiskState::open(&self.root, lookup, memory, self.keys.as_deref()) {
+        let mut state = match DiskState::open(&self.state, lookup, memory, self.keys.as_deref()) {
             Ok(state) => Some(state),
             Err(Unusable::Fail(e)) => return Err(e),
             Err(Unusable::Rebuild(why)) if writable => {
@@ -647,7 +488,7 @@ impl Repository {
                     self.report.disk_rebuilt = Some(STALE.into());
                 }
                 DiskState::rebuild(
-                    &self.root,
+                    &self.state,
                     lookup,
                     memory,
                     &self.indexed_tables_in_order()?,
@@ -673,8 +514,16 @@ impl Repository {
         Ok(out)
     }
 
-    pub fn root(&self) -> &Path {
-        &self.root
+    /// The local directory of the repository's local state (the disk index): the
+    /// repository's own directory, or a remote repository's cache. Never the place of
+    /// its files: those are the backend's.
+    pub fn state_dir(&self) -> &Path {
+        &self.state
+    }
+
+    /// Where the repository is, for messages: a path or a URL.
+    pub fn location(&self) -> String {
+        self.backend.location()
     }
 
     pub fn config(&self) -> &RepoConfig {
@@ -770,6 +619,7 @@ impl Repository {
         if containers.is_empty() {
             return Ok(());
         }
+        self.check_lock()?;
         self.backend.sync(FileKind::Container)?;
         let name = self.next_segment_name();
         self.write_segment(&name, &containers)?;
@@ -857,7 +707,7 @@ impl Repository {
             IndexSettings::Disk { lookup, memory } => {
                 self.note_containers(&good);
                 let state =
-                    DiskState::rebuild(&self.root, lookup, memory, &good, self.keys.as_deref())?;
+                    DiskState::rebuild(&self.state, lookup, memory, &good, self.keys.as_deref())?;
                 self.index = RepoIndex::Disk(Box::new(Mutex::new(state)));
             }
         }
@@ -870,17 +720,14 @@ impl Repository {
     pub fn convert_index(&mut self, to: IndexSettings) -> Result<()> {
         to.validate()?;
         let config = self.config.clone().with_index(to);
-        let tmp = self.root.join("tmp").join("config");
         let bytes = objects::encode_config(&config, self.keys.as_deref());
-        crate::direct::write_durable(&tmp, &bytes).map_err(io(&tmp))?;
-        let dest = self.root.join("config");
-        fs::rename(&tmp, &dest).map_err(io(&dest))?;
-        sync_dir(&self.root)?;
+        self.backend.write(FileKind::Config, CONFIG_NAME, &bytes)?;
+        self.backend.sync(FileKind::Config)?;
         self.config = config;
         let tables = self.indexed_tables_in_order()?;
         match to {
             IndexSettings::Memory => {
-                let dir = DiskState::dir_of(&self.root);
+                let dir = DiskState::dir_of(&self.state);
                 if dir.exists() {
                     fs::remove_dir_all(&dir).map_err(io(&dir))?;
                 }
@@ -892,8 +739,9 @@ impl Repository {
                 self.add_containers(&tables);
             }
             IndexSettings::Disk { lookup, memory } => {
+                open::prepare_state(&self.state)?;
                 let state =
-                    DiskState::rebuild(&self.root, lookup, memory, &tables, self.keys.as_deref())?;
+                    DiskState::rebuild(&self.state, lookup, memory, &tables, self.keys.as_deref())?;
                 self.index = RepoIndex::Disk(Box::new(Mutex::new(state)));
             }
         }

@@ -178,6 +178,36 @@ fn conformance(backend: &dyn Backend) {
         message.contains("containers/000000000000000a.ctr"),
         "the error names the file: {message}"
     );
+
+    // Create-only writes: the first wins, a second leaves the first's bytes.
+    assert!(backend.write_new(FileKind::Key, "k1", b"first").unwrap());
+    assert!(!backend.write_new(FileKind::Key, "k1", b"second").unwrap());
+    assert_eq!(backend.read(FileKind::Key, "k1").unwrap(), b"first");
+    assert_eq!(backend.list(FileKind::Key).unwrap(), ["k1"]);
+
+    // The config is one file at the top, listed by its name only.
+    assert!(backend.list(FileKind::Config).unwrap().is_empty());
+    assert!(backend
+        .write_new(FileKind::Config, larder_store::CONFIG_NAME, b"{}")
+        .unwrap());
+    backend.sync(FileKind::Config).unwrap();
+    assert_eq!(backend.list(FileKind::Config).unwrap(), ["config"]);
+    backend
+        .write(FileKind::Config, larder_store::CONFIG_NAME, b"{\"v\":2}")
+        .unwrap();
+    assert_eq!(
+        backend
+            .read(FileKind::Config, larder_store::CONFIG_NAME)
+            .unwrap(),
+        b"{\"v\":2}"
+    );
+    assert_eq!(
+        backend.list_sizes(FileKind::Container).unwrap(),
+        [
+            ("000000000000000b".to_string(), 5 << 20),
+            ("0000000000000010".to_string(), 0)
+        ]
+    );
 }
 
 fn local() -> (tempfile::TempDir, LocalBackend) {

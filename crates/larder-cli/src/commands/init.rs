@@ -1,7 +1,6 @@
 //! `larder init`: create a repository.
 
 use std::io::{self, Write};
-use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Result;
@@ -9,14 +8,15 @@ use clap::Args;
 use larder_chunk::{ChunkerConfig, ChunkerKind};
 use larder_crypto::{AeadKind, KdfParams};
 use larder_hash::HashAlgo;
-use larder_store::{Compression, RepoConfig, Repository};
+use larder_store::{Compression, RepoConfig};
 use serde::Serialize;
 
 use super::index::IndexArgs;
 use super::Globals;
+use crate::location::RepoLocation;
 use crate::output::{Output, Render};
 use crate::password::{KdfArgs, NewPasswordArgs, Password};
-use crate::repo_open::create_encrypted;
+use crate::repo_open::{create, storage_of};
 use crate::size;
 
 #[derive(Args)]
@@ -126,22 +126,23 @@ pub fn run(args: InitArgs, g: &Globals, out: &Output) -> Result<ExitCode> {
         Ok(config) => config,
         Err(msg) => return Ok(out.usage(&msg)),
     };
-    let path = g.repo.init_path()?;
+    let location = g.repo.init_location()?;
     if let Err(e) = config.index.validate() {
         return Ok(out.usage(&e.to_string()));
     }
+    let storage = storage_of(&location)?;
     if config.encryption.is_none() {
-        Repository::init(&path, &config)?;
+        create(&storage, &config, None)?;
     } else {
         let (password, params) = new_password(&args, g)?;
         let params = match args.kdf.apply(params) {
             Ok(params) => params,
             Err(msg) => return Ok(out.usage(&msg)),
         };
-        create_encrypted(&path, &config, &password, params)?;
+        create(&storage, &config, Some((&password, params)))?;
     }
     out.print(&Created {
-        repository: &path,
+        repository: &location,
         config: &config,
     })?;
     Ok(ExitCode::SUCCESS)
@@ -169,7 +170,8 @@ fn new_password(args: &InitArgs, g: &Globals) -> Result<(Password, KdfParams)> {
 /// The repository `init` created.
 #[derive(Serialize)]
 struct Created<'a> {
-    repository: &'a Path,
+    #[serde(serialize_with = "crate::location::serialize")]
+    repository: &'a RepoLocation,
     config: &'a RepoConfig,
 }
 
@@ -181,7 +183,7 @@ impl Render for Created<'_> {
             w,
             "created repository {} at {} ({} {}/{}/{} level {}, {}, compression {}, encryption {})",
             config.id,
-            self.repository.display(),
+            self.repository,
             c.kind.name(),
             c.min_size,
             c.avg_size,

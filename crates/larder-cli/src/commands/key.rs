@@ -64,7 +64,7 @@ pub fn run(command: KeyCommand, g: &Globals, out: &Output) -> Result<ExitCode> {
 }
 
 fn list(repo: &Repository, current: &str, out: &Output) -> Result<ExitCode> {
-    let slots = keys::list_slots(repo.root())?
+    let slots = keys::list_slots(&*repo.backend())?
         .into_iter()
         .map(|(id, slot)| match slot {
             Ok(s) => Listed {
@@ -102,7 +102,7 @@ fn add(repo: &Repository, args: &AddArgs, out: &Output) -> Result<ExitCode> {
     let password = args.new_password.get()?;
     let slot = new_slot(keys, kind, &password, KdfParams::DEFAULT)?;
     let id = larder_crypto::random_id_hex(8);
-    keys::write_slot(repo.root(), &id, &slot)?;
+    keys::write_slot(&*repo.backend(), &id, &slot)?;
     out.print(&Changed {
         action: "added",
         id: &id,
@@ -116,7 +116,7 @@ fn remove(repo: &Repository, current: &str, id: &str, out: &Output) -> Result<Ex
     if id == current {
         bail!("refusing to remove key {id}: it is the one in use (unlock with another key to remove it)");
     }
-    keys::remove_slot(repo.root(), id)?;
+    keys::remove_slot(&*repo.backend(), id)?;
     out.print(&Changed {
         action: "removed",
         id,
@@ -133,8 +133,8 @@ fn passwd(repo: &Repository, current: &str, args: &PasswdArgs, out: &Output) -> 
     let password = args.new_password.get()?;
     let slot = new_slot(keys, kind, &password, KdfParams::DEFAULT)?;
     let id = larder_crypto::random_id_hex(8);
-    keys::write_slot(repo.root(), &id, &slot)?;
-    keys::remove_slot(repo.root(), current)?;
+    keys::write_slot(&*repo.backend(), &id, &slot)?;
+    keys::remove_slot(&*repo.backend(), current)?;
     out.print(&Changed {
         action: "changed the password: now",
         id: &id,

@@ -2,12 +2,11 @@
 //! shape and the last backup's lookups too.
 
 use std::io::{self, Write};
-use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::Args;
-use larder_store::{DiskShape, LockMode, RepoConfig, Repository};
+use larder_store::{DiskShape, FileKind, LockMode, RepoConfig, Repository};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -48,31 +47,40 @@ pub fn run(args: StatsArgs, g: &Globals, out: &Output) -> Result<ExitCode> {
             shape: repo.index().disk_shape(),
             last_backup: last_backup(&repo),
         }),
-        root: repo.root(),
+        location: repo.location(),
     };
     out.print(&stats)?;
     Ok(ExitCode::SUCCESS)
 }
 
-/// Bytes the repository occupies: containers, index segments, the disk index (its
-/// sparse table counted as allocated) and snapshots.
-fn stored_bytes(repo: &Repository) -> io::Result<u64> {
+/// Bytes the repository occupies: containers, index segments, snapshots and key
+/// slots as its storage lists them, and for a local repository its disk index (the
+/// sparse table counted as allocated). A remote repository's disk index is in the
+/// local cache, not in the repository.
+fn stored_bytes(repo: &Repository) -> Result<u64> {
+    let backend = repo.backend();
     let mut stored = 0u64;
-    for dir in ["containers", "index", "index/disk", "snapshots"] {
-        let Ok(entries) = std::fs::read_dir(repo.root().join(dir)) else {
-            continue;
-        };
-        for e in entries {
+    for kind in [
+        FileKind::Container,
+        FileKind::IndexSegment,
+        FileKind::Snapshot,
+        FileKind::Key,
+    ] {
+        stored += backend
+            .list_sizes(kind)?
+            .iter()
+            .map(|(_, len)| len)
+            .sum::<u64>();
+    }
+    if backend.flock_dir().is_some() {
+        let disk = repo.state_dir().join("index/disk");
+        for e in std::fs::read_dir(&disk).into_iter().flatten() {
             let meta = e?.metadata()?;
-            if !meta.is_file() {
-                continue;
+            if meta.is_file() {
+                stored += meta
+                    .len()
+                    .min(std::os::unix::fs::MetadataExt::blocks(&meta) * 512);
             }
-            stored += if dir == "index/disk" {
-                meta.len()
-                    .min(std::os::unix::fs::MetadataExt::blocks(&meta) * 512)
-            } else {
-                meta.len()
-            };
         }
     }
     Ok(stored)
@@ -98,7 +106,7 @@ struct Stats<'a> {
     /// With `--index`.
     disk_index: Option<DiskIndexStats>,
     #[serde(skip)]
-    root: &'a Path,
+    location: String,
 }
 
 #[derive(Serialize)]
@@ -111,7 +119,7 @@ struct DiskIndexStats {
 
 impl Render for Stats<'_> {
     fn write_text(&self, w: &mut dyn Write) -> io::Result<()> {
-        writeln!(w, "repository  {}", self.root.display())?;
+        writeln!(w, "repository  {}", self.location)?;
         writeln!(w, "snapshots   {}", self.snapshots)?;
         writeln!(
             w,
@@ -131,7 +139,7 @@ impl Render for Stats<'_> {
             mb(self.chunk_bytes_stored),
             self.config.compression.name()
         )?;
-        writeln!(w, "stored      {} on disk", mb(self.stored_bytes))?;
+        writeln!(w, "stored      {} in the repository", mb(self.stored_bytes))?;
         writeln!(
             w,
             "ratios      dedup {:.2}x, compression {:.2}x, overall {:.2}x (logical / on disk)",

@@ -1,6 +1,6 @@
-//! `larder unlock`: remove a stale lock note left by a killed process. A lock never
-//! outlives its process, so only the note can be stale (docs/design/format.md,
-//! "Locking").
+//! `larder unlock`: remove what killed processes left of the lock: the stale note of a
+//! local repository's lock (a `flock` never outlives its process), or a remote
+//! repository's stale lock objects (docs/design/remote.md, "Lock objects").
 
 use std::io::{self, Write};
 use std::process::ExitCode;
@@ -17,29 +17,30 @@ use crate::output::{Output, Render};
 pub struct UnlockArgs {}
 
 pub fn run(_args: UnlockArgs, g: &Globals, out: &Output) -> Result<ExitCode> {
-    let path = g.repo.path(out)?;
-    let removed = RepoLock::remove_stale(&path)?;
-    out.print(&Unlocked {
-        removed: removed.as_ref(),
-    })?;
+    let storage = g.repo.storage(out)?;
+    let removed = RepoLock::remove_stale(&storage.backend)?;
+    out.print(&Unlocked { removed: &removed })?;
     Ok(ExitCode::SUCCESS)
 }
 
 #[derive(Serialize)]
 struct Unlocked<'a> {
-    /// The stale note's holder; `None` when there was no note.
-    removed: Option<&'a LockHolder>,
+    /// The holders of the stale locks removed.
+    removed: &'a [LockHolder],
 }
 
 impl Render for Unlocked<'_> {
     fn write_text(&self, w: &mut dyn Write) -> io::Result<()> {
-        match self.removed {
-            Some(h) => writeln!(
-                w,
-                "removed the stale lock note of pid {} on {} (`{}`); the repository is not locked",
-                h.pid, h.hostname, h.command
-            ),
-            None => writeln!(w, "the repository is not locked; nothing to remove"),
+        if self.removed.is_empty() {
+            return writeln!(w, "the repository is not locked; nothing to remove");
         }
+        for h in self.removed {
+            writeln!(
+                w,
+                "removed the stale lock of pid {} on {} (`{}`)",
+                h.pid, h.hostname, h.command
+            )?;
+        }
+        writeln!(w, "the repository is not locked by a process that is gone")
     }
 }

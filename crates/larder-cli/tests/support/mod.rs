@@ -45,7 +45,7 @@ pub fn open_store_waiting(
         .map(|c| larder_store::config_is_sealed(&c))
         .unwrap_or(false);
     let keys = sealed.then(|| {
-        larder_store::keys::unlock(path, PASSWORD.as_bytes())
+        larder_store::keys::unlock(&larder_store::LocalBackend::new(path), PASSWORD.as_bytes())
             .expect("unlock the test repository")
             .0
     });

@@ -99,7 +99,7 @@ impl<'o> Committer<'o> {
             // again; nothing committed is lost.
             if let Err(e) = remote.acknowledge(&acknowledgements) {
                 let w = Warning::error(
-                    repo.root(),
+                    repo.location(),
                     format!("acknowledging new chunks to the cluster: {e}"),
                 );
                 self.opts.progress.warn(&w);
@@ -147,7 +147,7 @@ impl<'o> Committer<'o> {
     fn remove(&self, repo: &Repository, id: &str, warnings: &Mutex<Vec<Warning>>) {
         if let Err(e) = repo.remove_snapshot(id) {
             let w = Warning::notice(
-                repo.root(),
+                repo.location(),
                 format!(
                     "cannot remove checkpoint {}: {e}; `larder forget` removes it",
                     &id[..8]

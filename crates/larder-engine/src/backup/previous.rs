@@ -172,7 +172,7 @@ impl Previous {
                 Ok(entries) => previous.add(entries),
                 Err(e) => {
                     warnings.push(Warning::notice(
-                        repo.root(),
+                        repo.location(),
                         format!(
                             "cannot read snapshot {}'s tree ({e}); its files are read again",
                             &id[..8.min(id.len())]

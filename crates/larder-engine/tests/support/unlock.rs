@@ -23,7 +23,7 @@ pub fn slot(keys: &RepoKeys, kind: KeyKind, password: &[u8]) -> KeySlot {
 
 /// Opens the repository at `root` with the key `password` unlocks.
 pub fn open(root: &Path, password: &[u8], mode: LockMode) -> Result<Repository, StoreError> {
-    let (keys, _) = keys::unlock(root, password)?;
+    let (keys, _) = keys::unlock(&larder_store::LocalBackend::new(root), password)?;
     Repository::open_with(
         root,
         mode,

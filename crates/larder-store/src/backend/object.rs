@@ -16,8 +16,9 @@ use std::sync::Arc;
 
 use futures::TryStreamExt;
 use object_store::aws::AmazonS3Builder;
+use object_store::client::{HttpError, HttpErrorKind};
 use object_store::path::Path as ObjectPath;
-use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, RetryConfig};
 use tokio::runtime::Runtime;
 
 use super::{Backend, FileKind};
@@ -97,8 +98,14 @@ impl ObjectBackend {
     /// `AWS_SECRET_ACCESS_KEY`, ...).
     pub fn from_url(url: &str) -> Result<Self> {
         let (bucket, prefix) = parse_s3_url(url)?;
+        // One retry layer, larder's own (`RetryBackend`), over every backend alike.
+        let no_retries = RetryConfig {
+            max_retries: 0,
+            ..RetryConfig::default()
+        };
         let store = AmazonS3Builder::from_env()
             .with_bucket_name(&bucket)
+            .with_retry(no_retries)
             .build()
             .map_err(|e| StoreError::Config(format!("storage URL {url:?}: {e}")))?;
         Self::new(Arc::new(store), &prefix, &format!("s3://{bucket}"))
@@ -139,15 +146,9 @@ impl ObjectBackend {
     }
 
     fn error(&self, relative: &str, e: object_store::Error) -> StoreError {
-        let kind = match &e {
-            object_store::Error::NotFound { .. } => io::ErrorKind::NotFound,
-            object_store::Error::AlreadyExists { .. }
-            | object_store::Error::Precondition { .. } => io::ErrorKind::AlreadyExists,
-            _ => io::ErrorKind::Other,
-        };
         StoreError::io(
             self.describe(relative),
-            io::Error::new(kind, crate::error::error_chain(&e)),
+            io::Error::new(error_kind(&e), crate::error::error_chain(&e)),
         )
     }
 
@@ -258,8 +259,55 @@ impl ObjectBackend {
     }
 
     fn relative(kind: FileKind, name: &str) -> String {
-        format!("{}/{name}.{}", kind.dir(), kind.extension())
+        kind.relative_path(name)
     }
+}
+
+/// How an object store's error reads as an I/O error: whether the object was missing,
+/// already there or forbidden, and whether trying again may succeed
+/// ([`StoreError::is_transient`]): a dropped or refused connection, a timeout, a
+/// throttled or failing server (HTTP 408, 429, 5xx; S3's `SlowDown` and
+/// `InternalError` answers). Anything else is permanent.
+fn error_kind(e: &object_store::Error) -> io::ErrorKind {
+    use object_store::Error as E;
+    match e {
+        E::NotFound { .. } => return io::ErrorKind::NotFound,
+        E::AlreadyExists { .. } | E::Precondition { .. } => return io::ErrorKind::AlreadyExists,
+        E::PermissionDenied { .. } | E::Unauthenticated { .. } => {
+            return io::ErrorKind::PermissionDenied
+        }
+        E::NotSupported { .. } | E::NotImplemented { .. } => return io::ErrorKind::Unsupported,
+        _ => {}
+    }
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        if let Some(http) = c.downcast_ref::<HttpError>() {
+            return match http.kind() {
+                HttpErrorKind::Connect | HttpErrorKind::Request => io::ErrorKind::ConnectionReset,
+                HttpErrorKind::Timeout => io::ErrorKind::TimedOut,
+                HttpErrorKind::Interrupted => io::ErrorKind::Interrupted,
+                _ => io::ErrorKind::Other,
+            };
+        }
+        cause = c.source();
+    }
+    match http_status(&crate::error::error_chain(e)) {
+        Some(408 | 429 | 500..=599) => io::ErrorKind::ResourceBusy,
+        _ if ["SlowDown", "InternalError"]
+            .iter()
+            .any(|s| e.to_string().contains(s)) =>
+        {
+            io::ErrorKind::ResourceBusy
+        }
+        _ => io::ErrorKind::Other,
+    }
+}
+
+/// The HTTP status an object_store error message reports ("... status code: 503 ..."):
+/// the status itself is not reachable through the crate's public types.
+fn http_status(message: &str) -> Option<u16> {
+    let rest = &message[message.find("status code: ")? + "status code: ".len()..];
+    rest.get(..3)?.parse().ok()
 }
 
 impl Backend for ObjectBackend {
@@ -319,18 +367,44 @@ impl Backend for ObjectBackend {
             .map(|_| ())
     }
 
+    /// A conditional put (`If-None-Match: *`).
+    fn write_new(&self, kind: FileKind, name: &str, data: &[u8]) -> Result<bool> {
+        self.put(&Self::relative(kind, name), data, true)
+    }
+
     /// Nothing left to do: every acknowledged put is durable.
     fn sync(&self, _kind: FileKind) -> Result<()> {
         Ok(())
     }
 
     fn list(&self, kind: FileKind) -> Result<Vec<String>> {
-        let suffix = format!(".{}", kind.extension());
-        let mut names: Vec<String> = self
-            .list_keys(kind.dir())?
+        Ok(self.list_sizes(kind)?.into_iter().map(|(n, _)| n).collect())
+    }
+
+    /// One listing: object stores list sizes with names.
+    fn list_sizes(&self, kind: FileKind) -> Result<Vec<(String, u64)>> {
+        let dir = kind.dir();
+        let dir_key = match dir {
+            "" => self.prefix.clone(),
+            _ => self.key(dir),
+        };
+        let base = match dir_key.as_str() {
+            "" => String::new(),
+            key => format!("{key}/"),
+        };
+        let (store, path) = (self.store.clone(), ObjectPath::from(dir_key.as_str()));
+        let listing = self.run(dir, async move {
+            let prefix = (!path.as_ref().is_empty()).then_some(&path);
+            store.list_with_delimiter(prefix).await
+        })?;
+        let mut names: Vec<(String, u64)> = listing
+            .objects
             .into_iter()
-            .filter(|k| !k.contains('/'))
-            .filter_map(|k| k.strip_suffix(&suffix).map(str::to_string))
+            .filter_map(|meta| {
+                let key = meta.location.to_string();
+                let file = key.strip_prefix(&base)?;
+                Some((kind.name_of(file)?.to_string(), meta.size))
+            })
             .collect();
         names.sort();
         Ok(names)
@@ -338,5 +412,12 @@ impl Backend for ObjectBackend {
 
     fn remove(&self, kind: FileKind, name: &str) -> Result<()> {
         self.delete(&Self::relative(kind, name))
+    }
+
+    fn location(&self) -> String {
+        match self.prefix.as_str() {
+            "" => self.location.clone(),
+            prefix => format!("{}/{prefix}", self.location),
+        }
     }
 }

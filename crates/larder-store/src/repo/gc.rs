@@ -428,8 +428,6 @@ impl Repository {
     /// wrote is then adopted like a killed backup's containers, and a later gc
     /// collects it.
     pub(super) fn recover_gc(&mut self) -> Result<()> {
-        let dir = self.root.join(FileKind::GcPlan.dir());
-        fs::create_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))?;
         for name in self.backend.list(FileKind::GcPlan)? {
             let bytes = self.backend.read(FileKind::GcPlan, &name)?;
             match self
@@ -459,12 +457,8 @@ impl Repository {
         Ok(())
     }
 
-    /// Names of the plans of interrupted collections (for `check` to mention); empty
-    /// for repositories made before gc existed.
+    /// Names of the plans of interrupted collections (for `check` to mention).
     pub fn pending_gc_plans(&self) -> Result<Vec<String>> {
-        if !self.root.join(FileKind::GcPlan.dir()).is_dir() {
-            return Ok(Vec::new());
-        }
         self.backend.list(FileKind::GcPlan)
     }
 
@@ -475,7 +469,7 @@ impl Repository {
             // rebuilds it, without the deleted containers (and so would the next open,
             // after a crash here).
             self.index = RepoIndex::default();
-            let held = DiskState::dir_of(&self.root).join("held");
+            let held = DiskState::dir_of(&self.state).join("held");
             if held.exists() {
                 fs::remove_file(&held).map_err(|e| StoreError::io(&held, e))?;
             }

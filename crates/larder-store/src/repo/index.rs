@@ -443,7 +443,7 @@ impl super::Repository {
     /// "Disk index").
     pub fn save_last_backup_counters(&self, json: &[u8]) -> Result<()> {
         let keys = self.keys.as_deref();
-        let path = DiskState::dir_of(&self.root).join(last_backup_name(keys));
+        let path = DiskState::dir_of(&self.state).join(last_backup_name(keys));
         let bytes = match keys {
             None => json.to_vec(),
             Some(k) => k.seal_object(
@@ -459,7 +459,7 @@ impl super::Repository {
     /// open.
     pub fn last_backup_counters(&self) -> Option<Vec<u8>> {
         let keys = self.keys.as_deref();
-        let raw = fs::read(DiskState::dir_of(&self.root).join(last_backup_name(keys))).ok()?;
+        let raw = fs::read(DiskState::dir_of(&self.state).join(last_backup_name(keys))).ok()?;
         match keys {
             None => Some(raw),
             Some(k) => k

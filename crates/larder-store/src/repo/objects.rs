@@ -74,6 +74,11 @@ fn object_kind(kind: FileKind) -> ObjectKind {
         FileKind::GcPlan => ObjectKind::GcPlan,
         FileKind::Snapshot => ObjectKind::Snapshot,
         FileKind::Container => ObjectKind::ContainerTable,
+        // Invariant: `seal_file` and `open_file` see segments and gc plans only; the
+        // config, key slots and lock objects have envelopes of their own.
+        FileKind::Config | FileKind::Key | FileKind::Lock => {
+            unreachable!("{kind:?} files are not sealed by name")
+        }
     }
 }
 
@@ -159,6 +164,7 @@ impl Repository {
     /// Writes a snapshot durably (rule 3) and returns its id: the BLAKE3 of its file,
     /// which in an encrypted repository is a sealed envelope that only a full key opens.
     pub fn save_snapshot(&self, snapshot: &Snapshot) -> Result<String> {
+        self.check_lock()?;
         let (mut bytes, mut id) = snapshot.encode();
         if let Some(keys) = &self.keys {
             bytes = keys.seal_sealed(ObjectKind::Snapshot, b"", &bytes);

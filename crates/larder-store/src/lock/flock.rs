@@ -1,6 +1,6 @@
-//! The repository lock (docs/design/format.md, "Locking"): `flock` on the `lock` file,
-//! plus a note of who holds it exclusively, so that a refused process can say who
-//! is in the way.
+//! The lock of a repository in a local directory (docs/design/format.md, "Locking"):
+//! `flock` on the `lock` file, plus a note of who holds it exclusively, so that a
+//! refused process can say who is in the way.
 //!
 //! Invariant: the note never decides anything. Only the `flock` excludes; the kernel
 //! drops it when its process dies, so a killed larder never leaves a lock that blocks.
@@ -10,94 +10,11 @@
 use std::fs::{File, TryLockError};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
-use std::time::{Duration, Instant, SystemTime};
-
-use serde::{Deserialize, Serialize};
+use std::time::{Duration, Instant};
 
 use crate::error::{Result, StoreError};
 
-/// How often a waiting process tries the lock again.
-const RETRY_INTERVAL: Duration = Duration::from_millis(100);
-/// The longest command line a note keeps.
-const MAX_COMMAND_LEN: usize = 400;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LockMode {
-    /// Readers: restore, check, snapshots, stats, ls, diff, cat.
-    Shared,
-    /// Writers: init, backup, forget, gc, rebuild-index.
-    Exclusive,
-}
-
-/// The note an exclusive holder writes into the lock file (JSON).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LockHolder {
-    pub pid: u32,
-    pub hostname: String,
-    /// The holder's command line.
-    pub command: String,
-    /// When it took the lock, in seconds since the Unix epoch.
-    pub started: u64,
-}
-
-impl LockHolder {
-    /// This process.
-    pub fn current() -> Self {
-        let mut command = std::env::args().collect::<Vec<_>>().join(" ");
-        if command.len() > MAX_COMMAND_LEN {
-            let mut end = MAX_COMMAND_LEN;
-            while !command.is_char_boundary(end) {
-                end -= 1;
-            }
-            command.truncate(end);
-            command.push_str("...");
-        }
-        Self {
-            pid: std::process::id(),
-            hostname: hostname(),
-            command,
-            started: unix_now(),
-        }
-    }
-
-    /// Whether the holder's process still runs: `Some(false)` only when it ran on this
-    /// host and its pid is gone; `None` when it ran on another host.
-    pub fn is_alive(&self) -> Option<bool> {
-        if self.hostname != hostname() {
-            return None;
-        }
-        let Ok(pid) = libc::pid_t::try_from(self.pid) else {
-            return Some(false);
-        };
-        // SAFETY: signal 0 only checks that `pid` exists and may be signalled.
-        let r = unsafe { libc::kill(pid, 0) };
-        Some(r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
-    }
-
-    /// "pid 12 on host h (`larder gc`, for 3 s)".
-    pub fn describe(&self) -> String {
-        format!(
-            "pid {} on host {} (`{}`, for {} s)",
-            self.pid,
-            self.hostname,
-            self.command,
-            unix_now().saturating_sub(self.started)
-        )
-    }
-}
-
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default()
-}
+use super::{LockHolder, LockMode, RETRY_INTERVAL};
 
 /// The note in a lock file; `None` if there is none or it does not parse.
 fn read_holder(file: &mut File) -> Option<LockHolder> {
@@ -130,12 +47,12 @@ fn who_holds(file: &mut File, wanted: LockMode) -> String {
 /// A held repository lock; dropping it releases the lock (an exclusive holder first
 /// clears its note).
 #[derive(Debug)]
-pub struct RepoLock {
+pub struct FlockLock {
     file: File,
     mode: LockMode,
 }
 
-impl RepoLock {
+impl FlockLock {
     /// Takes the lock on `root/lock` in `mode`, trying again for up to `wait`.
     pub fn acquire(root: &Path, mode: LockMode, wait: Duration) -> Result<Self> {
         let path = root.join("lock");
@@ -194,7 +111,7 @@ impl RepoLock {
     }
 }
 
-impl Drop for RepoLock {
+impl Drop for FlockLock {
     fn drop(&mut self) {
         if self.mode == LockMode::Exclusive {
             // Best effort: a note left behind is harmless (see the module's invariant).
