@@ -236,7 +236,7 @@ fn index_leak(repo: &Repository) -> Option<String> {
     }
     assert!(chunks > 5000, "{chunks} chunks");
     let needles = Needles::new(&needles);
-    files(&DiskState::dir_of(repo.root()))
+    files(&DiskState::dir_of(repo.state_dir()))
         .into_iter()
         .find_map(|(path, content)| {
             let needle = needles.find(&content)?;
