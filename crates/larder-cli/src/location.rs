@@ -61,18 +61,15 @@ fn split_scheme(text: &str) -> Option<(&str, &str)> {
 }
 
 impl RepoLocation {
-    /// The backend of a remote repository, its transient failures retried; `None` for
-    /// a local one.
-    pub fn remote_backend(&self) -> Result<Option<Arc<dyn Backend>>> {
+    /// The backend of a remote repository, its transient failures retried under
+    /// `policy`. Invariant: called for remote locations only.
+    pub fn remote_backend(&self, policy: RetryPolicy) -> Result<Arc<dyn Backend>> {
         match self {
-            Self::Local(_) => Ok(None),
+            Self::Local(path) => unreachable!("{} is local", path.display()),
             Self::S3(url) => {
                 let store = ObjectBackend::from_url(url)
                     .with_context(|| format!("opening repository {url}"))?;
-                Ok(Some(Arc::new(RetryBackend::new(
-                    store,
-                    RetryPolicy::DEFAULT,
-                ))))
+                Ok(Arc::new(RetryBackend::new(store, policy)))
             }
         }
     }

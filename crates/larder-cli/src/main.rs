@@ -43,6 +43,17 @@ struct Cli {
     /// Wait up to DURATION (e.g. 30s, 5m) for a repository lock held by another process
     #[arg(long, global = true, value_name = "DURATION", value_parser = duration::parse)]
     retry_lock: Option<Duration>,
+    /// Attempts per request to a remote repository that fails transiently (dropped
+    /// connection, throttling, server error), with growing pauses between them
+    #[arg(
+        long,
+        global = true,
+        value_name = "N",
+        default_value_t = 8,
+        env = "LARDER_RETRIES",
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    retries: u32,
     /// Back up, restore and list snapshots through a cluster's nodes instead of a local
     /// repository: node lookup addresses, comma-separated, tried in order (paths are
     /// read and restored on the node's file system; docs/design/cluster.md)
@@ -140,7 +151,12 @@ fn restore_default_sigpipe() {
 
 fn run(cli: Cli, out: &Output) -> Result<ExitCode> {
     let g = Globals {
-        repo: RepoOpener::new(cli.repo, cli.retry_lock.unwrap_or_default(), cli.password),
+        repo: RepoOpener::new(
+            cli.repo,
+            cli.retry_lock.unwrap_or_default(),
+            cli.retries,
+            cli.password,
+        ),
         cluster: cli.cluster,
     };
     match cli.command {

@@ -16,7 +16,7 @@ use larder_crypto::{FingerprintKind, KdfParams, KeyKind, KeySlot, RepoKeys};
 use larder_hash::HashAlgo;
 use larder_store::{
     config_is_sealed, keys, Backend, CachedBackend, FileKind, LocalBackend, LockMode, OpenReport,
-    RepoConfig, Repository, StoreError, CONFIG_NAME,
+    RepoConfig, Repository, RetryPolicy, StoreError, CONFIG_NAME,
 };
 
 use crate::location::RepoLocation;
@@ -28,6 +28,8 @@ use crate::password::{self, Password, PasswordArgs};
 pub struct RepoOpener {
     location: Option<RepoLocation>,
     retry_lock: Duration,
+    /// Attempts per request to a remote repository (`--retries`).
+    retries: u32,
     pub password: PasswordArgs,
 }
 
@@ -42,11 +44,13 @@ impl RepoOpener {
     pub fn new(
         location: Option<RepoLocation>,
         retry_lock: Duration,
+        retries: u32,
         password: PasswordArgs,
     ) -> Self {
         Self {
             location,
             retry_lock,
+            retries,
             password,
         }
     }
@@ -70,7 +74,26 @@ impl RepoOpener {
             Some(l) => l.clone(),
             None => RepoLocation::Local(self.default_path(out)?),
         };
-        storage_of(&location)
+        self.storage_at(&location)
+    }
+
+    /// The storage of the repository at `location`; a remote one's requests are
+    /// retried as `--retries` says.
+    pub fn storage_at(&self, location: &RepoLocation) -> Result<Storage> {
+        let policy = RetryPolicy {
+            attempts: self.retries,
+            ..RetryPolicy::DEFAULT
+        };
+        match location {
+            RepoLocation::Local(path) => Ok(Storage {
+                backend: Arc::new(LocalBackend::new(path)),
+                local: Some(path.clone()),
+            }),
+            remote => Ok(Storage {
+                backend: remote.remote_backend(policy)?,
+                local: None,
+            }),
+        }
     }
 
     /// The default repository's path, created on first use.
@@ -93,7 +116,7 @@ impl RepoOpener {
             KdfParams::DEFAULT
         };
         create(
-            &storage_of(&RepoLocation::Local(path.clone()))?,
+            &self.storage_at(&RepoLocation::Local(path.clone()))?,
             &config,
             Some((&password, params)),
         )
@@ -171,22 +194,6 @@ impl RepoOpener {
             .get(default_file.as_deref())
             .context("the repository is encrypted")?;
         Ok(Some(keys::unlock(backend, password.as_bytes())?))
-    }
-}
-
-/// The storage of the repository at `location`.
-pub fn storage_of(location: &RepoLocation) -> Result<Storage> {
-    match location {
-        RepoLocation::Local(path) => Ok(Storage {
-            backend: Arc::new(LocalBackend::new(path)),
-            local: Some(path.clone()),
-        }),
-        remote => Ok(Storage {
-            backend: remote
-                .remote_backend()?
-                .expect("a remote location has a backend"),
-            local: None,
-        }),
     }
 }
 

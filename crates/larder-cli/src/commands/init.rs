@@ -16,7 +16,7 @@ use super::Globals;
 use crate::location::RepoLocation;
 use crate::output::{Output, Render};
 use crate::password::{KdfArgs, NewPasswordArgs, Password};
-use crate::repo_open::{create, storage_of};
+use crate::repo_open::create;
 use crate::size;
 
 #[derive(Args)]
@@ -130,7 +130,7 @@ pub fn run(args: InitArgs, g: &Globals, out: &Output) -> Result<ExitCode> {
     if let Err(e) = config.index.validate() {
         return Ok(out.usage(&e.to_string()));
     }
-    let storage = storage_of(&location)?;
+    let storage = g.repo.storage_at(&location)?;
     if config.encryption.is_none() {
         create(&storage, &config, None)?;
     } else {

@@ -212,6 +212,7 @@ pub fn larder_command(xdg_data_home: &Path) -> Command {
         .env("LARDER_PASSWORD", PASSWORD)
         .env("XDG_DATA_HOME", xdg_data_home)
         .env("XDG_CONFIG_HOME", xdg_data_home.join("config"))
+        .env("XDG_CACHE_HOME", xdg_data_home.join("cache"))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -274,6 +275,10 @@ where
 /// `XDG_DATA_HOME`; other subdirectories are for sources and restore targets.
 pub struct Repo {
     pub path: PathBuf,
+    /// `--repo` when it is not `path`: a remote repository's URL.
+    pub url: Option<String>,
+    /// Extra environment of every run (a remote repository's credentials).
+    pub env: Vec<(&'static str, String)>,
     xdg: PathBuf,
     /// Run larder as this uid/gid (needs root).
     user: Option<u32>,
@@ -287,6 +292,8 @@ impl Repo {
         let xdg = scratch.dir("xdg");
         Self {
             path: scratch.path().join("repo"),
+            url: None,
+            env: Vec::new(),
             xdg,
             user: None,
             scratch,
@@ -359,7 +366,11 @@ impl Repo {
         S: AsRef<OsStr>,
     {
         let mut c = larder_command(&self.xdg);
-        c.arg("--repo").arg(&self.path).args(args);
+        match &self.url {
+            Some(url) => c.arg("--repo").arg(url),
+            None => c.arg("--repo").arg(&self.path),
+        };
+        c.envs(self.env.iter().map(|(k, v)| (k, v))).args(args);
         if let Some(uid) = self.user {
             c.uid(uid).gid(uid);
         }
