@@ -203,6 +203,9 @@ pub fn plan_forget_named(
 
 /// Removes the snapshots `ids` (full ids). Their data stays until `gc`.
 pub fn forget(repo: &Repository, ids: &[String]) -> Result<()> {
+    if !ids.is_empty() {
+        repo.require_deletes("forget snapshots")?;
+    }
     for id in ids {
         repo.remove_snapshot(id)?;
     }

@@ -41,6 +41,12 @@ pub enum StoreError {
     },
     #[error("the lock of repository {} could not be refreshed for so long that others may take it as stale; stopped before committing", .0.display())]
     LockLost(PathBuf),
+    #[error("the storage of repository {location} refuses deletes (append-only): cannot {action}; run it with credentials that may delete (docs/design/remote.md, \"Append-only storage\")")]
+    DeletesRefused {
+        location: String,
+        /// What could not run, in words.
+        action: &'static str,
+    },
     #[error("no snapshot matches {0:?} (see `larder snapshots`)")]
     NoSuchSnapshot(String),
     #[error("snapshot prefix {0:?} matches more than one snapshot; give more digits")]

@@ -295,6 +295,8 @@ pub struct Repository {
     report: OpenReport,
     /// The key the repository was opened with, if it is encrypted.
     keys: Option<Arc<RepoKeys>>,
+    /// Whether the storage removes files, once probed ([`Repository::require_deletes`]).
+    deletes_allowed: std::sync::OnceLock<bool>,
     /// Held for the repository's lifetime; declared last so that it is released last.
     lock: RepoLock,
 }
@@ -629,7 +631,8 @@ impl Repository {
             // The segment is durable: the disk index may hold its chunks now.
             lock_disk(state).add_committed(&containers)?;
         }
-        if self.segments.len() > MAX_SEGMENTS {
+        // Append-only storage keeps every segment: merging would only add copies.
+        if self.segments.len() > MAX_SEGMENTS && self.deletes_allowed()? {
             self.compact_segments()?;
         }
         Ok(())

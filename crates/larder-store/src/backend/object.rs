@@ -421,3 +421,42 @@ impl Backend for ObjectBackend {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn http_statuses_are_read_from_object_store_messages() {
+        let m = "Generic S3 error: Error performing PUT http://h/b/k in 2ms - Server returned \
+                 non-2xx status code: 503 Service Unavailable: SlowDown";
+        assert_eq!(http_status(m), Some(503));
+        assert_eq!(http_status("status code: 429 Too Many Requests"), Some(429));
+        assert_eq!(http_status("no status here"), None);
+        assert_eq!(http_status("status code: 5"), None);
+    }
+
+    #[test]
+    fn missing_and_refused_objects_are_permanent() {
+        let e = object_store::Error::NotFound {
+            path: "k".into(),
+            source: "gone".into(),
+        };
+        assert_eq!(error_kind(&e), io::ErrorKind::NotFound);
+        let e = object_store::Error::PermissionDenied {
+            path: "k".into(),
+            source: "403".into(),
+        };
+        assert_eq!(error_kind(&e), io::ErrorKind::PermissionDenied);
+        let e = object_store::Error::Generic {
+            store: "S3",
+            source: "Server returned non-2xx status code: 500 Internal Server Error".into(),
+        };
+        assert_eq!(error_kind(&e), io::ErrorKind::ResourceBusy);
+        let e = object_store::Error::Generic {
+            store: "S3",
+            source: "Server returned non-2xx status code: 400 Bad Request".into(),
+        };
+        assert_eq!(error_kind(&e), io::ErrorKind::Other);
+    }
+}

@@ -87,16 +87,27 @@ impl LockObject {
     }
 }
 
+/// The suffix of the marker a holder writes when the storage refused to remove its
+/// lock object (append-only storage): `<lock name>-released`, a new object, which such
+/// storage accepts. A lock object with its marker is released.
+const RELEASED: &str = "-released";
+
 /// Every lock object but `own`, with its content or `None` if it does not parse.
-/// Objects removed while listing are left out.
+/// Objects removed while listing, released ones, and names that are not lock objects'
+/// (markers, probes: they hold a `-`) are left out.
 fn read_all(backend: &dyn Backend, own: Option<&str>) -> Result<Vec<(String, Option<LockObject>)>> {
+    let names = backend.list(FileKind::Lock)?;
+    let released: std::collections::HashSet<&str> = names
+        .iter()
+        .filter_map(|n| n.strip_suffix(RELEASED))
+        .collect();
     let mut out = Vec::new();
-    for name in backend.list(FileKind::Lock)? {
-        if Some(name.as_str()) == own {
+    for name in &names {
+        if Some(name.as_str()) == own || name.contains('-') || released.contains(name.as_str()) {
             continue;
         }
-        match backend.read(FileKind::Lock, &name) {
-            Ok(bytes) => out.push((name, serde_json::from_slice(&bytes).ok())),
+        match backend.read(FileKind::Lock, name) {
+            Ok(bytes) => out.push((name.clone(), serde_json::from_slice(&bytes).ok())),
             Err(StoreError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
             }
             Err(e) => return Err(e),
@@ -234,7 +245,14 @@ impl Drop for ObjectLock {
             let _ = thread.join();
         }
         // Best effort: an object left behind goes stale (see the module's invariants).
-        let _ = self.backend.remove(FileKind::Lock, &self.name);
+        // Storage that refuses removals gets a release marker instead.
+        if let Err(StoreError::Io { source, .. }) = self.backend.remove(FileKind::Lock, &self.name)
+        {
+            if source.kind() == std::io::ErrorKind::PermissionDenied {
+                let marker = format!("{}{RELEASED}", self.name);
+                let _ = self.backend.write_new(FileKind::Lock, &marker, b"");
+            }
+        }
     }
 }
 

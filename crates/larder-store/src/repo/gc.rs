@@ -218,6 +218,9 @@ impl Repository {
                 opts.repack_threshold
             )));
         }
+        if !opts.dry_run {
+            self.require_deletes("collect garbage")?;
+        }
         let tables = self.indexed_tables()?;
         let mut report = GcReport {
             dry_run: opts.dry_run,

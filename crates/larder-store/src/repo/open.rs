@@ -203,6 +203,7 @@ impl Repository {
             next_container: AtomicU64::new(1),
             report: OpenReport::default(),
             keys: keys.map(Arc::new),
+            deletes_allowed: std::sync::OnceLock::new(),
             lock,
         };
         if mode == LockMode::Exclusive {
@@ -220,6 +221,47 @@ impl Repository {
             true => Err(StoreError::LockLost(self.backend.location().into())),
             false => Ok(()),
         }
+    }
+}
+
+impl Repository {
+    /// Fails with [`StoreError::DeletesRefused`] if the repository's storage refuses
+    /// deletes (append-only storage, docs/design/remote.md "Append-only storage"),
+    /// before `action` deleted anything.
+    pub fn require_deletes(&self, action: &'static str) -> Result<()> {
+        match self.deletes_allowed()? {
+            true => Ok(()),
+            false => Err(StoreError::DeletesRefused {
+                location: self.backend.location(),
+                action,
+            }),
+        }
+    }
+
+    /// Whether the storage removes files: a local directory is taken to; elsewhere a
+    /// probe lock object (`<random>-probe`, which lock readers skip) is written and
+    /// removed, once per open. On append-only storage the probe stays behind.
+    pub(crate) fn deletes_allowed(&self) -> Result<bool> {
+        if let Some(&allowed) = self.deletes_allowed.get() {
+            return Ok(allowed);
+        }
+        let allowed = match self.backend.flock_dir() {
+            Some(_) => true,
+            None => {
+                let probe = format!("{}-probe", larder_crypto::random_id_hex(8));
+                self.backend.write_new(FileKind::Lock, &probe, b"")?;
+                match self.backend.remove(FileKind::Lock, &probe) {
+                    Ok(()) => true,
+                    Err(StoreError::Io { source, .. })
+                        if source.kind() == std::io::ErrorKind::PermissionDenied =>
+                    {
+                        false
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        };
+        Ok(*self.deletes_allowed.get_or_init(|| allowed))
     }
 }
 
