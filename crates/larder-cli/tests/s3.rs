@@ -271,3 +271,53 @@ fn a_writer_is_refused_while_another_holds_the_lock_and_waits_with_retry_lock() 
     assert_eq!(repo.snapshots().len(), 3);
     repo.check(true).expect_ok();
 }
+
+#[test]
+fn a_backup_whose_server_goes_away_fails_and_the_next_reuses_its_uploads() {
+    let mut server = S3sServer::start(&[BUCKET]);
+    let mut repo = s3_repo(&server, "repo");
+    init(&repo, &["--encryption", "none"]);
+    repo.env.push(("LARDER_RETRIES", "2".into()));
+    let src = repo.dir("src");
+    for i in 0..6 {
+        fs::write(
+            src.join(format!("f{i}")),
+            support::pseudo_random(i, 6 << 20),
+        )
+        .unwrap();
+    }
+    let containers = server.bucket_dir(BUCKET).join("repo/containers");
+    let mut child = repo
+        .command(["backup", src.to_str().unwrap()])
+        .spawn()
+        .unwrap();
+    // Stop the server once some containers are up, before the snapshot is.
+    let started = std::time::Instant::now();
+    while cached_files(&containers).len() < 2 && started.elapsed().as_secs() < 30 {
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    server.stop();
+    let status = child.wait().unwrap();
+    assert_eq!(
+        status.code(),
+        Some(1),
+        "the backup fails once retries run out"
+    );
+    let uploaded = cached_files(&containers).len();
+    assert!(uploaded >= 2, "{uploaded}");
+    assert!(cached_files(&server.bucket_dir(BUCKET).join("repo/snapshots")).is_empty());
+
+    server.restart();
+    let out = repo.backup_run(&[&src]);
+    out.expect_ok();
+    out.expect_stderr(&["indexed", "left by an interrupted backup"]);
+    let summary = out.json();
+    assert!(
+        summary["chunks_new"].as_u64().unwrap() < summary["chunks"].as_u64().unwrap(),
+        "the uploaded containers' chunks are reused: {summary}"
+    );
+    let target = repo.new_path("restore");
+    repo.restore("latest", &target, &[]).expect_ok();
+    assert_same_tree(&src, &restored(&target, &src));
+    repo.check(true).expect_ok();
+}

@@ -42,8 +42,14 @@ struct ContainerParts {
 impl ContainerParts {
     /// The stored bytes at `loc`, if a run holds them.
     fn bytes(&self, loc: &ChunkLocation) -> Option<&[u8]> {
-        let (start, end) = (u64::from(loc.offset), u64::from(loc.offset) + u64::from(loc.length));
-        let i = self.runs.partition_point(|(s, _)| *s <= start).checked_sub(1)?;
+        let (start, end) = (
+            u64::from(loc.offset),
+            u64::from(loc.offset) + u64::from(loc.length),
+        );
+        let i = self
+            .runs
+            .partition_point(|(s, _)| *s <= start)
+            .checked_sub(1)?;
         let (run_start, bytes) = &self.runs[i];
         bytes.get((start - run_start) as usize..(end - run_start) as usize)
     }

@@ -53,7 +53,6 @@ pub fn s3s_binary() -> PathBuf {
 impl S3sServer {
     /// Starts s3s-fs with the buckets `buckets` and waits until it accepts connections.
     pub fn start(buckets: &[&str]) -> Self {
-        let binary = s3s_binary();
         let dir = tempfile::Builder::new()
             .prefix("larder-s3s-")
             .tempdir()
@@ -68,24 +67,8 @@ impl S3sServer {
                 .and_then(|l| l.local_addr())
                 .expect("a free port")
                 .port();
-            let log = std::fs::File::create(dir.path().join("s3s.log")).expect("create the log");
-            let mut child = Command::new(&binary)
-                .args(["--host", "127.0.0.1", "--port", &port.to_string()])
-                .args(["--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY])
-                .arg(&root)
-                .env("RUST_LOG", "warn")
-                .stdin(Stdio::null())
-                .stdout(log.try_clone().expect("clone the log handle"))
-                .stderr(log)
-                .spawn()
-                .expect("spawn s3s-fs");
-            let started = Instant::now();
-            while started.elapsed() < Duration::from_secs(20) {
-                if let Ok(Some(status)) = child.try_wait() {
-                    last = format!("s3s-fs exited with {status}: {}", read_log(dir.path()));
-                    break;
-                }
-                if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            match spawn(dir.path(), port) {
+                Ok(child) => {
                     let watchdog = watchdog(child.id(), dir.path());
                     return Self {
                         dir,
@@ -94,15 +77,26 @@ impl S3sServer {
                         watchdog,
                     };
                 }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-            if last.is_empty() {
-                last = format!("s3s-fs did not listen: {}", read_log(dir.path()));
+                Err(why) => last = why,
             }
         }
         panic!("s3s-fs did not start: {last}");
+    }
+
+    /// Stops the server, as a dropped connection or a crashed server would.
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts the server again on the same port and buckets, after [`Self::stop`].
+    pub fn restart(&mut self) {
+        self.stop();
+        let _ = self.watchdog.kill();
+        let _ = self.watchdog.wait();
+        self.child = spawn(self.dir.path(), self.port)
+            .unwrap_or_else(|why| panic!("s3s-fs did not start again: {why}"));
+        self.watchdog = watchdog(self.child.id(), self.dir.path());
     }
 
     pub fn endpoint(&self) -> String {
@@ -140,6 +134,35 @@ impl S3sServer {
             ("AWS_SECRET_ACCESS_KEY", SECRET_KEY.into()),
         ]
     }
+}
+
+/// Starts s3s-fs on `port` serving `dir/data` and waits until it accepts connections;
+/// the reason if it does not.
+fn spawn(dir: &Path, port: u16) -> Result<Child, String> {
+    let log = std::fs::File::create(dir.join("s3s.log")).expect("create the log");
+    let mut child = Command::new(s3s_binary())
+        .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+        .args(["--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY])
+        .arg(dir.join("data"))
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("clone the log handle"))
+        .stderr(log)
+        .spawn()
+        .expect("spawn s3s-fs");
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(20) {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(format!("s3s-fs exited with {status}: {}", read_log(dir)));
+        }
+        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return Ok(child);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    Err(format!("s3s-fs did not listen: {}", read_log(dir)))
 }
 
 fn read_log(dir: &Path) -> String {
