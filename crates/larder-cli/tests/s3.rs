@@ -321,3 +321,40 @@ fn a_backup_whose_server_goes_away_fails_and_the_next_reuses_its_uploads() {
     assert_same_tree(&src, &restored(&target, &src));
     repo.check(true).expect_ok();
 }
+
+#[test]
+fn keys_and_the_disk_index_work_on_s3() {
+    let server = S3sServer::start(&[BUCKET]);
+    let repo = s3_repo(&server, "repo");
+    init(&repo, &["--index", "disk", "--index-memory", "1MiB"]);
+    let src = source(&repo);
+    repo.backup(&[&src]);
+    let disk = cache_of(&repo).join("index/disk");
+    assert!(disk.is_dir(), "the disk index is in the cache");
+
+    // A second password opens it; the first is changed; the second removed.
+    let mut add = repo.command(["--json", "key", "add"]);
+    add.env("LARDER_NEW_PASSWORD", "second password");
+    let out = support::run_command(add, support::RUN_TIMEOUT);
+    out.expect_ok();
+    let second = out.json()["id"].as_str().unwrap().to_string();
+    let mut list = repo.command(["snapshots"]);
+    list.env("LARDER_PASSWORD", "second password");
+    support::run_command(list, support::RUN_TIMEOUT).expect_ok();
+    repo.run(["key", "remove", &second]).expect_ok();
+    let keys = server.bucket_dir(BUCKET).join("repo/keys");
+    assert_eq!(cached_files(&keys).len(), 1);
+
+    // The index converts to memory and back; a fresh cache rebuilds the disk index.
+    repo.run(["index", "convert", "--to", "memory"]).expect_ok();
+    assert!(!disk.exists());
+    repo.run(["index", "convert", "--to", "disk", "--index-memory", "1MiB"])
+        .expect_ok();
+    fs::remove_dir_all(repo.xdg().join("cache")).unwrap();
+    fs::write(src.join("more"), support::pseudo_random(9, 1 << 20)).unwrap();
+    let out = repo.backup_run(&[&src]);
+    out.expect_ok();
+    let target = repo.new_path("restore");
+    repo.restore("latest", &target, &[]).expect_ok();
+    assert_same_tree(&src, &restored(&target, &src));
+}
