@@ -218,7 +218,7 @@ fn clean_tmp_removes_leftovers() {
 
 /// Threads share one connection with their requests in flight together, as the
 /// backup's container writers do; prints the upload and download rates over loopback
-/// (docs/performance.md, "SFTP").
+/// (docs/design/sftp.md, "Measured").
 #[test]
 fn threads_write_and_read_at_once() {
     const THREADS: usize = 4;
@@ -254,4 +254,20 @@ fn threads_write_and_read_at_once() {
         backend.list(FileKind::Container).unwrap().len(),
         THREADS * FILES
     );
+}
+
+/// The backend is usable from inside another tokio runtime's task (a cluster node's),
+/// and droppable there: it runs its requests on a runtime of its own.
+#[test]
+fn usable_and_droppable_inside_another_runtime() {
+    let server = Sshd::start();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let backend = connect(&server, "inside");
+        backend.write(FileKind::Snapshot, "s", b"inside").unwrap();
+        assert_eq!(backend.read(FileKind::Snapshot, "s").unwrap(), b"inside");
+        drop(backend);
+    });
 }

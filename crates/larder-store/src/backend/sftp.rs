@@ -316,7 +316,10 @@ async fn with_dirs<T, F: Future<Output = CallResult<T>>>(
 }
 
 /// Writes `data` into a new file at `path` (fails if it exists), `PIECES_IN_FLIGHT`
-/// requests at a time, and fsyncs it where the server can.
+/// requests at a time, and fsyncs it where the server can. The pieces go out as
+/// `Bytes` (`write_all_zero_copy`): the crate's copying `write_all` frames the data
+/// through its serializer, and uploads ran at 10 MB/s against 46 to 61 MB/s so in the
+/// test build (tests/sftp.rs, `threads_write_and_read_at_once`, over loopback).
 async fn upload(c: &Connection, path: &Path, data: &Bytes) -> CallResult<()> {
     let file = c
         .sftp
