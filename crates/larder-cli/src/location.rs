@@ -1,12 +1,13 @@
 //! `--repo`: where a repository is. A plain path or `file://PATH` is a local
-//! directory; `s3://BUCKET/PREFIX` is S3-compatible object storage. Any other
+//! directory; `s3://BUCKET/PREFIX` is S3-compatible object storage;
+//! `sftp://[USER@]HOST[:PORT]/PATH` is a directory on an SSH server. Any other
 //! `SCHEME://` is refused as a usage error, never taken for a path.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use larder_store::{Backend, ObjectBackend, RetryBackend, RetryPolicy};
+use larder_store::{Backend, ObjectBackend, RetryBackend, RetryPolicy, SftpBackend};
 
 /// A repository's location, as `--repo` gives it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -14,7 +15,16 @@ pub enum RepoLocation {
     Local(PathBuf),
     /// `s3://BUCKET/PREFIX`.
     S3(String),
+    /// `sftp://[USER@]HOST[:PORT]/PATH`.
+    Sftp(String),
 }
+
+/// The locations larder takes, for messages.
+const TAKES: &str = "a path, file://PATH, s3://BUCKET/PREFIX or sftp://[USER@]HOST[:PORT]/PATH";
+
+/// What to write instead of restic's `sftp:user@host:/path`.
+const SFTP_HINT: &str =
+    "; write sftp://[USER@]HOST[:PORT]/PATH (an absolute PATH after two slashes: sftp://host//srv/repo)";
 
 /// Parses `--repo` (clap's value parser): the error is a usage error.
 pub fn parse(text: &str) -> Result<RepoLocation, String> {
@@ -23,9 +33,9 @@ pub fn parse(text: &str) -> Result<RepoLocation, String> {
             .iter()
             .find(|p| text.to_ascii_lowercase().starts_with(&format!("{p}:")))
         {
+            let hint = if *name == "sftp" { SFTP_HINT } else { "" };
             return Err(format!(
-                "{text:?} looks like another tool's {name}: repository; larder takes a path, \
-                 file://PATH or s3://BUCKET/PREFIX"
+                "{text:?} looks like another tool's {name}: repository; larder takes {TAKES}{hint}"
             ));
         }
         return Ok(RepoLocation::Local(PathBuf::from(text)));
@@ -37,9 +47,12 @@ pub fn parse(text: &str) -> Result<RepoLocation, String> {
             larder_store::parse_s3_url(text).map_err(|e| e.to_string())?;
             Ok(RepoLocation::S3(text.to_string()))
         }
+        "sftp" => {
+            larder_store::parse_sftp_url(text).map_err(|e| e.to_string())?;
+            Ok(RepoLocation::Sftp(text.to_string()))
+        }
         _ => Err(format!(
-            "larder does not serve {scheme}:// repositories; use a path, file://PATH or \
-             s3://BUCKET/PREFIX"
+            "larder does not serve {scheme}:// repositories; use {TAKES}"
         )),
     }
 }
@@ -62,7 +75,8 @@ fn split_scheme(text: &str) -> Option<(&str, &str)> {
 
 impl RepoLocation {
     /// The backend of a remote repository, its transient failures retried; `None` for
-    /// a local one.
+    /// a local one. An SFTP repository's server is connected to here, through `ssh`
+    /// (`LARDER_SFTP_ARGS`, `LARDER_SFTP_COMMAND`: docs/design/sftp.md).
     pub fn remote_backend(&self) -> Result<Option<Arc<dyn Backend>>> {
         match self {
             Self::Local(_) => Ok(None),
@@ -74,6 +88,14 @@ impl RepoLocation {
                     RetryPolicy::DEFAULT,
                 ))))
             }
+            // Its errors name the repository and say what ssh said.
+            Self::Sftp(url) => {
+                let server = SftpBackend::from_url(url)?;
+                Ok(Some(Arc::new(RetryBackend::new(
+                    server,
+                    RetryPolicy::DEFAULT,
+                ))))
+            }
         }
     }
 }
@@ -82,7 +104,7 @@ impl std::fmt::Display for RepoLocation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Local(path) => write!(f, "{}", path.display()),
-            Self::S3(url) => f.write_str(url),
+            Self::S3(url) | Self::Sftp(url) => f.write_str(url),
         }
     }
 }
@@ -118,6 +140,19 @@ mod tests {
             Ok(RepoLocation::S3("s3://bucket/repo".into()))
         );
         assert!(parse("s3:///repo").is_err());
+    }
+
+    #[test]
+    fn sftp_urls_are_sftp() {
+        for text in ["sftp://host/repo", "sftp://ann@host:2222//srv/repo"] {
+            assert_eq!(parse(text), Ok(RepoLocation::Sftp(text.into())), "{text}");
+        }
+        for text in ["sftp://host", "sftp://host/", "sftp://-oProxyCommand=x/r"] {
+            assert!(parse(text).is_err(), "{text}");
+        }
+        // restic's form is refused, with the URL to write instead.
+        let e = parse("sftp:user@host:/srv/repo").unwrap_err();
+        assert!(e.contains("another tool's") && e.contains("sftp://"), "{e}");
     }
 
     #[test]
