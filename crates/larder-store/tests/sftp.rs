@@ -24,6 +24,13 @@ fn connect(server: &Sshd, name: &str) -> SftpBackend {
     SftpBackend::connect(&server.url(name), command).expect("connect to the test sshd")
 }
 
+/// Retries for a test: a dropped connection costs one failed attempt.
+const QUICK_RETRIES: RetryPolicy = RetryPolicy {
+    attempts: 3,
+    first_delay: Duration::from_millis(10),
+    max_delay: Duration::from_millis(10),
+};
+
 fn io_kind(e: &StoreError) -> Option<ErrorKind> {
     match e {
         StoreError::Io { source, .. } => Some(source.kind()),
@@ -140,16 +147,41 @@ fn a_dropped_connection_is_transient_and_reconnects() {
     );
     assert_eq!(backend.read(FileKind::Snapshot, "s").unwrap(), b"before");
 
-    let policy = RetryPolicy {
-        attempts: 3,
-        first_delay: Duration::from_millis(10),
-        max_delay: Duration::from_millis(10),
-    };
-    let retried = RetryBackend::new(backend, policy);
+    let retried = RetryBackend::new(backend, QUICK_RETRIES);
     assert!(server.drop_connections() > 0);
     std::thread::sleep(Duration::from_millis(300));
     retried.write(FileKind::Snapshot, "t", b"after").unwrap();
     assert_eq!(retried.read(FileKind::Snapshot, "t").unwrap(), b"after");
+}
+
+/// A connection dropped during an upload never leaves a partial file under its name:
+/// the write fails transiently and the file is missing, or the write succeeded whole.
+#[test]
+fn an_upload_cut_short_leaves_no_partial_file() {
+    let server = Sshd::start();
+    let backend = Arc::new(connect(&server, "cut"));
+    let data = Arc::new(bytes(3, 64 << 20));
+    let writer = {
+        let (backend, data) = (backend.clone(), data.clone());
+        std::thread::spawn(move || backend.write(FileKind::Container, "00000000000000c1", &data))
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    server.drop_connections();
+    let file = server.dir().join("cut/containers/00000000000000c1.ctr");
+    match writer.join().unwrap() {
+        Ok(()) => assert_eq!(std::fs::metadata(&file).unwrap().len(), 64 << 20),
+        Err(e) => {
+            assert!(e.is_transient(), "{}", error_chain(&e));
+            assert!(!file.exists(), "a partial file under its name");
+        }
+    }
+    // The next writer's lock holder cleans what was left in tmp/ (if the cut came
+    // before tmp/ was made, there is none), reconnecting first.
+    RetryBackend::new(backend, QUICK_RETRIES)
+        .clean_tmp()
+        .unwrap();
+    let left = std::fs::read_dir(server.dir().join("cut/tmp")).map_or(0, |d| d.count());
+    assert_eq!(left, 0);
 }
 
 /// A refused connection, a refused key, an unknown host key and a command that is not

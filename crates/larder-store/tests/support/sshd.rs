@@ -1,5 +1,6 @@
 //! `Sshd`: a private OpenSSH server on a free 127.0.0.1 port, logging in the current
-//! user (root or not) with a key generated for it, for the SFTP tests of every crate
+//! user (root, or any login account: sshd refuses locked ones such as `nobody`) with a
+//! key generated for it, for the SFTP tests of every crate
 //! (included with `#[path]`). Its host key, the user's key, `authorized_keys`, its
 //! `sshd_config` and a client `ssh_config` live in a temporary directory. The server is
 //! killed when dropped, or by a watchdog shell within a second of the test process
