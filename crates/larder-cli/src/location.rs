@@ -22,9 +22,16 @@ pub enum RepoLocation {
 /// The locations larder takes, for messages.
 const TAKES: &str = "a path, file://PATH, s3://BUCKET/PREFIX or sftp://[USER@]HOST[:PORT]/PATH";
 
-/// What to write instead of restic's `sftp:user@host:/path`.
-const SFTP_HINT: &str =
-    "; write sftp://[USER@]HOST[:PORT]/PATH (an absolute PATH after two slashes: sftp://host//srv/repo)";
+/// The refusal of restic's `sftp:[USER@]HOST:PATH`, with the URL to write instead.
+fn restic_sftp_hint(text: &str) -> String {
+    let instead = match text[5..].split_once(':') {
+        Some((host, path)) if !host.is_empty() && !path.is_empty() => {
+            format!("sftp://{host}/{path}")
+        }
+        _ => "sftp://[USER@]HOST[:PORT]/PATH (an absolute PATH after two slashes)".into(),
+    };
+    format!("{text:?} is restic's form of an sftp repository; larder takes the URL {instead}")
+}
 
 /// Parses `--repo` (clap's value parser): the error is a usage error.
 pub fn parse(text: &str) -> Result<RepoLocation, String> {
@@ -33,9 +40,11 @@ pub fn parse(text: &str) -> Result<RepoLocation, String> {
             .iter()
             .find(|p| text.to_ascii_lowercase().starts_with(&format!("{p}:")))
         {
-            let hint = if *name == "sftp" { SFTP_HINT } else { "" };
+            if *name == "sftp" {
+                return Err(restic_sftp_hint(text));
+            }
             return Err(format!(
-                "{text:?} looks like another tool's {name}: repository; larder takes {TAKES}{hint}"
+                "{text:?} looks like another tool's {name}: repository; larder takes {TAKES}"
             ));
         }
         return Ok(RepoLocation::Local(PathBuf::from(text)));
@@ -151,8 +160,14 @@ mod tests {
             assert!(parse(text).is_err(), "{text}");
         }
         // restic's form is refused, with the URL to write instead.
-        let e = parse("sftp:user@host:/srv/repo").unwrap_err();
-        assert!(e.contains("another tool's") && e.contains("sftp://"), "{e}");
+        for (text, url) in [
+            ("sftp:ann@host:/srv/repo", "sftp://ann@host//srv/repo"),
+            ("sftp:host:backups", "sftp://host/backups"),
+            ("SFTP:host", "sftp://[USER@]HOST[:PORT]/PATH"),
+        ] {
+            let e = parse(text).unwrap_err();
+            assert!(e.contains("restic's") && e.contains(url), "{e}");
+        }
     }
 
     #[test]
@@ -161,11 +176,7 @@ mod tests {
             let e = parse(text).unwrap_err();
             assert!(e.contains("does not serve"), "{text}: {e}");
         }
-        for text in [
-            "rest:http://x",
-            "sftp:user@host:/srv",
-            "s3:s3.amazonaws.com/b",
-        ] {
+        for text in ["rest:http://x", "s3:s3.amazonaws.com/b"] {
             let e = parse(text).unwrap_err();
             assert!(e.contains("another tool's"), "{text}: {e}");
         }
