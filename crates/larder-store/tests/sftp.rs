@@ -227,10 +227,19 @@ fn failed_logins_are_clear_errors() {
         );
     }
 
-    let not_sftp = SshCommand::Custom("echo not an sftp server; exit 3".into());
-    let e = SftpBackend::connect(&server.url("r"), not_sftp).unwrap_err();
+    let failing = SshCommand::Custom("echo no route to the server >&2; exit 3".into());
+    let e = SftpBackend::connect(&server.url("r"), failing).unwrap_err();
     let message = error_chain(&e);
-    assert!(message.contains("exit status: 3"), "{message}");
+    assert!(
+        message.contains("exit status: 3: no route to the server"),
+        "{message}"
+    );
+    // A shell start-up file that prints breaks SFTP; the session does not hang.
+    let chatty = SshCommand::Custom("echo welcome to the server; cat".into());
+    let e = SftpBackend::connect(&server.url("r"), chatty).unwrap_err();
+    let message = error_chain(&e);
+    assert!(message.contains("does not speak SFTP"), "{message}");
+    assert!(!e.is_transient(), "{message}");
 }
 
 /// `clean_tmp` removes what a killed writer left in tmp/, and nothing else.

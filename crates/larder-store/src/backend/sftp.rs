@@ -393,11 +393,10 @@ async fn read_piece(mut file: File, range: Range<u64>) -> CallResult<Vec<u8>> {
 impl Connection {
     /// Starts ssh and the SFTP session over it; a failure says what ssh said.
     async fn open(url: &SftpUrl, command: &SshCommand) -> CallResult<Self> {
+        // Not NotFound (a missing ssh is no missing file): permanent.
         let mut child = command.spawn(url).map_err(|e| {
-            CallError::new(
-                e.kind(),
-                format!("starting {:?}: {e}", command.argv(url)[0]),
-            )
+            let program = &command.argv(url)[0];
+            CallError::new(io::ErrorKind::Other, format!("starting {program:?}: {e}"))
         })?;
         let stderr = StderrTail::start(child.stderr.take());
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
@@ -409,17 +408,32 @@ impl Connection {
                 ssh: Mutex::new(child),
                 stderr,
             }),
-            Err(e) => {
-                let status = tokio::time::timeout(EXIT_WAIT, child.wait()).await;
-                let said = stderr.text_at_close(EXIT_WAIT).await;
-                let status = status.ok().and_then(|s| s.ok());
-                let mut message = ssh::describe_exit(status, &said);
-                if said.is_empty() {
-                    message = format!("{message} ({e})");
-                }
-                Err(CallError::new(ssh::failure_kind(&said), message))
-            }
+            Err(e) => Err(Self::failed_start(&mut child, &stderr, &e).await),
         }
+    }
+
+    /// Why the session did not start: the other end answered but not in SFTP (a
+    /// shell start-up file that prints, a command that is no SFTP server), or ssh
+    /// exited (with what it said). The first is permanent.
+    async fn failed_start(child: &mut Child, stderr: &StderrTail, e: &SftpError) -> CallError {
+        if matches!(
+            e,
+            SftpError::SftpServerHelloMsgTooLong { .. }
+                | SftpError::UnsupportedSftpProtocol { .. }
+                | SftpError::FormatError(_)
+                | SftpError::InvalidResponse(_)
+        ) {
+            let message = format!("the server does not speak SFTP ({e})");
+            return CallError::new(io::ErrorKind::Other, message);
+        }
+        let status = tokio::time::timeout(EXIT_WAIT, child.wait()).await;
+        let status = status.ok().and_then(Result::ok);
+        let said = stderr.text_at_close(EXIT_WAIT).await;
+        let mut message = ssh::describe_exit(status, &said);
+        if said.is_empty() {
+            message = format!("{message} ({e})");
+        }
+        CallError::new(ssh::failure_kind(&said), message)
     }
 
     /// What is known of ssh's end: its exit status, if it has exited, and its last
