@@ -1,12 +1,13 @@
 //! `--repo`: where a repository is. A plain path or `file://PATH` is a local
-//! directory; `s3://BUCKET/PREFIX` is S3-compatible object storage. Any other
+//! directory; `s3://BUCKET/PREFIX` is S3-compatible object storage;
+//! `sftp://[USER@]HOST[:PORT]/PATH` is a directory on an SSH server. Any other
 //! `SCHEME://` is refused as a usage error, never taken for a path.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use larder_store::{Backend, ObjectBackend, RetryBackend, RetryPolicy};
+use larder_store::{Backend, ObjectBackend, RetryBackend, RetryPolicy, SftpBackend};
 
 /// A repository's location, as `--repo` gives it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -14,6 +15,22 @@ pub enum RepoLocation {
     Local(PathBuf),
     /// `s3://BUCKET/PREFIX`.
     S3(String),
+    /// `sftp://[USER@]HOST[:PORT]/PATH`.
+    Sftp(String),
+}
+
+/// The locations larder takes, for messages.
+const TAKES: &str = "a path, file://PATH, s3://BUCKET/PREFIX or sftp://[USER@]HOST[:PORT]/PATH";
+
+/// The refusal of restic's `sftp:[USER@]HOST:PATH`, with the URL to write instead.
+fn restic_sftp_hint(text: &str) -> String {
+    let instead = match text[5..].split_once(':') {
+        Some((host, path)) if !host.is_empty() && !path.is_empty() => {
+            format!("sftp://{host}/{path}")
+        }
+        _ => "sftp://[USER@]HOST[:PORT]/PATH (an absolute PATH after two slashes)".into(),
+    };
+    format!("{text:?} is restic's form of an sftp repository; larder takes the URL {instead}")
 }
 
 /// Parses `--repo` (clap's value parser): the error is a usage error.
@@ -23,9 +40,11 @@ pub fn parse(text: &str) -> Result<RepoLocation, String> {
             .iter()
             .find(|p| text.to_ascii_lowercase().starts_with(&format!("{p}:")))
         {
+            if *name == "sftp" {
+                return Err(restic_sftp_hint(text));
+            }
             return Err(format!(
-                "{text:?} looks like another tool's {name}: repository; larder takes a path, \
-                 file://PATH or s3://BUCKET/PREFIX"
+                "{text:?} looks like another tool's {name}: repository; larder takes {TAKES}"
             ));
         }
         return Ok(RepoLocation::Local(PathBuf::from(text)));
@@ -37,9 +56,12 @@ pub fn parse(text: &str) -> Result<RepoLocation, String> {
             larder_store::parse_s3_url(text).map_err(|e| e.to_string())?;
             Ok(RepoLocation::S3(text.to_string()))
         }
+        "sftp" => {
+            larder_store::parse_sftp_url(text).map_err(|e| e.to_string())?;
+            Ok(RepoLocation::Sftp(text.to_string()))
+        }
         _ => Err(format!(
-            "larder does not serve {scheme}:// repositories; use a path, file://PATH or \
-             s3://BUCKET/PREFIX"
+            "larder does not serve {scheme}:// repositories; use {TAKES}"
         )),
     }
 }
@@ -62,7 +84,9 @@ fn split_scheme(text: &str) -> Option<(&str, &str)> {
 
 impl RepoLocation {
     /// The backend of a remote repository, its transient failures retried under
-    /// `policy`. Invariant: called for remote locations only.
+    /// `policy`. An SFTP repository's server is connected to here, through `ssh`
+    /// (`LARDER_SFTP_ARGS`, `LARDER_SFTP_COMMAND`: docs/design/sftp.md). Invariant:
+    /// called for remote locations only.
     pub fn remote_backend(&self, policy: RetryPolicy) -> Result<Arc<dyn Backend>> {
         match self {
             Self::Local(path) => unreachable!("{} is local", path.display()),
@@ -70,6 +94,11 @@ impl RepoLocation {
                 let store = ObjectBackend::from_url(url)
                     .with_context(|| format!("opening repository {url}"))?;
                 Ok(Arc::new(RetryBackend::new(store, policy)))
+            }
+            // Its errors name the repository and say what ssh said.
+            Self::Sftp(url) => {
+                let server = SftpBackend::from_url(url)?;
+                Ok(Arc::new(RetryBackend::new(server, policy)))
             }
         }
     }
@@ -79,7 +108,7 @@ impl std::fmt::Display for RepoLocation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Local(path) => write!(f, "{}", path.display()),
-            Self::S3(url) => f.write_str(url),
+            Self::S3(url) | Self::Sftp(url) => f.write_str(url),
         }
     }
 }
@@ -118,16 +147,31 @@ mod tests {
     }
 
     #[test]
+    fn sftp_urls_are_sftp() {
+        for text in ["sftp://host/repo", "sftp://ann@host:2222//srv/repo"] {
+            assert_eq!(parse(text), Ok(RepoLocation::Sftp(text.into())), "{text}");
+        }
+        for text in ["sftp://host", "sftp://host/", "sftp://-oProxyCommand=x/r"] {
+            assert!(parse(text).is_err(), "{text}");
+        }
+        // restic's form is refused, with the URL to write instead.
+        for (text, url) in [
+            ("sftp:ann@host:/srv/repo", "sftp://ann@host//srv/repo"),
+            ("sftp:host:backups", "sftp://host/backups"),
+            ("SFTP:host", "sftp://[USER@]HOST[:PORT]/PATH"),
+        ] {
+            let e = parse(text).unwrap_err();
+            assert!(e.contains("restic's") && e.contains(url), "{e}");
+        }
+    }
+
+    #[test]
     fn other_schemes_are_refused() {
         for text in ["gs://bucket/repo", "b2://b/p", "HTTP://host/x", "ftp://h/p"] {
             let e = parse(text).unwrap_err();
             assert!(e.contains("does not serve"), "{text}: {e}");
         }
-        for text in [
-            "rest:http://x",
-            "sftp:user@host:/srv",
-            "s3:s3.amazonaws.com/b",
-        ] {
+        for text in ["rest:http://x", "s3:s3.amazonaws.com/b"] {
             let e = parse(text).unwrap_err();
             assert!(e.contains("another tool's"), "{text}: {e}");
         }

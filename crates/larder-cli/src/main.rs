@@ -30,8 +30,9 @@ use crate::repo_open::RepoOpener;
 #[derive(Parser)]
 #[command(name = "larder", version, about = "Fast exact-deduplication backups")]
 struct Cli {
-    /// Repository: a path, file://PATH or s3://BUCKET/PREFIX [default:
-    /// $XDG_DATA_HOME/larder/repo, created on first use]
+    /// Repository: a path, file://PATH, s3://BUCKET/PREFIX or
+    /// sftp://[USER@]HOST[:PORT]/PATH [default: $XDG_DATA_HOME/larder/repo, created on
+    /// first use]
     #[arg(long, global = true, env = "LARDER_REPO", value_parser = location::parse)]
     repo: Option<location::RepoLocation>,
     /// Print machine-readable JSON on stdout instead of text

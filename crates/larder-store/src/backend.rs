@@ -13,6 +13,8 @@ mod cache;
 #[cfg(feature = "object-store")]
 mod object;
 mod retry;
+#[cfg(feature = "sftp")]
+mod sftp;
 mod split;
 
 pub use cache::CachedBackend;
@@ -21,6 +23,8 @@ pub use split::SplitBackend;
 
 #[cfg(feature = "object-store")]
 pub use object::{parse_s3_url, ObjectBackend};
+#[cfg(feature = "sftp")]
+pub use sftp::{parse_sftp_url, SftpBackend, SftpUrl, SshCommand};
 
 /// The kinds of files a repository holds, each in its own directory (the config at
 /// the top).

@@ -19,6 +19,8 @@ mod tree;
 
 #[cfg(feature = "object-store")]
 pub use backend::{parse_s3_url, ObjectBackend};
+#[cfg(feature = "sftp")]
+pub use backend::{parse_sftp_url, SftpBackend, SftpUrl, SshCommand};
 pub use backend::{
     Backend, CachedBackend, FileKind, LocalBackend, RetryBackend, RetryPolicy, SplitBackend,
     CONFIG_NAME,
