@@ -123,7 +123,6 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    restore_default_sigpipe();
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_env("LARDER_LOG"))
@@ -132,6 +131,7 @@ fn main() -> ExitCode {
     let out = Output::new(cli.json, cli.quiet);
     match run(cli, &out) {
         Ok(code) => code,
+        Err(e) if stdout_closed(&e) => die_of_sigpipe(),
         Err(e) => {
             out.error(&e);
             ExitCode::FAILURE
@@ -139,15 +139,28 @@ fn main() -> ExitCode {
     }
 }
 
-/// Rust ignores SIGPIPE, so `larder snapshots | head` would panic on the closed pipe.
-/// With the default action the process ends quietly, like other Unix tools; a backup
-/// ended that way is safe (nothing is committed out of order, docs/design/format.md).
-fn restore_default_sigpipe() {
-    // SAFETY: called first in `main`, before any other thread exists; SIG_DFL is a
-    // valid disposition for SIGPIPE.
+/// Whether `e` is a write to standard output that found it closed (`larder snapshots
+/// | head`): a broken pipe that no repository error carries. SIGPIPE stays ignored, as
+/// Rust sets it, so that a remote repository's connection (a socket, ssh's pipes) that
+/// breaks is an error to retry, never a signal that kills larder mid-backup.
+fn stdout_closed(e: &anyhow::Error) -> bool {
+    let broken_pipe = e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    });
+    broken_pipe && !e.chain().any(|c| c.is::<larder_store::StoreError>())
+}
+
+/// Ends larder as a Unix tool whose reader went away ends: quietly, by SIGPIPE. Safe
+/// in a backup too: nothing is committed out of order (docs/design/format.md).
+fn die_of_sigpipe() -> ExitCode {
+    // SAFETY: SIG_DFL is a valid disposition for SIGPIPE; raising it then ends the
+    // process.
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        libc::raise(libc::SIGPIPE);
     }
+    ExitCode::from(141)
 }
 
 fn run(cli: Cli, out: &Output) -> Result<ExitCode> {

@@ -468,7 +468,9 @@ fn a_second_writer_fails_at_once_while_the_lock_is_held() {
 }
 
 /// Regression: `larder snapshots | head` panicked with "failed printing to stdout:
-/// Broken pipe" and a backtrace. A closed stdout now ends larder quietly, by SIGPIPE.
+/// Broken pipe" and a backtrace. A closed stdout now ends larder quietly, by SIGPIPE
+/// (raised once the write failed: SIGPIPE is otherwise ignored, so that a broken
+/// connection to a remote repository is an error, not a death).
 #[test]
 fn a_closed_stdout_ends_larder_quietly_without_a_panic() {
     let repo = Repo::init(&[]);
