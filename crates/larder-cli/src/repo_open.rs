@@ -99,7 +99,7 @@ impl RepoOpener {
     /// The default repository's path, created on first use.
     fn default_path(&self, out: &Output) -> Result<PathBuf> {
         let path = default_repo()?;
-        if path.join(CONFIG_NAME).exists() {
+        if !LocalBackend::new(&path).list(FileKind::Config)?.is_empty() {
             return Ok(path);
         }
         let chunker = ChunkerConfig {
