@@ -1,0 +1,170 @@
+//! The fast path: the destination fingerprints and cuts as the source does, so a
+//! snapshot's chunks keep their fingerprints and its tree stream and recipes are used
+//! as they are. The chunks the destination lacks are read from the source container
+//! by container (each container once, each chunk decoded and verified), and encoded
+//! with the destination's codec into its containers.
+
+use std::collections::{BTreeMap, HashSet};
+
+use crossbeam_channel::bounded;
+use larder_hash::Fingerprint;
+use larder_index::disk::FingerprintHasher;
+use larder_index::ChunkLocation;
+use larder_store::{Compression, Repository, SegmentContainer, StoreError, TreeEntry, TreeRef};
+
+use super::Sent;
+use crate::backup::{
+    collect, spawn_syncers, thread_count, thread_pool, ContainerWriter, Indexer, NewChunk,
+    SerialGate, StageTimes, SYNC_THREADS,
+};
+use crate::error::Result;
+use crate::Progress;
+
+/// Fingerprints decided against the destination's index at a time: bounds what a
+/// disk index holds waiting for its answers.
+const DECIDE_BATCH: usize = 1 << 16;
+
+/// What one source container gives: its id and the missing chunks it holds.
+type ContainerChunks = (u64, Vec<(ChunkLocation, Fingerprint)>);
+
+/// Sends the chunks of the snapshot whose tree is `tree` (its entries `entries`)
+/// that `dst` lacks. Nothing is committed here.
+pub(super) fn send(
+    src: &Repository,
+    dst: &mut Repository,
+    tree: &TreeRef,
+    entries: &[TreeEntry],
+    threads: usize,
+    progress: &dyn Progress,
+) -> Result<Sent> {
+    let tree_fps = tree.fingerprints()?;
+    let reached = tree_fps
+        .iter()
+        .chain(entries.iter().flat_map(|e| &e.chunks));
+    let chunks = reached.clone().count() as u64;
+    let mut seen = HashSet::with_hasher(FingerprintHasher);
+    let fps: Vec<Fingerprint> = reached.copied().filter(|fp| seen.insert(*fp)).collect();
+    drop(seen);
+    let compress = match dst.config().compression {
+        Compression::None => None,
+        Compression::Zstd { .. } => Some(thread_pool(thread_count(threads), "larder-compress")?),
+    };
+    dst.lend_index(|dst, index| {
+        // Rule 4 of the commit order: only what the destination's index lacks.
+        let mut indexer = Indexer::new(dst, Vec::new(), Vec::new(), None);
+        let mut missing = Vec::new();
+        for part in fps.chunks(DECIDE_BATCH) {
+            let new = indexer.decide_now(index, part)?;
+            missing.extend(
+                part.iter()
+                    .zip(new)
+                    .filter(|(_, new)| *new)
+                    .map(|(fp, _)| *fp),
+            );
+        }
+        let by_container = locate(src, &missing)?;
+        let bytes: u64 = by_container
+            .iter()
+            .flat_map(|(_, chunks)| chunks)
+            .map(|(loc, _)| u64::from(loc.length))
+            .sum();
+        progress.set_total(bytes);
+        let (written, bytes_sent, bytes_stored) =
+            write_chunks(src, dst, by_container, compress.as_ref(), progress)?;
+        Ok(Sent {
+            written,
+            tree: tree.clone(),
+            chunks,
+            chunks_sent: missing.len() as u64,
+            bytes_sent,
+            bytes_stored,
+            bytes_rechunked: 0,
+            warnings: Vec::new(),
+        })
+    })
+}
+
+/// Where the source holds each of `fps`, grouped by container in ascending order,
+/// each container's chunks in file order.
+fn locate(src: &Repository, fps: &[Fingerprint]) -> Result<Vec<ContainerChunks>> {
+    let mut by_container: BTreeMap<u64, Vec<(ChunkLocation, Fingerprint)>> = BTreeMap::new();
+    for part in fps.chunks(DECIDE_BATCH) {
+        for (fp, loc) in part.iter().zip(src.index().get_batch(part)?) {
+            let loc = loc.ok_or(StoreError::MissingChunk(*fp))?;
+            by_container
+                .entry(loc.container)
+                .or_default()
+                .push((loc, *fp));
+        }
+    }
+    for chunks in by_container.values_mut() {
+        chunks.sort_by_key(|(loc, _)| loc.offset);
+    }
+    Ok(by_container.into_iter().collect())
+}
+
+/// Reads each container of `by_container` from `src` once, decodes and verifies the
+/// chunks named, and writes them into `dst`'s containers, durably. Returns the
+/// containers written, the chunks' raw bytes and what the containers hold for them.
+fn write_chunks(
+    src: &Repository,
+    dst: &Repository,
+    by_container: Vec<ContainerChunks>,
+    compress: Option<&rayon::ThreadPool>,
+    progress: &dyn Progress,
+) -> Result<(Vec<SegmentContainer>, u64, u64)> {
+    let gate = SerialGate::new(false);
+    let codec = src.codec();
+    std::thread::scope(|s| {
+        let (sync_tx, sync_rx) = bounded(SYNC_THREADS);
+        let (reuse_tx, reuse_rx) = bounded(SYNC_THREADS);
+        // No remote index: the zero chunk is never asked about.
+        let syncers = spawn_syncers(
+            s,
+            dst.backend(),
+            sync_rx,
+            reuse_tx,
+            &gate,
+            None,
+            Fingerprint::default(),
+        );
+        let max_chunk = dst.config().chunker.max_chunk_size();
+        let mut writer = ContainerWriter::new(dst, compress, max_chunk, sync_tx, reuse_rx);
+        let mut raw = 0;
+        let mut data = Vec::new();
+        let result = by_container.into_iter().try_for_each(|(id, chunks)| {
+            let container = src.load_container(id)?;
+            data.clear();
+            let mut new = Vec::with_capacity(chunks.len());
+            let stored: u64 = chunks.iter().map(|(loc, _)| u64::from(loc.length)).sum();
+            for (loc, fp) in chunks {
+                let entry = container
+                    .entry_at(loc.offset)
+                    .filter(|e| e.stored_len == loc.length && e.fingerprint == fp)
+                    .ok_or_else(|| StoreError::Corrupt {
+                        what: "container",
+                        name: format!("{id:016x}"),
+                        reason: format!("chunk {fp} is not in its table"),
+                    })?;
+                let start = data.len();
+                container.read_chunk(entry, &codec, &mut data)?;
+                new.push(NewChunk {
+                    piece: 0,
+                    start,
+                    len: data.len() - start,
+                    fp,
+                    compressed: None,
+                });
+            }
+            raw += data.len() as u64;
+            progress.advance(stored);
+            writer.store(&mut new, &[&data])
+        });
+        let result = result.and_then(|()| writer.seal());
+        let stored = writer.bytes_stored;
+        // Closing the syncers' queue: they finish what they hold and stop.
+        drop(writer);
+        let (written, _, _) = collect(syncers, &mut StageTimes::default())?;
+        result.map(|()| (written, raw, stored))
+    })
+}
