@@ -205,7 +205,7 @@ pub fn copy(src: &Repository, dst: &mut Repository, opts: &CopyOptions) -> Resul
 /// and for the keyed chunker the same secret). Only then may `src`'s recipes and
 /// tree streams be used in `dst` as they are, deduplicating with what `dst`'s own
 /// backups store.
-pub fn same_chunks(src: &Repository, dst: &Repository) -> bool {
+fn same_chunks(src: &Repository, dst: &Repository) -> bool {
     let (a, b) = (src.config(), dst.config());
     let fingerprints = match (src.keys(), dst.keys()) {
         (None, None) => a.hash == b.hash,

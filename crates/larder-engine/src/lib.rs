@@ -35,9 +35,7 @@ pub use backup::{
 };
 pub use browse::{display_path, escape_name, SnapshotPath, SnapshotTree};
 pub use check::{check, CheckOptions, CheckReport, Damage};
-pub use copy::{
-    copy, same_chunks, CopiedSnapshot, CopyOptions, CopySummary, SkipReason, SkippedSnapshot,
-};
+pub use copy::{copy, CopiedSnapshot, CopyOptions, CopySummary, SkipReason, SkippedSnapshot};
 pub use diff::{diff_snapshots, diff_trees, Change, ChangeKind, ChangedField, TreeDiff};
 pub use error::{EngineError, Result, Warning};
 pub use forget::{

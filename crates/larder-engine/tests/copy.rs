@@ -433,3 +433,40 @@ fn encrypted_repositories_sharing_a_key_take_the_fast_path_with_their_own_compre
     assert_copied_faithfully(&a, &b, &summary, dir.path());
     assert_copy_again_copies_nothing(&a, &b, 2);
 }
+
+#[test]
+fn a_damaged_source_chunk_fails_the_copy_and_writes_no_snapshot() {
+    for to in [PLAIN, KEYED] {
+        let dir = tempfile::tempdir().unwrap();
+        let (src, dst) = (dir.path().join("src"), dir.path().join("dst"));
+        init(&src, PLAIN);
+        init(&dst, to);
+        backup_generations(&src, dir.path(), 1);
+        // A byte in the middle of the largest container: chunk data, not its table.
+        let containers = src.join("containers");
+        let largest = fs::read_dir(&containers)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .max_by_key(|p| fs::metadata(p).unwrap().len())
+            .unwrap();
+        let mut bytes = fs::read(&largest).unwrap();
+        let middle = bytes.len() / 2;
+        bytes[middle] ^= 0x55;
+        fs::write(&largest, bytes).unwrap();
+        let source = open(&src, LockMode::Shared);
+        let mut destination = open(&dst, LockMode::Exclusive);
+        let err = copy(&source, &mut destination, &CopyOptions::default()).unwrap_err();
+        assert!(err.to_string().contains("damaged"), "{err}");
+        // Cut again, the files that hold the chunk are named.
+        if to.encrypted {
+            assert!(
+                err.to_string().contains("data/big.bin: cannot read"),
+                "{err}"
+            );
+        }
+        let (snapshots, _) = destination.snapshots().unwrap();
+        assert!(snapshots.is_empty());
+        let report = check(&destination, &check_options(true)).unwrap();
+        assert!(report.is_ok(), "{:?}", report.damage);
+    }
+}

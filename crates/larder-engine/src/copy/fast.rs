@@ -4,11 +4,10 @@
 //! by container (each container once, each chunk decoded and verified), and encoded
 //! with the destination's codec into its containers.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 
 use crossbeam_channel::bounded;
 use larder_hash::Fingerprint;
-use larder_index::disk::FingerprintHasher;
 use larder_index::ChunkLocation;
 use larder_store::{Compression, Repository, SegmentContainer, StoreError, TreeEntry, TreeRef};
 
@@ -41,27 +40,31 @@ pub(super) fn send(
     let reached = tree_fps
         .iter()
         .chain(entries.iter().flat_map(|e| &e.chunks));
-    let chunks = reached.clone().count() as u64;
-    let mut seen = HashSet::with_hasher(FingerprintHasher);
-    let fps: Vec<Fingerprint> = reached.copied().filter(|fp| seen.insert(*fp)).collect();
-    drop(seen);
     let compress = match dst.config().compression {
         Compression::None => None,
         Compression::Zstd { .. } => Some(thread_pool(thread_count(threads), "larder-compress")?),
     };
     dst.lend_index(|dst, index| {
-        // Rule 4 of the commit order: only what the destination's index lacks.
+        // Rule 4 of the commit order: only what the destination's index lacks, each
+        // chunk once (the indexer's new chunks answer later copies of it).
         let mut indexer = Indexer::new(dst, Vec::new(), Vec::new(), None);
         let mut missing = Vec::new();
-        for part in fps.chunks(DECIDE_BATCH) {
-            let new = indexer.decide_now(index, part)?;
-            missing.extend(
-                part.iter()
-                    .zip(new)
-                    .filter(|(_, new)| *new)
-                    .map(|(fp, _)| *fp),
-            );
+        let mut batch = Vec::with_capacity(DECIDE_BATCH);
+        let mut chunks = 0;
+        let mut decide = |batch: &mut Vec<Fingerprint>| -> Result<()> {
+            let new = indexer.decide_now(index, batch)?;
+            let decided = batch.drain(..).zip(new);
+            missing.extend(decided.filter(|(_, new)| *new).map(|(fp, _)| fp));
+            Ok(())
+        };
+        for fp in reached {
+            chunks += 1;
+            batch.push(*fp);
+            if batch.len() == DECIDE_BATCH {
+                decide(&mut batch)?;
+            }
         }
+        decide(&mut batch)?;
         let by_container = locate(src, &missing)?;
         let bytes: u64 = by_container
             .iter()
