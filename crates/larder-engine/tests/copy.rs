@@ -229,7 +229,12 @@ fn assert_copied_faithfully(src: &Path, dst: &Path, summary: &CopySummary, dir: 
             "tree of {}",
             c.source
         );
-        let (a, b) = (dir.join(format!("from-{n}")), dir.join(format!("to-{n}")));
+        let name = dst.file_name().unwrap().to_string_lossy();
+        let restores = dir.join(format!("restores-into-{name}"));
+        let (a, b) = (
+            restores.join(format!("from-{n}")),
+            restores.join(format!("to-{n}")),
+        );
         for (repo, id, target) in [(&source, &c.source, &a), (&destination, &c.destination, &b)] {
             let restored = restore(repo, id, target, &restore_options(DEFAULT_RESTORE_CACHE));
             assert!(restored.unwrap().warnings.is_empty());
@@ -411,7 +416,11 @@ fn another_chunker_hash_and_compression_cut_again() {
 #[test]
 fn encrypted_repositories_sharing_a_key_take_the_fast_path_with_their_own_compression() {
     let dir = tempfile::tempdir().unwrap();
-    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    let (a, b, c) = (
+        dir.path().join("a"),
+        dir.path().join("b"),
+        dir.path().join("c"),
+    );
     let config = config(KEYED);
     let keys = RepoKeys::generate(
         config.id_bytes().unwrap(),
@@ -426,12 +435,18 @@ fn encrypted_repositories_sharing_a_key_take_the_fast_path_with_their_own_compre
         &uncompressed.with_encryption(AeadKind::Aes256Gcm),
         &keys,
     );
+    // The third compresses as the first: its chunks keep the first's zstd frames.
+    init_with_keys(&c, &config, &keys);
     backup_generations(&a, dir.path(), 2);
     let summary = copy_between(&a, &b, &[]);
     assert!(!summary.rechunked);
     assert_eq!(summary.bytes_stored, summary.bytes_sent);
     assert_copied_faithfully(&a, &b, &summary, dir.path());
     assert_copy_again_copies_nothing(&a, &b, 2);
+    let same = copy_between(&a, &c, &[]);
+    assert!(!same.rechunked);
+    assert!(same.bytes_stored < same.bytes_sent, "{same:?}");
+    assert_copied_faithfully(&a, &c, &same, dir.path());
 }
 
 #[test]

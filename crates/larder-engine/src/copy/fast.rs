@@ -1,15 +1,17 @@
 //! The fast path: the destination fingerprints and cuts as the source does, so a
 //! snapshot's chunks keep their fingerprints and its tree stream and recipes are used
 //! as they are. The chunks the destination lacks are read from the source container
-//! by container (each container once, each chunk decoded and verified), and encoded
-//! with the destination's codec into its containers.
+//! by container (each container once); each chunk is decoded and verified, and
+//! compressed for the destination (or its source frame kept, when both compress
+//! alike), in one parallel pass, then sealed into the destination's containers.
 
 use std::collections::BTreeMap;
 
 use crossbeam_channel::bounded;
 use larder_hash::Fingerprint;
 use larder_index::ChunkLocation;
-use larder_store::{Compression, Repository, SegmentContainer, StoreError, TreeEntry, TreeRef};
+use larder_store::{ChunkEncoding, Repository, SegmentContainer, StoreError, TreeEntry, TreeRef};
+use rayon::prelude::*;
 
 use super::Sent;
 use crate::backup::{
@@ -40,10 +42,7 @@ pub(super) fn send(
     let reached = tree_fps
         .iter()
         .chain(entries.iter().flat_map(|e| &e.chunks));
-    let compress = match dst.config().compression {
-        Compression::None => None,
-        Compression::Zstd { .. } => Some(thread_pool(thread_count(threads), "larder-compress")?),
-    };
+    let threads = thread_pool(thread_count(threads), "larder-copy")?;
     dst.lend_index(|dst, index| {
         // Rule 4 of the commit order: only what the destination's index lacks, each
         // chunk once (the indexer's new chunks answer later copies of it).
@@ -73,7 +72,7 @@ pub(super) fn send(
             .sum();
         progress.set_total(bytes);
         let (written, bytes_sent, bytes_stored) =
-            write_chunks(src, dst, by_container, compress.as_ref(), progress)?;
+            write_chunks(src, dst, by_container, &threads, progress)?;
         Ok(Sent {
             written,
             tree: tree.clone(),
@@ -107,17 +106,17 @@ fn locate(src: &Repository, fps: &[Fingerprint]) -> Result<Vec<ContainerChunks>>
 }
 
 /// Reads each container of `by_container` from `src` once, decodes and verifies the
-/// chunks named, and writes them into `dst`'s containers, durably. Returns the
-/// containers written, the chunks' raw bytes and what the containers hold for them.
+/// chunks named and compresses them for `dst` on `threads` (one pass per chunk), and
+/// writes them into `dst`'s containers, durably. Returns the containers written, the
+/// chunks' raw bytes and what the containers hold for them.
 fn write_chunks(
     src: &Repository,
     dst: &Repository,
     by_container: Vec<ContainerChunks>,
-    compress: Option<&rayon::ThreadPool>,
+    threads: &rayon::ThreadPool,
     progress: &dyn Progress,
 ) -> Result<(Vec<SegmentContainer>, u64, u64)> {
     let gate = SerialGate::new(false);
-    let codec = src.codec();
     std::thread::scope(|s| {
         let (sync_tx, sync_rx) = bounded(SYNC_THREADS);
         let (reuse_tx, reuse_rx) = bounded(SYNC_THREADS);
@@ -132,36 +131,16 @@ fn write_chunks(
             Fingerprint::default(),
         );
         let max_chunk = dst.config().chunker.max_chunk_size();
-        let mut writer = ContainerWriter::new(dst, compress, max_chunk, sync_tx, reuse_rx);
+        // The chunks come compressed already: the writer only places and seals them.
+        let mut writer = ContainerWriter::new(dst, None, max_chunk, sync_tx, reuse_rx);
         let mut raw = 0;
-        let mut data = Vec::new();
         let result = by_container.into_iter().try_for_each(|(id, chunks)| {
-            let container = src.load_container(id)?;
-            data.clear();
-            let mut new = Vec::with_capacity(chunks.len());
             let stored: u64 = chunks.iter().map(|(loc, _)| u64::from(loc.length)).sum();
-            for (loc, fp) in chunks {
-                let entry = container
-                    .entry_at(loc.offset)
-                    .filter(|e| e.stored_len == loc.length && e.fingerprint == fp)
-                    .ok_or_else(|| StoreError::Corrupt {
-                        what: "container",
-                        name: format!("{id:016x}"),
-                        reason: format!("chunk {fp} is not in its table"),
-                    })?;
-                let start = data.len();
-                container.read_chunk(entry, &codec, &mut data)?;
-                new.push(NewChunk {
-                    piece: 0,
-                    start,
-                    len: data.len() - start,
-                    fp,
-                    compressed: None,
-                });
-            }
-            raw += data.len() as u64;
+            let (mut new, data) = recode(src, dst, id, &chunks, threads)?;
+            raw += data.iter().map(|d| d.len() as u64).sum::<u64>();
             progress.advance(stored);
-            writer.store(&mut new, &[&data])
+            let data: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
+            writer.store(&mut new, &data)
         });
         let result = result.and_then(|()| writer.seal());
         let stored = writer.bytes_stored;
@@ -170,4 +149,58 @@ fn write_chunks(
         let (written, _, _) = collect(syncers, &mut StageTimes::default())?;
         result.map(|()| (written, raw, stored))
     })
+}
+
+/// The `chunks` of source container `id`, decoded and verified, and compressed as
+/// `dst` compresses (their source frames, when both compress alike), in parallel on
+/// `threads`: the chunks for the writer (chunk `i` is piece `i`) and their raw bytes.
+fn recode(
+    src: &Repository,
+    dst: &Repository,
+    id: u64,
+    chunks: &[(ChunkLocation, Fingerprint)],
+    threads: &rayon::ThreadPool,
+) -> Result<(Vec<NewChunk>, Vec<Vec<u8>>)> {
+    let container = src.load_container(id)?;
+    let (from, to) = (src.codec(), dst.codec());
+    // The same compression makes the same frames: the source's are kept, not remade.
+    let same_frames = src.config().compression == dst.config().compression;
+    let one = |piece: usize, &(loc, fp): &(ChunkLocation, Fingerprint)| -> Result<_> {
+        let entry = container
+            .entry_at(loc.offset)
+            .filter(|e| e.stored_len == loc.length && e.fingerprint == fp)
+            .ok_or_else(|| StoreError::Corrupt {
+                what: "container",
+                name: format!("{id:016x}"),
+                reason: format!("chunk {fp} is not in its table"),
+            })?;
+        let mut raw = Vec::new();
+        container.read_chunk(entry, &from, &mut raw)?;
+        let compressed = match (same_frames, entry.encoding()) {
+            (true, Some(ChunkEncoding::Zstd)) => {
+                let mut frame = Vec::new();
+                container.encoded_chunk(entry, &mut frame)?;
+                Some(frame)
+            }
+            (true, _) => None,
+            (false, _) => to.compress(&raw)?,
+        };
+        let chunk = NewChunk {
+            piece,
+            start: 0,
+            len: raw.len(),
+            fp,
+            compressed,
+        };
+        Ok((chunk, raw))
+    };
+    threads
+        .install(|| {
+            chunks
+                .par_iter()
+                .enumerate()
+                .map(|(piece, c)| one(piece, c))
+                .collect::<Result<Vec<_>>>()
+        })
+        .map(|decoded| decoded.into_iter().unzip())
 }
