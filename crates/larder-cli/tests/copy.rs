@@ -195,6 +195,10 @@ fn a_missing_or_wrong_source_password_fails_and_copies_nothing() {
     .expect_code(1)
     .expect_stderr(&["wrong password or no matching key"]);
     assert!(support::files(&dst) == before, "the destination changed");
+    // The same repository on both sides is a usage error, not a lock held elsewhere.
+    src.run(["copy", "--from-repo", from])
+        .expect_code(2)
+        .expect_stderr(&["--from-repo names the repository --repo names"]);
 }
 
 /// The `snapshots --json` list of the repository at `path`.

@@ -2,7 +2,7 @@
 //! (docs/design/copy.md).
 
 use std::io::{self, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,6 +37,11 @@ pub struct CopyArgs {
 
 /// Copies the snapshots; `retry_lock` is `--retry-lock`, for the source's lock too.
 pub fn run(args: CopyArgs, retry_lock: Duration, g: &Globals, out: &Output) -> Result<ExitCode> {
+    if same_directory(&args.from_repo, &g.repo.init_path()?) {
+        return Ok(
+            out.usage("--from-repo names the repository --repo names: copy from another one")
+        );
+    }
     let source = RepoOpener::new(
         Some(args.from_repo.clone()),
         retry_lock,
@@ -117,6 +122,15 @@ impl Render for Copied<'_> {
             )?;
         }
         writeln!(w, "  time {:.3} s", s.elapsed.as_secs_f64())
+    }
+}
+
+/// Whether two paths name one directory (the source's shared lock would then refuse
+/// the destination's exclusive one, as if another process held it).
+fn same_directory(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
     }
 }
 
