@@ -119,7 +119,9 @@ pub(crate) struct Sent {
 pub fn copy(src: &Repository, dst: &mut Repository, opts: &CopyOptions) -> Result<CopySummary> {
     let started = Instant::now();
     src.require_full_key("read the snapshots to copy")?;
-    dst.require_full_key("copy into it (copy reads its snapshots to skip those it holds)")?;
+    dst.require_full_key(
+        "receive copies (copy reads the destination's snapshots to skip those it holds)",
+    )?;
     let mut held = held_ids(dst)?;
     let rechunked = !same_chunks(src, dst);
     let progress = Cumulative {

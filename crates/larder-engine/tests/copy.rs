@@ -485,3 +485,26 @@ fn a_damaged_source_chunk_fails_the_copy_and_writes_no_snapshot() {
         assert!(report.is_ok(), "{:?}", report.damage);
     }
 }
+
+#[test]
+fn a_write_only_destination_key_is_refused_before_anything_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let (src, dst) = (dir.path().join("src"), dir.path().join("dst"));
+    init(&src, PLAIN);
+    let config = config(KEYED);
+    let keys = RepoKeys::generate(
+        config.id_bytes().unwrap(),
+        AeadKind::Aes256Gcm,
+        FingerprintKind::KeyedBlake3,
+    );
+    init_with_keys(&dst, &config, &keys);
+    let writer = slot(&keys, KeyKind::WriteOnly, b"writer");
+    larder_store::keys::write_slot(&dst, "00000000000000ff", &writer).unwrap();
+    backup_generations(&src, dir.path(), 1);
+    let before = files(&dst.join("containers"));
+    let source = open(&src, LockMode::Shared);
+    let mut destination = unlock::open(&dst, b"writer", LockMode::Exclusive).unwrap();
+    let err = copy(&source, &mut destination, &CopyOptions::default()).unwrap_err();
+    assert!(err.to_string().contains("write-only"), "{err}");
+    assert!(files(&dst.join("containers")) == before);
+}
