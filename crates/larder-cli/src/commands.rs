@@ -10,6 +10,7 @@ pub mod cat;
 pub mod check;
 pub mod chunk;
 pub mod cluster;
+pub mod copy;
 pub mod device;
 pub mod diff;
 pub mod forget;

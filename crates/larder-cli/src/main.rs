@@ -21,8 +21,8 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 use crate::commands::{
-    backup, bench, cat, check, chunk, cluster, diff, forget, gc, gen, index, init, key, ls, node,
-    restore, snapshots, stats, unlock, Globals,
+    backup, bench, cat, check, chunk, cluster, copy, diff, forget, gc, gen, index, init, key, ls,
+    node, restore, snapshots, stats, unlock, Globals,
 };
 use crate::output::Output;
 use crate::repo_open::RepoOpener;
@@ -98,6 +98,9 @@ enum Command {
     /// The fingerprint index: rebuild it, or convert it between memory and disk
     #[command(subcommand)]
     Index(index::IndexCommand),
+    /// Copy snapshots from another repository (--from-repo) into this one, sending only
+    /// the chunks it lacks
+    Copy(copy::CopyArgs),
     /// Remove snapshots, named or by a retention policy (their data stays until gc)
     Forget(forget::ForgetArgs),
     /// Delete the data no snapshot uses, repacking containers that are mostly dead
@@ -185,6 +188,7 @@ fn run(cli: Cli, out: &Output) -> Result<ExitCode> {
         Command::Stats(args) => stats::run(args, &g, out),
         Command::RebuildIndex(args) => index::rebuild(args, &g, out),
         Command::Index(command) => index::run(command, &g, out),
+        Command::Copy(args) => copy::run(args, &g, out),
         Command::Forget(args) => forget::run(args, &g, out),
         Command::Gc(args) => gc::run(args, &g, out),
         Command::Key(command) => key::run(command, &g, out),

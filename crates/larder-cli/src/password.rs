@@ -25,6 +25,69 @@ pub struct PasswordArgs {
     /// Run CMD (with sh -c) and use the first line of its output as the password
     #[arg(long, global = true, value_name = "CMD")]
     pub password_command: Option<String>,
+    /// Which repository the password is for: what the environment variable, the
+    /// prompt and the messages are.
+    #[arg(skip)]
+    pub role: PasswordRole,
+}
+
+/// Whose password [`PasswordArgs`] gives.
+#[derive(Clone, Copy, Default)]
+pub enum PasswordRole {
+    /// The repository of `--repo`.
+    #[default]
+    Repository,
+    /// The source repository of `copy --from-repo`.
+    CopySource,
+}
+
+impl PasswordRole {
+    /// The environment variable that holds the password.
+    fn env(self) -> &'static str {
+        match self {
+            Self::Repository => "LARDER_PASSWORD",
+            Self::CopySource => "LARDER_FROM_PASSWORD",
+        }
+    }
+
+    fn prompt(self) -> &'static str {
+        match self {
+            Self::Repository => "password: ",
+            Self::CopySource => "source repository password: ",
+        }
+    }
+
+    /// What to do when no password was given and there is no terminal to ask on.
+    fn advice(self) -> &'static str {
+        match self {
+            Self::Repository => "no password was given: set LARDER_PASSWORD, or use --password-file or --password-command",
+            Self::CopySource => "no password was given for the source repository: set LARDER_FROM_PASSWORD, or use --from-password-file or --from-password-command",
+        }
+    }
+}
+
+/// The options of `copy` that give the source repository's password.
+#[derive(Args, Clone, Default)]
+pub struct FromPasswordArgs {
+    /// Read the source repository's password from the first line of FILE
+    #[arg(long, value_name = "FILE", env = "LARDER_FROM_PASSWORD_FILE")]
+    from_password_file: Option<PathBuf>,
+    /// Run CMD (with sh -c) and use the first line of its output as the source
+    /// repository's password
+    #[arg(long, value_name = "CMD", env = "LARDER_FROM_PASSWORD_COMMAND")]
+    from_password_command: Option<String>,
+}
+
+impl FromPasswordArgs {
+    /// The source's password options, as the destination's are given: its own
+    /// environment variable (`LARDER_FROM_PASSWORD`), prompt and messages.
+    pub fn into_password_args(self) -> PasswordArgs {
+        PasswordArgs {
+            password_file: self.from_password_file,
+            password_command: self.from_password_command,
+            role: PasswordRole::CopySource,
+        }
+    }
 }
 
 /// The options of commands that set a new password.
@@ -64,8 +127,9 @@ impl KdfArgs {
 }
 
 impl PasswordArgs {
-    /// The password from `--password-file`, `--password-command` or `LARDER_PASSWORD`,
-    /// if one of them is given.
+    /// The password from `--password-file`, `--password-command` or `LARDER_PASSWORD`
+    /// (their `--from-` twins and `LARDER_FROM_PASSWORD` for a copy's source), if one
+    /// of them is given.
     pub fn given(&self) -> Result<Option<Password>> {
         if let Some(file) = &self.password_file {
             return first_line_of_file(file).map(Some);
@@ -73,7 +137,7 @@ impl PasswordArgs {
         if let Some(cmd) = &self.password_command {
             return run_password_command(cmd).map(Some);
         }
-        Ok(std::env::var("LARDER_PASSWORD").ok().map(Zeroizing::new))
+        Ok(std::env::var(self.role.env()).ok().map(Zeroizing::new))
     }
 
     /// The password: a given one, else the default repository's generated one (when
@@ -85,9 +149,7 @@ impl PasswordArgs {
         if let Some(file) = default_file.filter(|f| f.exists()) {
             return first_line_of_file(file);
         }
-        prompt("password: ").context(
-            "no password was given: set LARDER_PASSWORD, or use --password-file or --password-command",
-        )
+        prompt(self.role.prompt()).context(self.role.advice())
     }
 }
 

@@ -55,6 +55,12 @@ impl RepoOpener {
         }
     }
 
+    /// An opener of the repository at `location` with `password`, waiting for its lock
+    /// and retrying its requests as this one does (`copy`'s source).
+    pub fn other(&self, location: RepoLocation, password: PasswordArgs) -> RepoOpener {
+        Self::new(Some(location), self.retry_lock, self.retries, password)
+    }
+
     /// Whether the command works on the default repository.
     pub fn is_default(&self) -> bool {
         self.location.is_none()

@@ -335,6 +335,7 @@ fn craft_snapshot(repo_path: &Path, entries: &[(TreeEntry, &[u8])]) -> String {
         summary: SnapshotSummary::default(),
         partial: false,
         parents: Vec::new(),
+        original: None,
     };
     repo.save_snapshot(&snapshot).expect("save snapshot")
 }

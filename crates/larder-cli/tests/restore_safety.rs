@@ -82,6 +82,7 @@ fn craft_snapshot(repo_path: &Path, entries: &[Hostile<'_>]) -> String {
         summary: SnapshotSummary::default(),
         partial: false,
         parents: Vec::new(),
+        original: None,
     };
     repo.save_snapshot(&snapshot).expect("save snapshot")
 }

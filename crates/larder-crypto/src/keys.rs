@@ -20,6 +20,9 @@ use crate::{CryptoError, Result};
 const METADATA_SUBKEY: &[u8] = b"larder 2026-11-28 metadata subkey";
 /// BLAKE3-keyed context of a sealed envelope's (and a container data key's) key.
 const SEALED_OBJECT_KEY: &[u8] = b"larder 2026-11-28 sealed object key";
+/// BLAKE3 `derive_key` contexts under which two keys' secrets are compared.
+const COMPARE_ID_KEY: &str = "larder 2026-11-28 compare id key";
+const COMPARE_CHUNKER: &str = "larder 2026-11-28 compare chunker secret";
 /// First bytes of every object's associated data.
 const OBJECT_AAD: &[u8] = b"larder object v1";
 
@@ -212,6 +215,20 @@ impl RepoKeys {
         }
     }
 
+    /// Whether `other` fingerprints chunks exactly as these keys do: the same kind
+    /// and `id_key` (keys of one repository, or of repositories sharing a key, as a
+    /// cluster's nodes do). `larder copy` then moves chunks without re-hashing them.
+    pub fn same_fingerprints(&self, other: &RepoKeys) -> bool {
+        self.fingerprint == other.fingerprint
+            && same_secret(COMPARE_ID_KEY, &self.id_key, &other.id_key)
+    }
+
+    /// Whether `other` holds the same chunker secret: the keyed chunker then cuts
+    /// every stream at the same points under both.
+    pub fn same_chunker_secret(&self, other: &RepoKeys) -> bool {
+        same_secret(COMPARE_CHUNKER, &self.chunker_secret, &other.chunker_secret)
+    }
+
     /// Fingerprints many chunks on the rayon pool; `out[i]` is the fingerprint of
     /// `chunks[i]`, as `larder_hash::HashAlgo::fingerprint_batch`.
     pub fn fingerprint_batch(&self, chunks: &[&[u8]]) -> Vec<[u8; 32]> {
@@ -354,6 +371,13 @@ impl RepoKeys {
         aad.extend_from_slice(header);
         aad
     }
+}
+
+/// Whether two secrets are equal, compared through their BLAKE3 derivations under
+/// `context`: the comparison's time depends on the digests, never on the secrets'
+/// bytes.
+fn same_secret(context: &str, a: &[u8; 32], b: &[u8; 32]) -> bool {
+    blake3::derive_key(context, a) == blake3::derive_key(context, b)
 }
 
 impl Drop for RepoKeys {

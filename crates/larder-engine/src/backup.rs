@@ -27,29 +27,34 @@ mod tree_saver;
 mod walk;
 mod write_stage;
 
-use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use larder_hash::Fingerprint;
-use larder_index::disk::FingerprintHasher;
 use larder_index::ChunkLocation;
 use larder_store::{Compression, EntryKind, Repository, TreeEntry};
 
 pub use previous::{Parents, SkipRules, RACY_WINDOW};
 pub use summary::{BackupSummary, StageTimes};
 
+// The parts of the pipeline `copy` runs too (docs/design/copy.md).
+pub(crate) use gate::{BusySpan, SerialGate};
+pub(crate) use index_stage::{Indexer, NewChunk};
+pub(crate) use read_stage::{
+    Batch, BlockSource, Piece, PieceEnd, Reader, GROUP_BYTES, GROUP_FILES, SMALL_FILE,
+};
+pub(crate) use round::{collect, Pipeline};
+pub(crate) use walk::Item;
+pub(crate) use write_stage::{spawn_syncers, ContainerWriter, SYNC_THREADS};
+
 use crate::error::{EngineError, Result, Warning};
 use crate::pattern::PatternList;
 use crate::{NoProgress, Progress};
 use commit::Committer;
-use gate::SerialGate;
-use index_stage::Indexer;
 use previous::Previous;
 use read_stage::{FileToRead, RoundEnd, Source};
-use round::Pipeline;
-use walk::{walk, Item, WalkOptions, Walked};
+use walk::{walk, WalkOptions, Walked};
 
 /// A checkpoint is written after each this many parts of the bytes to read.
 const CHECKPOINT_SHARES: u64 = 20;
@@ -280,7 +285,7 @@ struct Job {
     began: SystemTime,
 }
 
-fn thread_count(threads: usize) -> usize {
+pub(crate) fn thread_count(threads: usize) -> usize {
     match threads {
         0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
         n => n,
@@ -360,17 +365,8 @@ fn run(
         .collect();
     let to_read: u64 = files.iter().map(|f| f.size).sum();
     opts.progress.set_total(to_read);
-    let mut indexer = Indexer {
-        new_chunks: HashSet::with_hasher(FingerprintHasher),
-        remote: opts.remote.clone(),
-        zero_chunk: round::zero_chunk(&repo.codec(), config.chunker.max_chunk_size()),
-        sizes: job.items.iter().map(|i| i.entry.size).collect(),
-        recipes: reused,
-        chunks: 0,
-        chunks_new: 0,
-        bytes_new: 0,
-        bytes_read: 0,
-    };
+    let sizes = job.items.iter().map(|i| i.entry.size).collect();
+    let mut indexer = Indexer::new(repo, sizes, reused, opts.remote.clone());
     let warnings = Mutex::new(warnings);
     let pipeline = Pipeline {
         items: &job.items,
@@ -382,7 +378,6 @@ fn run(
             Compression::None => None,
             Compression::Zstd { .. } => Some(thread_pool(threads, "larder-compress")?),
         },
-        container_size: config.container_size,
         gate: SerialGate::new(opts.serial),
         progress: opts.progress.as_ref(),
         warnings: &warnings,
@@ -435,7 +430,7 @@ fn run(
     Ok(summary)
 }
 
-fn thread_pool(threads: usize, name: &'static str) -> Result<rayon::ThreadPool> {
+pub(crate) fn thread_pool(threads: usize, name: &'static str) -> Result<rayon::ThreadPool> {
     rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .thread_name(move |i| format!("{name}-{i}"))

@@ -46,6 +46,8 @@ pub enum EngineError {
         snapshot: String,
         reason: String,
     },
+    #[error("snapshot {snapshot} cannot be copied: {reason}")]
+    CopyFailed { snapshot: String, reason: String },
     #[error("gc refused: {0}")]
     GcRefused(String),
     #[error("cannot write the content of {path}")]

@@ -298,6 +298,7 @@ mod tests {
             summary: SnapshotSummary::default(),
             partial: false,
             parents: Vec::new(),
+            original: None,
         };
         let snaps: Vec<IdentifiedSnapshot> = vec![
             ("a".into(), snap("2026-11-20T22:30:00Z", "h1")),

@@ -5,7 +5,8 @@
 //! several threads and keeps stream order; small files are read and chunked in
 //! parallel across files.
 //!
-//! Besides backup, restore and check: `forget` (retention policies) and `gc`'s mark
+//! Besides backup, restore and check: `copy` (snapshots from one repository into
+//! another, docs/design/copy.md); `forget` (retention policies) and `gc`'s mark
 //! (docs/design/gc.md); reading snapshots back (`browse`: `ls` and
 //! `cat`; `diff`), and the path patterns that select what backup and restore take
 //! (`pattern`, docs/design/patterns.md).
@@ -15,6 +16,7 @@ mod backup;
 mod block_buf;
 mod browse;
 mod check;
+mod copy;
 mod diff;
 mod error;
 mod forget;
@@ -33,6 +35,7 @@ pub use backup::{
 };
 pub use browse::{display_path, escape_name, SnapshotPath, SnapshotTree};
 pub use check::{check, CheckOptions, CheckReport, Damage};
+pub use copy::{copy, CopiedSnapshot, CopyOptions, CopySummary, SkipReason, SkippedSnapshot};
 pub use diff::{diff_snapshots, diff_trees, Change, ChangeKind, ChangedField, TreeDiff};
 pub use error::{EngineError, Result, Warning};
 pub use forget::{

@@ -68,6 +68,7 @@ fn tree(entries: Vec<TreeEntry>) -> SnapshotTree {
             summary: SnapshotSummary::default(),
             partial: false,
             parents: Vec::new(),
+            original: None,
         },
         entries,
     }

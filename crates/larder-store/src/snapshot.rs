@@ -76,6 +76,11 @@ pub struct Snapshot {
     /// Version 2, informative.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub parents: Vec<String>,
+    /// The id of the snapshot `larder copy` copied this one from, in the repository it
+    /// was copied from; a copy of a copy keeps the first snapshot's id. Absent in a
+    /// snapshot a backup made. Informative, and what makes copying again skip it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub original: Option<String>,
 }
 
 impl Snapshot {
@@ -147,6 +152,7 @@ mod tests {
             summary: SnapshotSummary::default(),
             partial: true,
             parents: vec!["ab".repeat(32)],
+            original: Some("cd".repeat(32)),
         };
         let (bytes, id) = snap.encode();
         assert_eq!(Snapshot::decode(&bytes, &id).unwrap(), snap);
@@ -162,7 +168,7 @@ mod tests {
             "symlinks":0,"bytes_in":5,"bytes_new":5,"chunks":1,"chunks_new":1,"errors":0}}"#;
         let id = blake3::hash(v1).to_hex();
         let snap = Snapshot::decode(v1, &id).unwrap();
-        assert!(!snap.partial && snap.parents.is_empty());
+        assert!(!snap.partial && snap.parents.is_empty() && snap.original.is_none());
         assert_eq!(snap.summary.bytes_read, 0);
         let v3 = String::from_utf8_lossy(v1).replace(r#""version":1"#, r#""version":3"#);
         let id = blake3::hash(v3.as_bytes()).to_hex();

@@ -54,6 +54,19 @@ fn fingerprints_are_keyed_and_batches_agree() {
 }
 
 #[test]
+fn keys_compare_alike_only_with_the_same_secrets() {
+    let a = keys(FingerprintKind::KeyedBlake3);
+    let other = RepoKeys::generate([7; 16], AeadKind::Aes256Gcm, FingerprintKind::KeyedBlake3);
+    assert!(a.same_fingerprints(&a.write_only()) && a.same_chunker_secret(&a.write_only()));
+    assert!(!a.same_fingerprints(&other) && !a.same_chunker_secret(&other));
+    // The same id key under another fingerprint kind fingerprints differently.
+    let mut material = a.material();
+    material[2] = FingerprintKind::HmacSha256.code();
+    let hmac = RepoKeys::from_material(&material[..]).unwrap();
+    assert!(!a.same_fingerprints(&hmac) && a.same_chunker_secret(&hmac));
+}
+
+#[test]
 fn debug_prints_no_key_bytes() {
     let k = keys(FingerprintKind::KeyedBlake3);
     let shown = format!("{k:?}");

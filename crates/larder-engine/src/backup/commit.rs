@@ -126,6 +126,7 @@ impl<'o> Committer<'o> {
             summary: summary.clone(),
             partial: !complete,
             parents: self.decisions.parents.clone(),
+            original: None,
         };
         self.bytes_stored += repo.snapshot_file_len(&snapshot);
         let id = repo.save_snapshot(&snapshot)?;

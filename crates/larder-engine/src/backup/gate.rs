@@ -8,11 +8,11 @@ use std::time::{Duration, Instant};
 
 use super::lock;
 
-pub(super) struct SerialGate(Option<Mutex<()>>);
+pub(crate) struct SerialGate(Option<Mutex<()>>);
 
 /// A stage's span of work: the gate it holds (serial mode) and when it began, after
 /// the gate was passed.
-pub(super) struct BusySpan<'g> {
+pub(crate) struct BusySpan<'g> {
     _held: Option<MutexGuard<'g, ()>>,
     started: Instant,
 }

@@ -10,7 +10,7 @@ use crossbeam_channel::{Receiver, Sender};
 use larder_hash::Fingerprint;
 use larder_index::disk::FingerprintHasher;
 use larder_index::{ChunkLocation, CuckooIndex, FingerprintIndex};
-use larder_store::RepoIndex;
+use larder_store::{RepoIndex, Repository};
 
 use super::disk_stage;
 use super::gate::SerialGate;
@@ -29,7 +29,7 @@ pub(super) struct PieceInfo {
 }
 
 /// A chunk stage 3 found new, at `data[start..start + len]` of piece `piece`.
-pub(super) struct NewChunk {
+pub(crate) struct NewChunk {
     pub piece: usize,
     pub start: usize,
     pub len: usize,
@@ -46,7 +46,7 @@ pub(super) struct WriteBatch {
 
 /// Stage 3's state for the whole backup: this round's new chunks, and every file's
 /// recipe.
-pub(super) struct Indexer {
+pub(crate) struct Indexer {
     /// Fingerprints this round has sent to be written. They enter the repository's
     /// index with their locations at the round's commit
     /// ([`larder_store::Repository::commit`]): a location is known only once stage 4
@@ -73,6 +73,30 @@ pub(super) struct Indexer {
 }
 
 impl Indexer {
+    /// The indexer of a backup into `repo` whose walk items have `sizes` and the
+    /// `recipes` reused so far (`None` for the rest), with no chunk decided yet.
+    pub fn new(
+        repo: &Repository,
+        sizes: Vec<u64>,
+        recipes: Vec<Option<Vec<Fingerprint>>>,
+        remote: Option<Arc<dyn RemoteIndex>>,
+    ) -> Self {
+        Self {
+            new_chunks: HashSet::with_hasher(FingerprintHasher),
+            remote,
+            zero_chunk: super::round::zero_chunk(
+                &repo.codec(),
+                repo.config().chunker.max_chunk_size(),
+            ),
+            recipes,
+            sizes,
+            chunks: 0,
+            chunks_new: 0,
+            bytes_new: 0,
+            bytes_read: 0,
+        }
+    }
+
     /// Whether each of `fps` is new: neither in the repository (`index`) nor met
     /// earlier in this round (rule 4 of the commit order: written once), nor, in a
     /// cluster, stored by another node (asked in one request for the batch).
@@ -129,7 +153,7 @@ impl Indexer {
 
     /// Counts the chunks of `batch`, `new[i]` telling whether its `i`-th chunk is new,
     /// builds the recipes, and hands the new chunks on to stage 4.
-    pub fn emit(
+    pub(super) fn emit(
         &mut self,
         batch: Batch,
         new: &[bool],
@@ -164,7 +188,7 @@ impl Indexer {
     /// new from `fps` (numbered within the batch), extends the file's recipe, notes
     /// the file's end or failure, and calls `new_chunk(number, start, len, fp)` for
     /// each new chunk (`start` within the piece).
-    pub fn account(
+    pub(super) fn account(
         &mut self,
         piece: &PieceInfo,
         fps: &mut impl Iterator<Item = (usize, (Fingerprint, bool))>,

@@ -358,6 +358,7 @@ mod tests {
             summary: Default::default(),
             partial: false,
             parents: Vec::new(),
+            original: None,
         }
     }
 

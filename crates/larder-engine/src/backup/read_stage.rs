@@ -19,12 +19,28 @@ use crate::block_buf::{block_buffer, read_append};
 use crate::error::Warning;
 
 /// Files smaller than this are read whole and chunked in parallel across files.
-pub(super) const SMALL_FILE: u64 = 1 << 20;
+pub(crate) const SMALL_FILE: u64 = 1 << 20;
 /// Bytes a large file is read in; one batch each.
 pub(super) const BLOCK: usize = 8 << 20;
 /// Small files are grouped into batches of at most this many bytes and files.
-const GROUP_BYTES: u64 = 8 << 20;
-const GROUP_FILES: usize = 512;
+pub(crate) const GROUP_BYTES: u64 = 8 << 20;
+pub(crate) const GROUP_FILES: usize = 512;
+
+/// Where a large file's bytes are read from, block by block: a file or a pipe, or
+/// (`larder copy`) a recipe in another repository.
+pub(crate) trait BlockSource {
+    /// Appends at most `max` bytes to `buf`; returns how many, 0 at the end.
+    fn read_append(&mut self, buf: &mut Vec<u8>, max: usize) -> std::io::Result<usize>;
+}
+
+/// A file or pipe as a [`BlockSource`].
+struct Fd<'a, F>(&'a F);
+
+impl<F: std::os::fd::AsRawFd> BlockSource for Fd<'_, F> {
+    fn read_append(&mut self, buf: &mut Vec<u8>, max: usize) -> std::io::Result<usize> {
+        read_append(self.0, buf, max)
+    }
+}
 
 /// Where a file's bytes come from.
 #[derive(Clone, Copy)]
@@ -56,14 +72,14 @@ impl RoundEnd {
 }
 
 /// How a piece of a file ends.
-pub(super) enum PieceEnd {
+pub(crate) enum PieceEnd {
     More,
     Done { size: u64 },
     Failed(Warning),
 }
 
 /// Consecutive bytes of one file, cut into chunks.
-pub(super) struct Piece {
+pub(crate) struct Piece {
     /// Index into the walk's items.
     pub item: usize,
     pub data: Vec<u8>,
@@ -72,7 +88,7 @@ pub(super) struct Piece {
 }
 
 impl Piece {
-    fn failed(item: usize, warning: Warning) -> Self {
+    pub(crate) fn failed(item: usize, warning: Warning) -> Self {
         Self {
             item,
             data: Vec::new(),
@@ -82,7 +98,7 @@ impl Piece {
     }
 }
 
-pub(super) struct Batch {
+pub(crate) struct Batch {
     pub seq: u64,
     pub pieces: Vec<Piece>,
     /// One per chunk of `pieces`, in order; filled by stage 2.
@@ -151,7 +167,7 @@ fn read_small(item: usize, path: &Path, chunker: &dyn Chunker) -> Piece {
 
 /// Block buffers travel from stage 1 down the pipeline and back here, so that large
 /// files are read without fresh allocations (page faults) or zero-filling.
-pub(super) struct BufferPool {
+pub(crate) struct BufferPool {
     pub free: Receiver<Vec<u8>>,
     pub size: usize,
 }
@@ -179,7 +195,7 @@ pub(super) fn recycle(pool: &Sender<Vec<u8>>, buffers: impl IntoIterator<Item = 
 }
 
 /// Stage 1's view of the pipeline: its threads, buffers and queue.
-pub(super) struct Reader<'a, 'g> {
+pub(crate) struct Reader<'a, 'g> {
     pub chunker: &'a dyn Chunker,
     pub threads: &'a rayon::ThreadPool,
     pub pool: &'a BufferPool,
@@ -190,7 +206,7 @@ pub(super) struct Reader<'a, 'g> {
 impl<'g> Reader<'_, 'g> {
     /// Reads `files` in order until the round's end, sending batches in stream order.
     /// Returns the time worked and how many of `files` were taken.
-    pub fn run(&self, files: &[FileToRead<'_>], end: &RoundEnd) -> (Duration, usize) {
+    pub(super) fn run(&self, files: &[FileToRead<'_>], end: &RoundEnd) -> (Duration, usize) {
         let mut busy = Duration::ZERO;
         let mut seq = 0u64;
         let mut send = |pieces: Vec<Piece>, span: BusySpan<'g>, busy: &mut Duration| -> bool {
@@ -287,7 +303,7 @@ impl<'g> Reader<'_, 'g> {
                         self.read_blocks(
                             file.item,
                             path,
-                            &f,
+                            &mut Fd(&f),
                             Some((&before, &after)),
                             span,
                             send,
@@ -309,7 +325,7 @@ impl<'g> Reader<'_, 'g> {
                 self.read_blocks(
                     file.item,
                     Path::new("<stdin>"),
-                    &stdin,
+                    &mut Fd(&stdin),
                     None,
                     span,
                     send,
@@ -319,14 +335,14 @@ impl<'g> Reader<'_, 'g> {
         }
     }
 
-    /// Reads `fd` to its end in blocks and sends each chunked block; `check` is the
-    /// metadata before reading and how to get it after, for a file.
+    /// Reads `source` to its end in blocks and sends each chunked block; `check` is
+    /// the metadata before reading and how to get it after, for a file.
     #[allow(clippy::too_many_arguments)]
-    fn read_blocks(
+    pub(crate) fn read_blocks(
         &self,
         item: usize,
         path: &Path,
-        fd: &impl std::os::fd::AsRawFd,
+        source: &mut dyn BlockSource,
         check: Option<(&Metadata, &dyn Fn() -> std::io::Result<Metadata>)>,
         mut span: BusySpan<'g>,
         send: &mut dyn FnMut(Piece, BusySpan<'g>, &mut Duration) -> bool,
@@ -342,7 +358,7 @@ impl<'g> Reader<'_, 'g> {
             let mut eof = false;
             while buf.len() < BLOCK {
                 let room = BLOCK - buf.len();
-                match read_append(fd, &mut buf, room) {
+                match source.read_append(&mut buf, room) {
                     Ok(0) => {
                         eof = true;
                         break;

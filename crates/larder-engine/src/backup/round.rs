@@ -25,8 +25,8 @@ use crate::Progress;
 /// Batches in flight between two stages.
 const QUEUE_DEPTH: usize = 4;
 
-/// What stays the same from round to round of one backup.
-pub(super) struct Pipeline<'a> {
+/// What stays the same from round to round of one backup (or of one snapshot's copy).
+pub(crate) struct Pipeline<'a> {
     pub items: &'a [Item],
     pub chunker: &'a dyn Chunker,
     /// How chunks are fingerprinted and stored: the repository's.
@@ -36,7 +36,6 @@ pub(super) struct Pipeline<'a> {
     pub chunk_threads: rayon::ThreadPool,
     /// The threads that compress new chunks, if the repository compresses.
     pub compress_threads: Option<rayon::ThreadPool>,
-    pub container_size: usize,
     pub gate: SerialGate,
     pub progress: &'a dyn Progress,
     pub warnings: &'a Mutex<Vec<Warning>>,
@@ -44,7 +43,7 @@ pub(super) struct Pipeline<'a> {
 }
 
 /// What one round stored.
-pub(super) struct RoundOutput {
+pub(crate) struct RoundOutput {
     pub written: Vec<SegmentContainer>,
     /// The bytes of the container files written.
     pub container_bytes: u64,
@@ -67,13 +66,30 @@ impl Pipeline<'_> {
     /// Runs one round over `files` (the files still to read, in walk order) until
     /// `end`, then stores the tree of the items before the first file not taken (all
     /// items when every file was taken). Nothing is committed here.
-    pub fn round(
+    pub(super) fn round(
         &self,
         repo: &Repository,
         indexer: &mut Indexer,
         index: &mut RepoIndex,
         files: &[FileToRead<'_>],
         end: &RoundEnd,
+        stages: &mut StageTimes,
+    ) -> Result<RoundOutput> {
+        let read = |reader: &Reader<'_, '_>| reader.run(files, end);
+        let upto = |taken: usize| files.get(taken).map_or(self.items.len(), |next| next.item);
+        self.run_round(repo, indexer, index, &read, &upto, stages)
+    }
+
+    /// Runs one round whose stage 1 is `read`: it sends batches in stream order down
+    /// the reader's queue and returns its busy time and how many files it took. Then
+    /// stores the tree of the items before `upto(taken)`. Nothing is committed here.
+    pub fn run_round(
+        &self,
+        repo: &Repository,
+        indexer: &mut Indexer,
+        index: &mut RepoIndex,
+        read: &(dyn Fn(&Reader<'_, '_>) -> (Duration, usize) + Sync),
+        upto: &dyn Fn(usize) -> usize,
         stages: &mut StageTimes,
     ) -> Result<RoundOutput> {
         // Block buffers stage 3 may hold whole while lazy answers wait: the pool keeps
@@ -91,20 +107,13 @@ impl Pipeline<'_> {
             bounded(SYNC_THREADS)
         };
         let (reuse_tx, reuse_rx) = bounded(SYNC_THREADS);
-        let mut writer = ContainerWriter {
+        let mut writer = ContainerWriter::new(
             repo,
-            codec: self.codec.clone(),
-            compress_threads: self.compress_threads.as_ref(),
-            container_size: self.container_size,
-            capacity: self.container_size + self.chunker.max_size(),
-            open: None,
-            to_sync: sync_tx,
-            reuse: reuse_rx,
-            written: 0,
-            bytes_stored: 0,
-            compress_time: Duration::ZERO,
-            compress_wall: Duration::ZERO,
-        };
+            self.compress_threads.as_ref(),
+            self.chunker.max_size(),
+            sync_tx,
+            reuse_rx,
+        );
         std::thread::scope(|s| {
             let syncers = write_stage::spawn_syncers(
                 s,
@@ -125,14 +134,13 @@ impl Pipeline<'_> {
                 size: BLOCK + self.chunker.max_size(),
             };
             let chunk = s.spawn(move || {
-                let reader = Reader {
+                read(&Reader {
                     chunker: self.chunker,
                     threads: &self.chunk_threads,
                     pool: &pool,
                     gate,
                     tx: &chunk_tx,
-                };
-                reader.run(files, end)
+                })
             });
             let codec = &self.codec;
             let hashers: Vec<_> = (0..self.threads)
@@ -163,7 +171,7 @@ impl Pipeline<'_> {
             for h in hashers {
                 stages.fingerprint += join(h, "fingerprint")?;
             }
-            let upto = files.get(taken).map_or(self.items.len(), |next| next.item);
+            let upto = upto(taken);
             // A disk index error stopped stage 3; stage 4 then stopped on its closed
             // queue. Either way the tree is not stored.
             let tree = index_result.and_then(|busy| {
@@ -212,7 +220,7 @@ impl Pipeline<'_> {
 /// What the syncers wrote (the containers and their files' bytes) and acknowledged.
 /// A syncer's error (a full disk) is the cause of the writer's "syncers stopped", so
 /// it is the one returned.
-fn collect(
+pub(crate) fn collect(
     syncers: Vec<std::thread::ScopedJoinHandle<'_, write_stage::Synced>>,
     stages: &mut StageTimes,
 ) -> Result<(Vec<SegmentContainer>, u64, BTreeSet<u64>)> {
@@ -235,6 +243,6 @@ fn collect(
 }
 
 /// The zero chunk of `chunker`: a chunk of its largest size, all zeros.
-pub(super) fn zero_chunk(codec: &ChunkCodec, max_chunk_size: usize) -> Fingerprint {
+pub(crate) fn zero_chunk(codec: &ChunkCodec, max_chunk_size: usize) -> Fingerprint {
     codec.fingerprint(&vec![0; max_chunk_size])
 }

@@ -13,7 +13,7 @@ use crate::error::Result;
 
 /// A stream stored by [`store_stream`]: its length, its chunks, and how many of them
 /// were new.
-pub(super) struct StoredStream {
+pub(crate) struct StoredStream {
     pub size: u64,
     pub fps: Vec<Fingerprint>,
     pub new: u64,

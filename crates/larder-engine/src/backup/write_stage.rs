@@ -20,14 +20,14 @@ use super::RemoteIndex;
 use crate::error::{EngineError, Result};
 
 /// Threads writing sealed containers; fsyncs overlap (see docs/performance.md).
-pub(super) const SYNC_THREADS: usize = 4;
+pub(crate) const SYNC_THREADS: usize = 4;
 
 /// A sealed container on its way to a syncer: id, bytes and table.
-pub(super) type Sealed = (u64, Vec<u8>, Vec<ChunkEntry>);
+pub(crate) type Sealed = (u64, Vec<u8>, Vec<ChunkEntry>);
 
 /// Stage 4's state: how new chunks are compressed, the open container and the syncer
 /// threads' queue.
-pub(super) struct ContainerWriter<'r> {
+pub(crate) struct ContainerWriter<'r> {
     pub repo: &'r Repository,
     /// Every new chunk is encoded through it.
     pub codec: ChunkCodec,
@@ -49,7 +49,33 @@ pub(super) struct ContainerWriter<'r> {
     pub compress_wall: Duration,
 }
 
-impl ContainerWriter<'_> {
+impl<'r> ContainerWriter<'r> {
+    /// A writer into `repo` with its codec and container size, whose sealed containers
+    /// go to `to_sync`; `max_chunk` is the largest chunk it may be given.
+    pub fn new(
+        repo: &'r Repository,
+        compress_threads: Option<&'r rayon::ThreadPool>,
+        max_chunk: usize,
+        to_sync: Sender<Sealed>,
+        reuse: Receiver<Vec<u8>>,
+    ) -> Self {
+        let container_size = repo.config().container_size;
+        Self {
+            repo,
+            codec: repo.codec(),
+            compress_threads,
+            container_size,
+            capacity: container_size + max_chunk,
+            open: None,
+            to_sync,
+            reuse,
+            written: 0,
+            bytes_stored: 0,
+            compress_time: Duration::ZERO,
+            compress_wall: Duration::ZERO,
+        }
+    }
+
     /// Compresses `chunks` (if compression is on; on the compression threads), then
     /// appends them in order. `data[p]` is the bytes of piece `p`.
     pub fn store(&mut self, chunks: &mut [NewChunk], data: &[&[u8]]) -> Result<()> {
@@ -151,7 +177,7 @@ pub(super) fn run(
 
 /// What a syncer wrote, its busy time, its error, and the containers it acknowledged
 /// to the remote index itself.
-pub(super) struct Synced {
+pub(crate) struct Synced {
     pub written: Vec<SegmentContainer>,
     /// The bytes of the container files written: padding and headers included.
     pub file_bytes: u64,
@@ -164,7 +190,7 @@ pub(super) struct Synced {
 /// makes the container's name durable and acknowledges its chunks at once, so that
 /// other nodes waiting on them wait for one container, not for the whole backup; an
 /// acknowledgement that fails is sent again at the commit.
-pub(super) fn spawn_syncers<'s>(
+pub(crate) fn spawn_syncers<'s>(
     scope: &'s std::thread::Scope<'s, '_>,
     backend: Arc<dyn Backend>,
     rx: Receiver<Sealed>,
