@@ -358,3 +358,41 @@ fn keys_and_the_disk_index_work_on_s3() {
     repo.restore("latest", &target, &[]).expect_ok();
     assert_same_tree(&src, &restored(&target, &src));
 }
+
+#[test]
+fn every_snapshot_of_an_s3_repository_copies_into_a_local_one_once() {
+    let server = S3sServer::start(&[BUCKET]);
+    let remote = s3_repo(&server, "repo");
+    init(&remote, &[]);
+    let src = source(&remote);
+    remote.backup(&[&src]);
+    fs::write(src.join("text/added"), support::pseudo_text(5, 50_000)).unwrap();
+    remote.backup(&[&src]);
+
+    let local = Repo::init(&[]);
+    let url = remote.url.clone().unwrap();
+    let copy = |local: &Repo| {
+        let mut c = local.command(["--json", "copy", "--from-repo", &url]);
+        c.envs(server.env())
+            .env("LARDER_FROM_PASSWORD", support::PASSWORD);
+        let out = support::run_command(c, support::RUN_TIMEOUT);
+        out.expect_ok();
+        out.json()
+    };
+    let first = copy(&local);
+    assert_eq!(first["snapshots_copied"], 2, "{first}");
+    assert!(first["chunks_sent"].as_u64().unwrap() > 0, "{first}");
+    local.check(true).expect_ok();
+    for snap in local.snapshots() {
+        let id = snap["id"].as_str().unwrap();
+        let target = local.new_path(&format!("restore-{id}"));
+        local.restore(id, &target, &[]).expect_ok();
+    }
+    let target = local.new_path("latest");
+    local.restore("latest", &target, &[]).expect_ok();
+    assert_same_tree(&src, &restored(&target, &src));
+
+    let again = copy(&local);
+    assert_eq!(again["snapshots_copied"], 0, "{again}");
+    assert_eq!(again["chunks_sent"], 0, "{again}");
+}
