@@ -499,7 +499,12 @@ fn a_write_only_destination_key_is_refused_before_anything_is_written() {
     );
     init_with_keys(&dst, &config, &keys);
     let writer = slot(&keys, KeyKind::WriteOnly, b"writer");
-    larder_store::keys::write_slot(&dst, "00000000000000ff", &writer).unwrap();
+    larder_store::keys::write_slot(
+        &larder_store::LocalBackend::new(&dst),
+        "00000000000000ff",
+        &writer,
+    )
+    .unwrap();
     backup_generations(&src, dir.path(), 1);
     let before = files(&dst.join("containers"));
     let source = open(&src, LockMode::Shared);

@@ -12,9 +12,9 @@ use larder_store::LockMode;
 use serde::Serialize;
 
 use super::Globals;
+use crate::location::{self, RepoLocation};
 use crate::output::{mb, secs, Bar, Output, Render};
 use crate::password::FromPasswordArgs;
-use crate::location::{self, RepoLocation};
 
 #[derive(Args)]
 pub struct CopyArgs {
@@ -41,9 +41,10 @@ pub fn run(args: CopyArgs, g: &Globals, out: &Output) -> Result<ExitCode> {
             out.usage("--from-repo names the repository --repo names: copy from another one")
         );
     }
-    let source = g
-        .repo
-        .other(args.from_repo.clone(), args.from_password.into_password_args());
+    let source = g.repo.other(
+        args.from_repo.clone(),
+        args.from_password.into_password_args(),
+    );
     let src = source
         .open(LockMode::Shared, out)
         .with_context(|| format!("opening the source repository {}", args.from_repo))?;
