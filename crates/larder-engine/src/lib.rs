@@ -6,9 +6,9 @@
 //! parallel across files.
 //!
 //! Besides backup, restore and check: `forget` (retention policies) and `gc`'s mark
-//! (docs/design/gc.md); reading snapshots back (`browse`: `ls` and
-//! `cat`; `diff`), and the path patterns that select what backup and restore take
-//! (`pattern`, docs/design/patterns.md).
+//! (docs/design/gc.md); reading snapshots back (`browse`: `ls` and `cat`; `diff`;
+//! `file_read`: any byte range of one file, for `mount`), and the path patterns that
+//! select what backup and restore take (`pattern`, docs/design/patterns.md).
 
 mod assembly;
 mod backup;
@@ -17,6 +17,7 @@ mod browse;
 mod check;
 mod diff;
 mod error;
+mod file_read;
 mod forget;
 mod gc;
 mod meta;
@@ -35,6 +36,7 @@ pub use browse::{display_path, escape_name, SnapshotPath, SnapshotTree};
 pub use check::{check, CheckOptions, CheckReport, Damage};
 pub use diff::{diff_snapshots, diff_trees, Change, ChangeKind, ChangedField, TreeDiff};
 pub use error::{EngineError, Result, Warning};
+pub use file_read::{ChunkCache, FileLayout, RUN_BYTES};
 pub use forget::{
     apply_policy, forget, plan_forget, plan_forget_named, ForgetDecision, KeepReason,
     RetentionPolicy,
