@@ -1,6 +1,6 @@
 //! `larder mount`: the snapshots by id, by time, by host and as `latest`; every file
-//! read back byte for byte through the kernel, with its recorded mode, mtime and
-//! owner; writes refused with EROFS; SIGINT and SIGTERM unmount cleanly and release
+//! read back byte for byte through the kernel, with its recorded mode, mtime, owner
+//! and extended attributes; writes refused with EROFS; SIGINT and SIGTERM unmount cleanly and release
 //! the repository's lock.
 //!
 //! These tests need FUSE (/dev/fuse and fusermount3, Debian's fuse3). Without it they
@@ -8,8 +8,10 @@
 
 mod support;
 
+use std::ffi::CString;
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -147,6 +149,49 @@ fn build_source(repo: &Repo) -> PathBuf {
     src
 }
 
+fn c_path(path: &Path) -> CString {
+    CString::new(path.as_os_str().as_bytes()).expect("path without NUL")
+}
+
+fn set_xattr(path: &Path, name: &str, value: &[u8]) {
+    let n = CString::new(name).unwrap();
+    // SAFETY: valid NUL-terminated strings and a value buffer of its length.
+    let rc = unsafe {
+        libc::lsetxattr(
+            c_path(path).as_ptr(),
+            n.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    };
+    assert_eq!(
+        rc,
+        0,
+        "lsetxattr {name}: {}",
+        std::io::Error::last_os_error()
+    );
+}
+
+fn get_xattr(path: &Path, name: &str) -> std::io::Result<Vec<u8>> {
+    let n = CString::new(name).unwrap();
+    let mut buf = vec![0u8; 4096];
+    // SAFETY: valid NUL-terminated strings and a buffer of the length passed.
+    let len = unsafe {
+        libc::lgetxattr(
+            c_path(path).as_ptr(),
+            n.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    if len < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    buf.truncate(len as usize);
+    Ok(buf)
+}
+
 fn names(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = fs::read_dir(dir)
         .unwrap_or_else(|e| panic!("read_dir {}: {e}", dir.display()))
@@ -175,6 +220,7 @@ fn snapshots_by_id_time_host_and_latest_read_back_identical() {
     }
     let repo = Repo::init(&[]);
     let src = build_source(&repo);
+    set_xattr(&src.join("small.txt"), "user.larder", b"kept");
     repo.backup(&[&src]);
     let added = src.join("nested/added.bin");
     fs::write(&added, pseudo_random(3, 70_000)).unwrap();
@@ -253,6 +299,13 @@ fn snapshots_by_id_time_host_and_latest_read_back_identical() {
             assert_eq!(got.len(), want.len(), "{name}");
         }
     }
+
+    assert_eq!(
+        get_xattr(&first.join("small.txt"), "user.larder").unwrap(),
+        b"kept"
+    );
+    let none = get_xattr(&first.join("big.bin"), "user.larder").unwrap_err();
+    assert_eq!(none.raw_os_error(), Some(libc::ENODATA), "{none}");
 
     // Random access: a range across chunk boundaries deep inside the big file.
     let want = fs::read(src.join("big.bin")).unwrap();
