@@ -8,19 +8,23 @@
 //! chunks share them), up to a bound in bytes. A miss reads a run: the chunk and the
 //! file's next chunks that lie in the same container, up to [`RUN_BYTES`] of stored
 //! bytes, in one request of byte ranges, and decodes them on every core. Sequential
-//! reads then cost one container request per run, not one per chunk
+//! reads then cost one container request per run, not one per chunk, and read ahead:
+//! each sequential read starts, in the background, the runs of the next
+//! [`READ_AHEAD`] bytes not yet cached, so decoding overlaps the reader
 //! (docs/performance.md, "larder mount").
 //!
 //! Invariants: every byte [`ChunkCache::read_at`] returns belongs to a chunk whose raw
 //! bytes hashed to its fingerprint; a layout is built only if its chunks' raw lengths
-//! sum to the size the snapshot records; the cache holds at most its bound, plus the
-//! one run being inserted.
+//! sum to the size the snapshot records; a chunk is read by at most one run at a time
+//! (whoever else needs it waits for that run); the cache holds at most its bound,
+//! plus the runs being read.
 
 mod lru;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ops::Range;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
 use larder_crypto::ChunkOpener;
 use larder_hash::Fingerprint;
@@ -42,7 +46,12 @@ const TABLES: usize = 256;
 /// the same container. Half a default container: large enough that a sequential read
 /// costs one request per few hundred chunks, small enough that a random read of one
 /// chunk does not wait long.
-pub const RUN_BYTES: u64 = 2 << 20;
+const RUN_BYTES: u64 = 2 << 20;
+
+/// How far a sequential read reads ahead, in raw bytes from the end of the read: two
+/// runs of incompressible data, so that one is decoded while the reader takes the
+/// other.
+const READ_AHEAD: u64 = 2 * RUN_BYTES;
 
 /// Largest gap between two chunks of a run that one range read spans, as a restore
 /// does (`assembly.rs`): reading 64 KiB more costs about what another read costs.
@@ -58,6 +67,8 @@ pub struct FileLayout {
     ends: Vec<u64>,
     chunks: Vec<ChunkSpot>,
     containers: Vec<ContainerRef>,
+    /// Where the last read ended: a read starting there is sequential.
+    last_end: AtomicU64,
 }
 
 /// One chunk of a file and where it is stored.
@@ -137,19 +148,40 @@ impl FileLayout {
     }
 }
 
-/// Decoded chunks and container tables, shared by every file read through it; safe
-/// to use from several threads. No lock is held while reading or decoding.
+/// Decoded chunks and container tables of one repository, shared by every file read
+/// through it; safe to use from several threads. No lock is held while reading or
+/// decoding.
 pub struct ChunkCache {
-    chunks: Mutex<Lru<Fingerprint, Vec<u8>>>,
+    repo: Arc<Repository>,
+    chunks: Mutex<Chunks>,
+    /// Signalled when a run's chunks are cached (or have failed).
+    run_done: Condvar,
     tables: Mutex<Lru<u64, ContainerTable>>,
 }
 
+struct Chunks {
+    cached: Lru<Fingerprint, Vec<u8>>,
+    /// Chunks a run is reading now; whoever needs one waits for that run.
+    reading: HashSet<Fingerprint>,
+}
+
+impl Chunks {
+    fn has(&self, fp: &Fingerprint) -> bool {
+        self.cached.contains(fp) || self.reading.contains(fp)
+    }
+}
+
 impl ChunkCache {
-    /// A cache holding at most `bytes` of decoded chunks (plus one run while it is
-    /// inserted) and [`TABLES`] container tables.
-    pub fn new(bytes: usize) -> Self {
+    /// A cache of `repo`'s chunks holding at most `bytes` of decoded chunks (plus the
+    /// runs being read) and [`TABLES`] container tables.
+    pub fn new(repo: Arc<Repository>, bytes: usize) -> Self {
         Self {
-            chunks: Mutex::new(Lru::new(bytes)),
+            repo,
+            chunks: Mutex::new(Chunks {
+                cached: Lru::new(bytes),
+                reading: HashSet::new(),
+            }),
+            run_done: Condvar::new(),
             tables: Mutex::new(Lru::new(TABLES)),
         }
     }
@@ -158,18 +190,15 @@ impl ChunkCache {
     /// one index lookup per chunk and one table read per container not cached. Fails
     /// if a chunk is missing, its table does not list it, or the chunks' raw lengths
     /// do not sum to the recorded size.
-    pub fn layout(
-        &self,
-        repo: &Repository,
-        entry: &TreeEntry,
-        snapshot: &str,
-    ) -> Result<FileLayout> {
+    pub fn layout(&self, entry: &TreeEntry, snapshot: &str) -> Result<FileLayout> {
+        let repo = &*self.repo;
         let mut file = FileLayout {
             path: display_path(&entry.path),
             snapshot: snapshot.to_string(),
             ends: Vec::with_capacity(entry.chunks.len()),
             chunks: Vec::with_capacity(entry.chunks.len()),
             containers: Vec::new(),
+            last_end: AtomicU64::new(0),
         };
         let found = repo.index().get_batch(&entry.chunks)?;
         let sealed = repo.keys().is_some();
@@ -180,7 +209,7 @@ impl ChunkCache {
             let what = |reason: String| file_damaged(entry, snapshot, n, count, reason);
             let loc = loc.ok_or_else(|| what(StoreError::MissingChunk(*fp).to_string()))?;
             let table = self
-                .table(repo, loc.container)
+                .table(loc.container)
                 .map_err(|e| what(error_chain(&e)))?;
             let (index, row) = table
                 .entries
@@ -227,70 +256,122 @@ impl ChunkCache {
 
     /// Bytes `offset..offset + len` of `file`, fewer at its end (none past it), each
     /// chunk verified when it was decoded. Fails if a chunk it needs cannot be read or
-    /// is damaged.
+    /// is damaged. A read that starts where the last one ended also reads ahead.
     pub fn read_at(
-        &self,
-        repo: &Repository,
-        file: &FileLayout,
+        self: &Arc<Self>,
+        file: &Arc<FileLayout>,
         offset: u64,
         len: u64,
     ) -> Result<Vec<u8>> {
         let end = offset.saturating_add(len).min(file.size());
+        let sequential = file.last_end.swap(end, Ordering::Relaxed) == offset;
+        let span = file.span(offset, len);
         let mut out = Vec::with_capacity(end.saturating_sub(offset) as usize);
-        for i in file.span(offset, len) {
-            let chunk = self.chunk(repo, file, i)?;
+        for i in span.clone() {
+            let chunk = self.chunk(file, i)?;
             let start = file.start(i);
             let lo = offset.saturating_sub(start) as usize;
             let hi = (end - start).min(chunk.len() as u64) as usize;
             out.extend_from_slice(&chunk[lo..hi]);
         }
+        if sequential {
+            self.read_ahead(file, span.end);
+        }
         Ok(out)
     }
 
-    /// Chunk `i` of `file`, decoded: from the cache, or read with its run.
-    fn chunk(&self, repo: &Repository, file: &FileLayout, i: usize) -> Result<Arc<Vec<u8>>> {
+    /// Chunk `i` of `file`, decoded: from the cache, from the run reading it, or read
+    /// with its own run.
+    fn chunk(&self, file: &FileLayout, i: usize) -> Result<Arc<Vec<u8>>> {
         let fp = file.chunks[i].fingerprint;
         let run = {
-            let mut cache = lock(&self.chunks);
-            if let Some(hit) = cache.get(&fp) {
-                return Ok(hit);
+            let mut chunks = lock(&self.chunks);
+            loop {
+                if let Some(hit) = chunks.cached.get(&fp) {
+                    return Ok(hit);
+                }
+                if !chunks.reading.contains(&fp) {
+                    break;
+                }
+                chunks = self
+                    .run_done
+                    .wait(chunks)
+                    .unwrap_or_else(PoisonError::into_inner);
             }
-            file.run_from(i, |fp| cache.contains(fp))
+            let run = file.run_from(i, |fp| chunks.has(fp));
+            chunks
+                .reading
+                .extend(run.iter().map(|&j| file.chunks[j].fingerprint));
+            run
         };
-        let spots: Vec<ChunkSpot> = run.iter().map(|&j| file.chunks[j]).collect();
-        let container = &file.containers[spots[0].container as usize];
-        let mut decoded = read_run(repo, container, &spots).map_err(|e| {
-            file.damaged(format!(
-                "chunk {} of {} cannot be read: {}",
-                i + 1,
-                file.chunks.len(),
-                error_chain(&e)
-            ))
-        })?;
-        // `run` starts with `i`: its result is the first.
-        let wanted = std::mem::replace(&mut decoded[0], Err(String::new()));
-        let mut cache = lock(&self.chunks);
-        for (spot, bytes) in spots.iter().zip(decoded).skip(1) {
-            if let Ok(bytes) = bytes {
-                cache.insert(spot.fingerprint, bytes, spot.raw_len as usize);
-            }
-        }
-        let wanted = wanted.map_err(|reason| {
+        let damaged = |reason: String| {
             file.damaged(format!(
                 "chunk {} of {}: {reason}",
                 i + 1,
                 file.chunks.len()
             ))
-        })?;
-        cache.insert(fp, wanted.clone(), wanted.len());
-        Ok(wanted)
+        };
+        // `run` starts with `i`: its result is the first.
+        let mut decoded = self
+            .read_run(file, &run)
+            .map_err(|e| damaged(error_chain(&e)))?;
+        std::mem::replace(&mut decoded[0], Err(String::new())).map_err(damaged)
     }
 
-    fn table(&self, repo: &Repository, id: u64) -> Result<Arc<ContainerTable>, StoreError> {
+    /// Starts reading in the background the first chunk from chunk `next` on that is
+    /// neither cached nor being read and starts within [`READ_AHEAD`] of it, with its
+    /// run; nothing if there is none.
+    fn read_ahead(self: &Arc<Self>, file: &Arc<FileLayout>, next: usize) {
+        let limit = file.start(next.min(file.chunks.len())) + READ_AHEAD;
+        let run = {
+            let mut chunks = lock(&self.chunks);
+            let Some(first) = (next..file.chunks.len())
+                .take_while(|&j| file.start(j) < limit)
+                .find(|&j| !chunks.has(&file.chunks[j].fingerprint))
+            else {
+                return;
+            };
+            let run = file.run_from(first, |fp| chunks.has(fp));
+            chunks
+                .reading
+                .extend(run.iter().map(|&j| file.chunks[j].fingerprint));
+            run
+        };
+        let (cache, file) = (self.clone(), file.clone());
+        // A chunk that fails here is read again, and its error reported, by the read
+        // that needs it.
+        rayon::spawn(move || drop(cache.read_run(&file, &run)));
+    }
+
+    /// Reads and decodes chunks `run` of `file` (marked as being read), caches those
+    /// that decode, and ends their being read; returns each one's bytes or error.
+    fn read_run(
+        &self,
+        file: &FileLayout,
+        run: &[usize],
+    ) -> Result<Vec<Result<Arc<Vec<u8>>, String>>, StoreError> {
+        let spots: Vec<ChunkSpot> = run.iter().map(|&j| file.chunks[j]).collect();
+        let container = &file.containers[spots[0].container as usize];
+        let decoded = read_chunks(&self.repo, container, &spots);
+        let mut chunks = lock(&self.chunks);
+        for (i, spot) in spots.iter().enumerate() {
+            chunks.reading.remove(&spot.fingerprint);
+            if let Ok(Ok(bytes)) = decoded.as_ref().map(|d| &d[i]) {
+                chunks
+                    .cached
+                    .insert(spot.fingerprint, bytes.clone(), bytes.len());
+            }
+        }
+        drop(chunks);
+        self.run_done.notify_all();
+        decoded
+    }
+
+    fn table(&self, id: u64) -> Result<Arc<ContainerTable>, StoreError> {
         if let Some(t) = lock(&self.tables).get(&id) {
             return Ok(t);
         }
-        let table = Arc::new(repo.load_container_table(id)?);
+        let table = Arc::new(self.repo.load_container_table(id)?);
         lock(&self.tables).insert(id, table.clone(), 1);
         Ok(table)
     }
@@ -299,7 +380,7 @@ impl ChunkCache {
 /// Reads chunks `spots` (of one container) in one request of byte ranges, and decodes
 /// and verifies each on the rayon pool. Fails only if the container cannot be read;
 /// a chunk that does not decode is an `Err` in its place.
-fn read_run(
+fn read_chunks(
     repo: &Repository,
     container: &ContainerRef,
     spots: &[ChunkSpot],

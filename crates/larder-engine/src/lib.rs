@@ -36,7 +36,7 @@ pub use browse::{display_path, escape_name, SnapshotPath, SnapshotTree};
 pub use check::{check, CheckOptions, CheckReport, Damage};
 pub use diff::{diff_snapshots, diff_trees, Change, ChangeKind, ChangedField, TreeDiff};
 pub use error::{EngineError, Result, Warning};
-pub use file_read::{ChunkCache, FileLayout, RUN_BYTES};
+pub use file_read::{ChunkCache, FileLayout};
 pub use forget::{
     apply_policy, forget, plan_forget, plan_forget_named, ForgetDecision, KeepReason,
     RetentionPolicy,

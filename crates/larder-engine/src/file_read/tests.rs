@@ -35,6 +35,7 @@ fn layout(lens: &[u32], stored: &[(u32, u32, u32)]) -> FileLayout {
         ends,
         chunks,
         containers: Vec::new(),
+        last_end: AtomicU64::new(0),
     }
 }
 

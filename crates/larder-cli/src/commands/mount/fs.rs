@@ -33,11 +33,11 @@ const TTL: Duration = Duration::from_secs(24 * 3600);
 /// A read-only file system of a repository's snapshots. Holds the repository, and
 /// with it its shared lock, until it is dropped at unmount.
 pub struct SnapshotFs {
-    repo: Repository,
+    repo: Arc<Repository>,
     snapshots: Vec<IdentifiedSnapshot>,
     namespace: Namespace,
     trees: Mutex<Trees>,
-    cache: ChunkCache,
+    cache: Arc<ChunkCache>,
     /// Layouts of open files, by file handle.
     open: Mutex<HashMap<u64, Arc<FileLayout>>>,
     next_handle: AtomicU64,
@@ -83,14 +83,15 @@ impl SnapshotFs {
             loaded: vec![None; snapshots.len()],
             inodes: Inodes::new(namespace.last_inode()),
         };
+        let repo = Arc::new(repo);
         // SAFETY: getuid and getgid have no preconditions and cannot fail.
         let owner = unsafe { (libc::getuid(), libc::getgid()) };
         Self {
+            cache: Arc::new(ChunkCache::new(repo.clone(), cache_bytes)),
             repo,
             snapshots,
             namespace,
             trees: Mutex::new(trees),
-            cache: ChunkCache::new(cache_bytes),
             open: Mutex::new(HashMap::new()),
             next_handle: AtomicU64::new(1),
             owner,
@@ -216,11 +217,7 @@ impl SnapshotFs {
         }
         let layout = self
             .cache
-            .layout(
-                &self.repo,
-                entry,
-                short_id(&self.snapshots[loaded.snapshot].0),
-            )
+            .layout(entry, short_id(&self.snapshots[loaded.snapshot].0))
             .map_err(|e| {
                 tracing::error!("{}", error_chain(&e));
                 Errno::EIO
@@ -386,10 +383,7 @@ impl Filesystem for SnapshotFs {
         let Some(file) = lock(&self.open).get(&fh.0).cloned() else {
             return reply.error(Errno::EBADF);
         };
-        match self
-            .cache
-            .read_at(&self.repo, &file, offset, u64::from(size))
-        {
+        match self.cache.read_at(&file, offset, u64::from(size)) {
             Ok(data) => reply.data(&data),
             Err(e) => {
                 tracing::error!("{}", error_chain(&e));
