@@ -258,7 +258,7 @@ fn snapshots_by_id_time_host_and_latest_read_back_identical() {
         times[0].ends_with('Z') || times[0].contains("Z-"),
         "{times:?}"
     );
-    assert_eq!(names(&mnt.join("hosts")), [host.clone()]);
+    assert_eq!(names(&mnt.join("hosts")), std::slice::from_ref(&host));
     assert_eq!(names(&mnt.join("hosts").join(&host)), times);
 
     // Every file byte for byte, every mode and mtime, through the latest snapshot,

@@ -57,6 +57,9 @@ const READ_AHEAD: u64 = 2 * RUN_BYTES;
 /// does (`assembly.rs`): reading 64 KiB more costs about what another read costs.
 const MAX_GAP: u64 = 64 << 10;
 
+/// Each chunk of a run, decoded and verified, or why it was not.
+type Decoded = Vec<Result<Arc<Vec<u8>>, String>>;
+
 /// Where each byte of one file lies: its chunks in order, with their raw lengths and
 /// where they are stored. Memory: about 70 bytes per chunk (1% of an 8 KiB chunk).
 pub struct FileLayout {
@@ -345,11 +348,7 @@ impl ChunkCache {
 
     /// Reads and decodes chunks `run` of `file` (marked as being read), caches those
     /// that decode, and ends their being read; returns each one's bytes or error.
-    fn read_run(
-        &self,
-        file: &FileLayout,
-        run: &[usize],
-    ) -> Result<Vec<Result<Arc<Vec<u8>>, String>>, StoreError> {
+    fn read_run(&self, file: &FileLayout, run: &[usize]) -> Result<Decoded, StoreError> {
         let spots: Vec<ChunkSpot> = run.iter().map(|&j| file.chunks[j]).collect();
         let container = &file.containers[spots[0].container as usize];
         let decoded = read_chunks(&self.repo, container, &spots);
@@ -384,7 +383,7 @@ fn read_chunks(
     repo: &Repository,
     container: &ContainerRef,
     spots: &[ChunkSpot],
-) -> Result<Vec<Result<Arc<Vec<u8>>, String>>, StoreError> {
+) -> Result<Decoded, StoreError> {
     let ranges = merged_ranges(
         spots.iter().map(|c| u64::from(c.offset)..end_of(c)),
         MAX_GAP,

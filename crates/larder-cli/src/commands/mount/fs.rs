@@ -22,7 +22,7 @@ use fuser::{
     WriteFlags,
 };
 use larder_engine::{load_tree, parse_utc_rfc3339, ChunkCache, ChunkReader, FileLayout};
-use larder_store::{error_chain, EntryKind, IdentifiedSnapshot, Repository, TreeEntry};
+use larder_store::{error_chain, EntryKind, IdentifiedSnapshot, Repository, TreeEntry, Xattr};
 
 use super::namespace::{Namespace, Node};
 use super::tree::{Inodes, MountedTree};
@@ -227,14 +227,10 @@ impl SnapshotFs {
         Ok(fh)
     }
 
-    fn xattrs(&self, ino: u64) -> Result<Vec<(Vec<u8>, Vec<u8>)>, Errno> {
+    fn xattrs(&self, ino: u64) -> Result<Vec<Xattr>, Errno> {
         Ok(match self.target(ino)? {
             Target::Fixed(_) => Vec::new(),
-            Target::Entry(loaded, i) => loaded.tree.entries[i as usize]
-                .xattrs
-                .iter()
-                .map(|x| (x.name.clone(), x.value.clone()))
-                .collect(),
+            Target::Entry(loaded, i) => loaded.tree.entries[i as usize].xattrs.clone(),
         })
     }
 }
@@ -445,8 +441,8 @@ impl Filesystem for SnapshotFs {
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         match self.xattrs(ino.0) {
-            Ok(xattrs) => match xattrs.iter().find(|(n, _)| n == name.as_bytes()) {
-                Some((_, value)) => reply_sized(reply, size, value),
+            Ok(xattrs) => match xattrs.iter().find(|x| x.name == name.as_bytes()) {
+                Some(x) => reply_sized(reply, size, &x.value),
                 None => reply.error(Errno::NO_XATTR),
             },
             Err(e) => reply.error(e),
@@ -457,8 +453,8 @@ impl Filesystem for SnapshotFs {
         match self.xattrs(ino.0) {
             Ok(xattrs) => {
                 let mut names = Vec::new();
-                for (name, _) in &xattrs {
-                    names.extend_from_slice(name);
+                for x in &xattrs {
+                    names.extend_from_slice(&x.name);
                     names.push(0);
                 }
                 reply_sized(reply, size, &names);
