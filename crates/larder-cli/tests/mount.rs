@@ -393,3 +393,37 @@ fn sigint_unmounts_cleanly_and_releases_the_shared_lock() {
     assert!(names(&mnt).is_empty(), "the mount point is not empty again");
     repo.run(["gc"]).expect_ok();
 }
+
+#[test]
+fn a_damaged_chunk_fails_its_reads_with_eio_and_names_the_file() {
+    if !fuse_or_skip() {
+        return;
+    }
+    let repo = Repo::init_plain(&[]);
+    let src = build_source(&repo);
+    repo.backup(&[&src]);
+    // The largest container holds big.bin's chunks: flip a byte in its data.
+    let containers = repo.path.join("containers");
+    let largest = fs::read_dir(&containers)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .max_by_key(|p| fs::metadata(p).unwrap().len())
+        .unwrap();
+    let mut bytes = fs::read(&largest).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    fs::write(&largest, bytes).unwrap();
+
+    let mnt = repo.dir("mnt");
+    let m = Mounted::start(&repo, &mnt);
+    let dir = mnt.join("latest").join(snapshot_path(&src));
+    let e = fs::read(dir.join("big.bin")).expect_err("a damaged file read back");
+    assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
+    assert_eq!(fs::read(dir.join("small.txt")).unwrap(), b"hello, mount\n");
+    let (code, stderr) = m.stop(libc::SIGINT);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("big.bin") && stderr.contains("damaged"),
+        "stderr does not name the damaged file: {stderr}"
+    );
+}

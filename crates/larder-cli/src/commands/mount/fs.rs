@@ -111,8 +111,10 @@ impl SnapshotFs {
             .map_err(Into::into)
             .and_then(|fps| load_tree(&mut ChunkReader::new(&self.repo), &fps))
             .map_err(|e| {
-                tracing::error!("cannot read the tree of snapshot {id}: {}", error_chain(&e));
-                Errno::EIO
+                io_error(&format!(
+                    "cannot read the tree of snapshot {id}: {}",
+                    error_chain(&e)
+                ))
             })?;
         let tree = Arc::new(MountedTree::new(entries));
         let mut trees = lock(&self.trees);
@@ -218,10 +220,7 @@ impl SnapshotFs {
         let layout = self
             .cache
             .layout(entry, short_id(&self.snapshots[loaded.snapshot].0))
-            .map_err(|e| {
-                tracing::error!("{}", error_chain(&e));
-                Errno::EIO
-            })?;
+            .map_err(|e| io_error(&error_chain(&e)))?;
         let fh = self.next_handle.fetch_add(1, Ordering::Relaxed);
         lock(&self.open).insert(fh, Arc::new(layout));
         Ok(fh)
@@ -319,6 +318,13 @@ fn reply_sized(reply: ReplyXattr, size: u32, data: &[u8]) {
     }
 }
 
+/// Says on stderr, as larder's other errors, why a call fails with `EIO`: the
+/// program reading sees only the errno.
+fn io_error(why: &str) -> Errno {
+    eprintln!("larder: error: {why}");
+    Errno::EIO
+}
+
 /// The first 8 digits of a snapshot id, as `larder snapshots` shows it.
 fn short_id(id: &str) -> &str {
     id.get(..8).unwrap_or(id)
@@ -381,10 +387,7 @@ impl Filesystem for SnapshotFs {
         };
         match self.cache.read_at(&file, offset, u64::from(size)) {
             Ok(data) => reply.data(&data),
-            Err(e) => {
-                tracing::error!("{}", error_chain(&e));
-                reply.error(Errno::EIO);
-            }
+            Err(e) => reply.error(io_error(&error_chain(&e))),
         }
     }
 
