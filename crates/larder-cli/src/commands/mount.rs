@@ -76,6 +76,10 @@ pub fn run(args: MountArgs, g: &Globals, out: &Output) -> Result<ExitCode> {
 
 fn mount_config(allow_other: bool) -> Config {
     let mut config = Config::default();
+    // Two threads serve requests: one copies a cached run out while the other waits
+    // for a chunk being decoded (docs/performance.md, "larder mount": 414-427 MB/s
+    // on the Django tarballs against 302-367 MB/s with one).
+    config.n_threads = Some(2);
     config.mount_options = vec![
         MountOption::RO,
         MountOption::NoDev,
