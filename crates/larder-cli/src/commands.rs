@@ -20,6 +20,7 @@ pub mod index;
 pub mod init;
 pub mod key;
 pub mod ls;
+pub mod mount;
 pub mod node;
 pub mod remote;
 pub mod restore;

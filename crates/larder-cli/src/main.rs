@@ -22,7 +22,7 @@ use clap::{Parser, Subcommand};
 
 use crate::commands::{
     backup, bench, cat, check, chunk, cluster, copy, diff, forget, gc, gen, index, init, key, ls,
-    node, restore, snapshots, stats, unlock, Globals,
+    mount, node, restore, snapshots, stats, unlock, Globals,
 };
 use crate::output::Output;
 use crate::repo_open::RepoOpener;
@@ -87,6 +87,9 @@ enum Command {
     /// Write the content of one file of a snapshot to standard output
     #[command(visible_alias = "dump")]
     Cat(cat::CatArgs),
+    /// Mount the snapshots as a read-only file system (FUSE) until SIGINT or SIGTERM:
+    /// ids/ID, snapshots/TIME, hosts/HOST/TIME and latest (docs/design/mount.md)
+    Mount(mount::MountArgs),
     /// List snapshots
     Snapshots(snapshots::SnapshotsArgs),
     /// Verify the repository; with --read-data, every chunk too
@@ -183,6 +186,7 @@ fn run(cli: Cli, out: &Output) -> Result<ExitCode> {
         Command::Ls(args) => ls::run(args, &g, out),
         Command::Diff(args) => diff::run(args, &g, out),
         Command::Cat(args) => cat::run(args, &g, out),
+        Command::Mount(args) => mount::run(args, &g, out),
         Command::Snapshots(args) => snapshots::run(args, &g, out),
         Command::Check(args) => check::run(args, &g, out),
         Command::Stats(args) => stats::run(args, &g, out),

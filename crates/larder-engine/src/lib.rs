@@ -7,9 +7,9 @@
 //!
 //! Besides backup, restore and check: `copy` (snapshots from one repository into
 //! another, docs/design/copy.md); `forget` (retention policies) and `gc`'s mark
-//! (docs/design/gc.md); reading snapshots back (`browse`: `ls` and
-//! `cat`; `diff`), and the path patterns that select what backup and restore take
-//! (`pattern`, docs/design/patterns.md).
+//! (docs/design/gc.md); reading snapshots back (`browse`: `ls` and `cat`; `diff`;
+//! `file_read`: any byte range of one file, for `mount`), and the path patterns that
+//! select what backup and restore take (`pattern`, docs/design/patterns.md).
 
 mod assembly;
 mod backup;
@@ -19,6 +19,7 @@ mod check;
 mod copy;
 mod diff;
 mod error;
+mod file_read;
 mod forget;
 mod gc;
 mod meta;
@@ -38,6 +39,7 @@ pub use check::{check, CheckOptions, CheckReport, Damage};
 pub use copy::{copy, CopiedSnapshot, CopyOptions, CopySummary, SkipReason, SkippedSnapshot};
 pub use diff::{diff_snapshots, diff_trees, Change, ChangeKind, ChangedField, TreeDiff};
 pub use error::{EngineError, Result, Warning};
+pub use file_read::{ChunkCache, FileLayout};
 pub use forget::{
     apply_policy, forget, plan_forget, plan_forget_named, ForgetDecision, KeepReason,
     RetentionPolicy,
