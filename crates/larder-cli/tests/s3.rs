@@ -149,17 +149,21 @@ fn the_metadata_cache_serves_reads_and_is_rebuilt_when_damaged() {
 #[test]
 fn a_repository_url_with_another_scheme_is_a_usage_error_and_makes_nothing() {
     let repo = Repo::uninit();
+    // Run where a path taken for local would be made: nothing may appear there.
+    let cwd = repo.dir("cwd");
     for url in [
         "gs://bucket/repo",
         "sftp:host:/srv/repo",
         "rest:http://host/",
     ] {
-        let out = support::larder(repo.xdg(), ["--repo", url, "init"]);
+        let mut c = support::larder_command(repo.xdg());
+        c.current_dir(&cwd).args(["--repo", url, "init"]);
+        let out = support::run_command(c, support::RUN_TIMEOUT);
         assert_eq!(out.code, Some(2), "{out}");
         out.expect_stderr(&["--repo"]);
     }
-    let cwd_entries = fs::read_dir(repo.xdg()).unwrap().count();
-    assert!(cwd_entries <= 2, "nothing is created");
+    let made: Vec<_> = fs::read_dir(&cwd).unwrap().collect();
+    assert!(made.is_empty(), "nothing is created: {made:?}");
 }
 
 #[test]

@@ -101,11 +101,6 @@ impl FileKind {
                 .and_then(|n| n.strip_suffix('.')),
         }
     }
-
-    /// The kinds whose files are written once and never change: what a cache may keep.
-    pub fn is_immutable(self) -> bool {
-        !matches!(self, Self::Config | Self::Lock)
-    }
 }
 
 /// Storage of named files.
@@ -167,6 +162,13 @@ pub trait Backend: Send + Sync {
     /// its own (a cluster's view, docs/design/crypto.md "Cluster").
     fn written_name<'a>(&self, _kind: FileKind, name: &'a str) -> &'a str {
         name
+    }
+}
+
+/// A backend shows as its location (what holders of one, such as a lock, print).
+impl std::fmt::Debug for dyn Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Backend({})", self.location())
     }
 }
 

@@ -147,12 +147,6 @@ pub struct ObjectLock {
     refresher: Option<JoinHandle<()>>,
 }
 
-impl std::fmt::Debug for dyn Backend {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Backend({})", self.location())
-    }
-}
-
 impl ObjectLock {
     /// Takes the lock in `mode`, trying again for up to `wait` (at least
     /// `RACE_GRACE`).
