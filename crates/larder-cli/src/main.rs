@@ -112,7 +112,8 @@ enum Command {
     /// An encrypted repository's keys: list, add (also write-only), remove, passwd
     #[command(subcommand)]
     Key(key::KeyCommand),
-    /// Remove a stale lock note left by a killed process (a lock never outlives its process)
+    /// Remove what killed processes left of the lock: a stale lock note, or stale lock
+    /// objects of a remote repository
     Unlock(unlock::UnlockArgs),
     /// Chunk files (no repository): chunk sizes, dedup ratio, chunking speed
     Chunk(chunk::ChunkArgs),

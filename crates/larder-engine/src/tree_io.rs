@@ -128,7 +128,9 @@ impl ChunkReader<'_> {
                 self.read_into(fp, out)?;
                 continue;
             }
-            if !self.parts.contains_key(&loc.container) {
+            // Parts read for an earlier stream may lack this one's chunks.
+            let held = self.parts.get(&loc.container);
+            if held.is_none_or(|p| p.bytes(loc).is_none()) {
                 self.read_parts(loc.container, &locs[i..])?;
             }
             self.decode_part(fp, loc, out)?;
@@ -157,6 +159,8 @@ impl ChunkReader<'_> {
         self.containers_read += 1;
         self.bytes_read += table.read + bytes.iter().map(|b| b.len() as u64).sum::<u64>();
         let runs = runs.iter().map(|r| r.start).zip(bytes).collect();
+        // Read again, a container replaces its earlier parts.
+        self.parts_order.retain(|&held| held != id);
         if self.parts_order.len() >= CACHE_CONTAINERS {
             if let Some(old) = self.parts_order.pop_front() {
                 self.parts.remove(&old);
