@@ -77,6 +77,7 @@ pub fn paper_config(kind: ChunkerKind, min: usize, avg: usize, level: u8) -> Chu
         avg_size: avg,
         max_size: avg * 8,
         level,
+        seed: 0,
     }
 }
 

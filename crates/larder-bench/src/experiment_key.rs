@@ -77,6 +77,7 @@ mod tests {
             avg_size: 1024,
             max_size: 8192,
             level: 2,
+            seed: 0,
         };
         let data = crate::seeded::xorshift_bytes(5, 200_000);
         let a = build_chunker(&config).chunk_lengths(&data);

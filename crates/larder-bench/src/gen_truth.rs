@@ -376,6 +376,7 @@ pub fn run_gen_truth(
         avg_size: BLOCK as usize,
         max_size: BLOCK as usize,
         level: 0,
+        seed: 0,
     };
     let (fixed_new, _) = new_bytes_per_stream(&generated.corpus, &fixed, copied)?;
     let rows = generated

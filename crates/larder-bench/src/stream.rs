@@ -262,6 +262,7 @@ mod tests {
                 avg_size: 4096,
                 max_size: 16384,
                 level: 2,
+                seed: 0,
             };
             if config.validate().is_err() {
                 continue;

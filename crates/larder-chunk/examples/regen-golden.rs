@@ -37,6 +37,7 @@ fn config(kind: ChunkerKind, (min, avg, max): (usize, usize, usize), level: u8) 
         avg_size: avg,
         max_size: max,
         level,
+        seed: 0,
     }
 }
 

@@ -52,8 +52,8 @@ pub struct CandidateChunker {
 }
 
 impl CandidateChunker {
-    /// The same parameters as [`FastCdc2020::new`] (sizes even, validated by
-    /// [`crate::ChunkerConfig::validate`]).
+    /// The same parameters as [`FastCdc2020::new`] (validated by
+    /// [`crate::ChunkerConfig::validate`]); the Gear table is the unseeded one.
     pub fn new(min_size: usize, avg_size: usize, max_size: usize, level: u8) -> Self {
         let (mask_s, mask_l) = select_masks(avg_size, level);
         Self {
@@ -140,17 +140,19 @@ impl CandidateChunker {
         }
         let end = rest.min(self.max_size);
         let center = self.avg_size.min(end) & !1;
-        // Judged offsets are `first..judged_end`; the hash starts at zero before
-        // `min_size`, and with `min_size == 0` byte 0 is hashed but not judged.
+        // Judged offsets are `first..judged_end`, pairs from an even offset as in
+        // FastCdc2020; the hash starts at zero at `first`, and with `first == 0` byte 0
+        // is hashed but not judged.
+        let first = self.min_size & !1;
         let judged_end = end & !1;
         let mask_at = |offset: usize| match offset < center {
             true => self.mask_s,
             false => self.mask_l,
         };
         // Offsets where the hash has seen fewer than WINDOW bytes: hashed here.
-        let full_from = (self.min_size + WINDOW - 1).min(judged_end);
+        let full_from = (first + WINDOW - 1).min(judged_end);
         let mut hash = 0u64;
-        for offset in self.min_size..full_from {
+        for offset in first..full_from {
             hash = (hash << 1).wrapping_add(GEAR[usize::from(data[start + offset])]);
             if offset > 0 && hash & mask_at(offset) == 0 {
                 return offset;

@@ -83,6 +83,11 @@ impl ChunkerKind {
         matches!(self, Self::Fastcdc2016 | Self::Fastcdc2020 | Self::Keyed)
     }
 
+    /// The kinds that read the seed of the Gear table: FastCDC in either form.
+    pub fn reads_seed(self) -> bool {
+        matches!(self, Self::Fastcdc2016 | Self::Fastcdc2020)
+    }
+
     /// Whether the chunker needs a secret key ([`ChunkerConfig::build_keyed`]).
     pub fn needs_key(self) -> bool {
         self == Self::Keyed
@@ -98,6 +103,15 @@ pub struct ChunkerConfig {
     pub max_size: usize,
     /// Normalization level, 0 to 3: FastCDC and keyed only; the other kinds ignore it.
     pub level: u8,
+    /// XORed into every entry of the Gear table (FastCDC only): the `fastcdc` crate's
+    /// `with_level_and_seed`, the Remote Execution API's FastCDC seed. Absent from a
+    /// stored config when 0, so configs without it read as seed 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub seed: u64,
+}
+
+fn is_zero(seed: &u64) -> bool {
+    *seed == 0
 }
 
 impl Default for ChunkerConfig {
@@ -109,6 +123,7 @@ impl Default for ChunkerConfig {
             avg_size: 8 * 1024,
             max_size: 64 * 1024,
             level: 2,
+            seed: 0,
         }
     }
 }
@@ -126,13 +141,8 @@ pub enum ConfigError {
     },
     #[error("sizes must satisfy min <= avg <= max (got {min}/{avg}/{max})")]
     Unordered { min: usize, avg: usize, max: usize },
-    #[error("{kind} needs even sizes (got {min}/{avg}/{max})")]
-    OddSize {
-        kind: &'static str,
-        min: usize,
-        avg: usize,
-        max: usize,
-    },
+    #[error("{kind} has no Gear table to seed: --seed is for fastcdc2016 and fastcdc2020")]
+    SeedUnused { kind: &'static str },
     #[error("normalization level {0} is not in 0..=3")]
     Level(u8),
     #[error(
@@ -177,6 +187,9 @@ impl ChunkerConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let (min, avg, max) = (self.min_size, self.avg_size, self.max_size);
         if self.kind == ChunkerKind::Fixed {
+            if self.seed != 0 {
+                return Err(ConfigError::SeedUnused { kind: "fixed" });
+            }
             return check_range("fixed", avg, (1, MAX_RANGE.1));
         }
         check_range("minimum", min, MIN_RANGE)?;
@@ -188,12 +201,9 @@ impl ChunkerConfig {
         if self.kind.reads_level() && self.level > 3 {
             return Err(ConfigError::Level(self.level));
         }
-        if self.kind == ChunkerKind::Fastcdc2020 && (min % 2 != 0 || avg % 2 != 0 || max % 2 != 0) {
-            return Err(ConfigError::OddSize {
+        if self.seed != 0 && !self.kind.reads_seed() {
+            return Err(ConfigError::SeedUnused {
                 kind: self.kind.name(),
-                min,
-                avg,
-                max,
             });
         }
         if self.kind == ChunkerKind::Keyed && min < KEYED_MIN_SIZE {
@@ -254,8 +264,12 @@ impl ChunkerConfig {
     fn build_unchecked(&self, prf: Option<Arc<WindowPrf>>) -> Box<dyn Chunker> {
         let (min, avg, max) = (self.min_size, self.avg_size, self.max_size);
         match self.kind {
-            ChunkerKind::Fastcdc2016 => Box::new(FastCdc2016::new(min, avg, max, self.level)),
-            ChunkerKind::Fastcdc2020 => Box::new(FastCdc2020::new(min, avg, max, self.level)),
+            ChunkerKind::Fastcdc2016 => {
+                Box::new(FastCdc2016::with_seed(min, avg, max, self.level, self.seed))
+            }
+            ChunkerKind::Fastcdc2020 => {
+                Box::new(FastCdc2020::with_seed(min, avg, max, self.level, self.seed))
+            }
             ChunkerKind::Fixed => Box::new(FixedSize::new(avg)),
             ChunkerKind::Rabin => Box::new(RabinCdc::new(min, avg, max)),
             ChunkerKind::Adler => Box::new(AdlerCdc::new(min, avg, max)),
@@ -293,6 +307,7 @@ mod tests {
             avg_size,
             max_size,
             level: 2,
+            seed: 0,
         }
     }
 
@@ -321,11 +336,12 @@ mod tests {
             },
             ChunkerConfig { level: 4, ..base },
             ChunkerConfig {
-                min_size: 2049,
+                max_size: 32 << 20,
                 ..base
             },
             ChunkerConfig {
-                max_size: 32 << 20,
+                kind: ChunkerKind::Rabin,
+                seed: 1,
                 ..base
             },
         ];
@@ -350,9 +366,7 @@ mod tests {
         for kind in ChunkerKind::ALL {
             for min in [0, 1, 2, 47, 48, 62, 63, 64, 65] {
                 let config = sized(kind, min, 8192, 65536);
-                if kind == ChunkerKind::Fastcdc2020 && min % 2 == 1
-                    || kind == ChunkerKind::Keyed && min < KEYED_MIN_SIZE
-                {
+                if kind == ChunkerKind::Keyed && min < KEYED_MIN_SIZE {
                     assert!(config.validate().is_err(), "{config:?}");
                 } else {
                     config.validate().unwrap();
@@ -463,14 +477,38 @@ mod tests {
     }
 
     #[test]
-    fn fastcdc2020_needs_even_sizes_even_at_min_one() {
-        let err = sized(ChunkerKind::Fastcdc2020, 1, 8192, 65536)
-            .validate()
-            .unwrap_err();
-        assert!(matches!(err, ConfigError::OddSize { .. }), "{err}");
-        sized(ChunkerKind::Fastcdc2016, 1, 8192, 65536)
-            .validate()
-            .unwrap();
+    fn fastcdc_accepts_odd_sizes_as_the_fastcdc_crate_does() {
+        for kind in [ChunkerKind::Fastcdc2016, ChunkerKind::Fastcdc2020] {
+            sized(kind, 1, 8192, 65536).validate().unwrap();
+            sized(kind, 4095, 16383, 65535).validate().unwrap();
+        }
+    }
+
+    #[test]
+    fn only_fastcdc_reads_the_seed_and_seed_zero_is_not_stored() {
+        for kind in ChunkerKind::ALL {
+            let config = ChunkerConfig {
+                seed: 666,
+                ..sized(kind, 2048, 8192, 65536)
+            };
+            let result = config.validate();
+            if kind.reads_seed() {
+                result.unwrap();
+            } else {
+                assert_eq!(result, Err(ConfigError::SeedUnused { kind: kind.name() }));
+            }
+        }
+        let json = serde_json::to_string(&ChunkerConfig::default()).unwrap();
+        assert!(!json.contains("seed"), "{json}");
+        let seeded = ChunkerConfig {
+            seed: 666,
+            ..ChunkerConfig::default()
+        };
+        let json = serde_json::to_string(&seeded).unwrap();
+        assert_eq!(
+            serde_json::from_str::<ChunkerConfig>(&json).unwrap(),
+            seeded
+        );
     }
 
     #[test]

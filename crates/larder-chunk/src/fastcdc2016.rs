@@ -8,7 +8,7 @@
 //! `min_size`, and judging byte `i` ends the chunk before it, so with `min_size` 0 byte
 //! 0 is hashed but never judged (a chunk is never empty).
 
-use crate::gear_table::GEAR;
+use crate::gear_table::GearTables;
 use crate::masks::select_masks;
 use crate::Chunker;
 
@@ -20,11 +20,24 @@ pub struct FastCdc2016 {
     max_size: usize,
     mask_s: u64,
     mask_l: u64,
+    gear: &'static [u64; 256],
 }
 
 impl FastCdc2016 {
     /// Sizes and level must pass [`crate::ChunkerConfig::validate`].
     pub fn new(min_size: usize, avg_size: usize, max_size: usize, level: u8) -> Self {
+        Self::with_seed(min_size, avg_size, max_size, level, 0)
+    }
+
+    /// With the Gear table XORed with `seed` ([`GearTables::for_seed`]): for even
+    /// sizes, the cut points of [`crate::FastCdc2020::with_seed`].
+    pub fn with_seed(
+        min_size: usize,
+        avg_size: usize,
+        max_size: usize,
+        level: u8,
+        seed: u64,
+    ) -> Self {
         let (mask_s, mask_l) = select_masks(avg_size, level);
         Self {
             min_size,
@@ -32,6 +45,7 @@ impl FastCdc2016 {
             max_size,
             mask_s,
             mask_l,
+            gear: &GearTables::for_seed(seed).gear,
         }
     }
 }
@@ -54,18 +68,18 @@ impl Chunker for FastCdc2016 {
         let mut hash = 0u64;
         let mut i = self.min_size;
         if i == 0 {
-            hash = GEAR[usize::from(data[0])];
+            hash = self.gear[usize::from(data[0])];
             i = 1;
         }
         while i < center {
-            hash = (hash << 1).wrapping_add(GEAR[usize::from(data[i])]);
+            hash = (hash << 1).wrapping_add(self.gear[usize::from(data[i])]);
             if hash & self.mask_s == 0 {
                 return i;
             }
             i += 1;
         }
         while i < end {
-            hash = (hash << 1).wrapping_add(GEAR[usize::from(data[i])]);
+            hash = (hash << 1).wrapping_add(self.gear[usize::from(data[i])]);
             if hash & self.mask_l == 0 {
                 return i;
             }

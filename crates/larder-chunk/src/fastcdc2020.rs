@@ -15,13 +15,19 @@
 //! `docs/performance.md` records the variants tried (off-chain pair sums, two
 //! interleaved chains, AVX2 and AVX-512 gathers, vector tests), all slower on Zen 4.
 //! `tests/differential.rs` and `tests/golden.rs` pin the cut points.
+//!
+//! Odd sizes are judged as the crate judges them: pairs start at the even offset
+//! `min_size & !1` (so an odd minimum lets a chunk end one byte before it), and the
+//! last pair before the normal size or the maximum ends at an even offset. The Remote
+//! Execution API's FastCDC parameters use such a maximum (65535); `tests/reapi.rs`
+//! checks its published vectors.
 
-use crate::gear_table::{GEAR, GEAR_LS};
+use crate::gear_table::GearTables;
 use crate::kernels;
 use crate::masks::select_masks;
 use crate::Chunker;
 
-/// FastCDC, 2020 form. Sizes must be even.
+/// FastCDC, 2020 form.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FastCdc2020 {
     min_size: usize,
@@ -29,17 +35,23 @@ pub struct FastCdc2020 {
     max_size: usize,
     mask_s: u64,
     mask_l: u64,
+    tables: &'static GearTables,
 }
 
 impl FastCdc2020 {
-    /// Sizes and level must pass [`crate::ChunkerConfig::validate`] (sizes even).
+    /// Sizes and level must pass [`crate::ChunkerConfig::validate`].
     pub fn new(min_size: usize, avg_size: usize, max_size: usize, level: u8) -> Self {
-        debug_assert!(
-            [min_size, avg_size, max_size]
-                .iter()
-                .all(|s| s.is_multiple_of(2)),
-            "FastCdc2020 needs even sizes (got {min_size}/{avg_size}/{max_size})"
-        );
+        Self::with_seed(min_size, avg_size, max_size, level, 0)
+    }
+
+    /// With the Gear table XORed with `seed` ([`GearTables::for_seed`]).
+    pub fn with_seed(
+        min_size: usize,
+        avg_size: usize,
+        max_size: usize,
+        level: u8,
+        seed: u64,
+    ) -> Self {
         let (mask_s, mask_l) = select_masks(avg_size, level);
         Self {
             min_size,
@@ -47,6 +59,38 @@ impl FastCdc2020 {
             max_size,
             mask_s,
             mask_l,
+            tables: GearTables::for_seed(seed),
+        }
+    }
+
+    /// The 64-bit Gear value at the cut that [`Chunker::next_chunk_len`] made in
+    /// `data` at `len`: the "fingerprint" of the Remote Execution API's FastCDC 2020
+    /// test vectors, which the `fastcdc` crate's `v2020` reports with each chunk.
+    /// - 0 when `data` is no longer than the minimum;
+    /// - for a judged cut, the hash through byte `len` (the first byte after the
+    ///   chunk), doubled when `len` is even (even bytes are judged on the doubled
+    ///   hash);
+    /// - otherwise the hash through the last judged byte, from the first pair on. The
+    ///   crate since 5.0.0 also folds in the unjudged last byte of an odd-length chunk
+    ///   (`h << 1` plus its table entry); the API's vectors, made before that, do not,
+    ///   and larder follows the vectors.
+    ///
+    /// A second, scalar pass over the chunk: for reports, not for backups.
+    pub fn cut_fingerprint(&self, data: &[u8], len: usize) -> u64 {
+        if data.len() <= self.min_size {
+            return 0;
+        }
+        let end = data.len().min(self.max_size);
+        let judged = len < end;
+        let last = if judged { len + 1 } else { end & !1 };
+        let gear = &self.tables.gear;
+        let hash = data[self.min_size & !1..last]
+            .iter()
+            .fold(0u64, |h, &b| (h << 1).wrapping_add(gear[usize::from(b)]));
+        if judged && len.is_multiple_of(2) {
+            hash << 1
+        } else {
+            hash
         }
     }
 }
@@ -58,9 +102,12 @@ const STEP: usize = 16;
 /// 2016 hash at `b`. Since `mask` has no bit 63, `(2x) & (mask << 1) == 0` exactly when
 /// `x & mask == 0`.
 #[inline(always)]
-fn pair_hashes(hash: u64, a: u8, b: u8) -> (u64, u64) {
-    let doubled_a = (hash << 2).wrapping_add(opaque(GEAR_LS[usize::from(a)]));
-    (doubled_a, doubled_a.wrapping_add(GEAR[usize::from(b)]))
+fn pair_hashes(tables: &GearTables, hash: u64, a: u8, b: u8) -> (u64, u64) {
+    let doubled_a = (hash << 2).wrapping_add(opaque(tables.gear_ls[usize::from(a)]));
+    (
+        doubled_a,
+        doubled_a.wrapping_add(tables.gear[usize::from(b)]),
+    )
 }
 
 /// Returns `v` unchanged, hiding where it came from. Without it LLVM folds the table
@@ -84,28 +131,25 @@ fn opaque(v: u64) -> u64 {
     v
 }
 
-/// The hash after 64 or more zero bytes: `GEAR[0] * (2^64 - 1)`, the fixed point of
-/// `h = (h << 1) + GEAR[0]`. Every further zero byte leaves it unchanged.
-const ZERO_RUN_HASH: u64 = 0u64.wrapping_sub(GEAR[0]);
-
 /// Judges every byte of `bytes` (an even number of them) against `mask`, continuing
 /// the 2016 hash in `hash`: the offset of the first cut, or `None` with `hash` updated.
 ///
 /// Zero runs (sparse files, disk images, padding) are crossed at memory speed: when a
-/// step ends with the hash at [`ZERO_RUN_HASH`], that hash was just judged and did not
+/// step ends with the hash at [`GearTables::zero_run_hash`], that hash was just judged and did not
 /// match, and it stays the same over every following zero byte, so none of them can
 /// match; the scan jumps to the end of the run (an even number of bytes, keeping the
 /// pairs aligned) with [`kernels::run_len`]. `tests/zero_runs.rs` checks the result
 /// against `FastCdc2016`, which judges every byte.
 #[inline(always)]
-fn scan(bytes: &[u8], hash: &mut u64, mask: u64) -> Option<usize> {
+fn scan(tables: &GearTables, bytes: &[u8], hash: &mut u64, mask: u64) -> Option<usize> {
     let mask_ls = mask << 1;
+    let zero_run_hash = tables.zero_run_hash();
     let mut h = *hash;
     let mut pos = 0;
     while let Some(step) = bytes.get(pos..pos + STEP) {
         // A fixed trip count: unrolled, with no bounds checks.
         for (k, &[a, b]) in step.as_chunks::<2>().0.iter().enumerate() {
-            let (doubled_a, at_b) = pair_hashes(h, a, b);
+            let (doubled_a, at_b) = pair_hashes(tables, h, a, b);
             if doubled_a & mask_ls == 0 {
                 return Some(pos + k * 2);
             }
@@ -115,12 +159,12 @@ fn scan(bytes: &[u8], hash: &mut u64, mask: u64) -> Option<usize> {
             h = at_b;
         }
         pos += STEP;
-        if h == ZERO_RUN_HASH {
+        if h == zero_run_hash {
             pos += kernels::run_len(&bytes[pos..], 0) & !1;
         }
     }
     for (k, &[a, b]) in bytes[pos..].as_chunks::<2>().0.iter().enumerate() {
-        let (doubled_a, at_b) = pair_hashes(h, a, b);
+        let (doubled_a, at_b) = pair_hashes(tables, h, a, b);
         if doubled_a & mask_ls == 0 {
             return Some(pos + k * 2);
         }
@@ -145,28 +189,29 @@ impl Chunker for FastCdc2020 {
         } else if end < center {
             center = end;
         }
-        // Whole pairs only; `min_size <= center & !1 <= end & !1` since sizes are even
-        // and `min_size < end`, `min_size <= center <= end`.
+        // Whole pairs from an even offset: `min_size & !1 <= center & !1 <= end & !1`
+        // since `min_size < end` and `min_size <= center <= end`.
         let judged = &data[..end & !1];
         let (strict, relaxed) = judged.split_at(center & !1);
-        // The hash starts at zero at `min_size`: bytes before it are skipped, not hashed.
+        let gear = &self.tables.gear;
+        // The hash starts at zero at the first pair: bytes before it are skipped.
         let mut hash = 0u64;
-        let mut first = self.min_size;
+        let mut first = self.min_size & !1;
         if first == 0 && !strict.is_empty() {
             // Judging byte `i` yields a chunk of `i` bytes, so byte 0 is hashed but not
             // judged, as in FastCdc2016. `strict` is empty or at least a pair long:
             // `center & !1` is 0 or at least 2.
-            hash = GEAR[usize::from(strict[0])];
-            hash = (hash << 1).wrapping_add(GEAR[usize::from(strict[1])]);
+            hash = gear[usize::from(strict[0])];
+            hash = (hash << 1).wrapping_add(gear[usize::from(strict[1])]);
             if hash & self.mask_s == 0 {
                 return 1;
             }
             first = 2;
         }
-        if let Some(cut) = scan(&strict[first..], &mut hash, self.mask_s) {
+        if let Some(cut) = scan(self.tables, &strict[first..], &mut hash, self.mask_s) {
             return first + cut;
         }
-        if let Some(cut) = scan(relaxed, &mut hash, self.mask_l) {
+        if let Some(cut) = scan(self.tables, relaxed, &mut hash, self.mask_l) {
             return strict.len() + cut;
         }
         end

@@ -4,6 +4,8 @@
 //! all equal `i` (the table published with FastCDC and used by the `fastcdc` crate).
 //! `tests::gear_table_is_md5_of_repeated_bytes` recomputes it.
 
+use std::sync::Mutex;
+
 /// Random-looking 64-bit values, one per byte value.
 #[rustfmt::skip]
 pub const GEAR: [u64; 256] = [
@@ -73,22 +75,85 @@ pub const GEAR: [u64; 256] = [
     0x8e3e4221d3614413, 0xef14d0d86bf1a22c, 0xe1d830d3f16c5ddb, 0xaabd2b2a451504e1,
 ];
 
-/// `GEAR[i] << 1`, for kernels that judge the even byte of a pair on the doubled
-/// hash (see `fastcdc2020.rs`).
-pub(crate) static GEAR_LS: [u64; 256] = {
-    let mut table = [0u64; 256];
-    let mut i = 0;
-    while i < 256 {
-        table[i] = GEAR[i] << 1;
-        i += 1;
+/// A Gear table and its doubled twin, for one seed: entry `i` is `GEAR[i] ^ seed`, as
+/// in the `fastcdc` crate's `with_level_and_seed` and the seed of the Remote Execution
+/// API's FastCDC parameters. Seed 0 is the published table.
+#[derive(Debug, PartialEq, Eq)]
+pub struct GearTables {
+    seed: u64,
+    /// `GEAR[i] ^ seed`.
+    pub(crate) gear: [u64; 256],
+    /// `gear[i] << 1`, for kernels that judge the even byte of a pair on the doubled
+    /// hash (see `fastcdc2020.rs`).
+    pub(crate) gear_ls: [u64; 256],
+}
+
+/// The tables of seed 0.
+static UNSEEDED: GearTables = GearTables::new(0);
+
+impl GearTables {
+    const fn new(seed: u64) -> Self {
+        let mut gear = [0u64; 256];
+        let mut gear_ls = [0u64; 256];
+        let mut i = 0;
+        while i < 256 {
+            gear[i] = GEAR[i] ^ seed;
+            gear_ls[i] = gear[i] << 1;
+            i += 1;
+        }
+        Self {
+            seed,
+            gear,
+            gear_ls,
+        }
     }
-    table
-};
+
+    /// The tables of `seed`, built once per distinct seed and kept for the life of the
+    /// process (4 KiB each), so that chunkers stay `Copy` and their kernels read a
+    /// `'static` table like the unseeded one.
+    pub fn for_seed(seed: u64) -> &'static GearTables {
+        static SEEDED: Mutex<Vec<&'static GearTables>> = Mutex::new(Vec::new());
+        if seed == 0 {
+            return &UNSEEDED;
+        }
+        let mut seeded = SEEDED.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(tables) = seeded.iter().find(|t| t.seed == seed) {
+            return tables;
+        }
+        let tables: &'static GearTables = Box::leak(Box::new(Self::new(seed)));
+        seeded.push(tables);
+        tables
+    }
+
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// The hash after 64 or more zero bytes: `gear[0] * (2^64 - 1)`, the fixed point of
+    /// `h = (h << 1) + gear[0]`. Every further zero byte leaves it unchanged.
+    pub(crate) fn zero_run_hash(&self) -> u64 {
+        0u64.wrapping_sub(self.gear[0])
+    }
+}
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use md5::{Digest, Md5};
+
+    #[test]
+    fn seeded_tables_are_the_table_xored_with_the_seed() {
+        assert_eq!(GearTables::for_seed(0).gear, GEAR);
+        for seed in [1u64, 666, u64::MAX] {
+            let tables = GearTables::for_seed(seed);
+            assert!(std::ptr::eq(tables, GearTables::for_seed(seed)));
+            assert_eq!(tables.seed(), seed);
+            for i in 0..256 {
+                assert_eq!(tables.gear[i], GEAR[i] ^ seed);
+                assert_eq!(tables.gear_ls[i], (GEAR[i] ^ seed) << 1);
+            }
+        }
+    }
 
     #[test]
     fn gear_table_is_md5_of_repeated_bytes() {

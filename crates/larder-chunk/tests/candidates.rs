@@ -98,11 +98,13 @@ proptest! {
         avg_extra in 32usize..8192,
         max_extra in 0usize..65536,
         level in 0u8..=3,
+        odd in any::<(bool, bool, bool)>(),
     ) {
-        let min = min_half * 2;
+        // Odd sizes too: both judge pairs from `min & !1`.
+        let min = min_half * 2 + usize::from(odd.0);
         // Masks exist for averages of 64 B to 16 MiB at every level (2^(6+3)).
-        let avg = (min + avg_extra * 2).max(512);
-        let max = avg + max_extra * 2;
+        let avg = (min + avg_extra * 2).max(512) + usize::from(odd.1);
+        let max = avg + max_extra * 2 + usize::from(odd.2);
         check(&mixed(seed, len), (min, avg, max), level);
     }
 }

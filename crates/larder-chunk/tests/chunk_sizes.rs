@@ -118,6 +118,7 @@ fn mean_chunk_size_is_what_the_parameters_promise() {
                 avg_size: avg,
                 max_size: 8 * avg,
                 level: 0,
+                seed: 0,
             };
             config.validate().expect("test sizes are valid");
             let (mean, chunks) = measured_mean(&config, &data);

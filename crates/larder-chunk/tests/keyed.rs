@@ -266,6 +266,7 @@ fn the_config_builds_the_same_chunker() {
         avg_size: 2048,
         max_size: 16384,
         level: 1,
+        seed: 0,
     };
     let s = Sizes {
         min: 512,

@@ -45,6 +45,7 @@ fn chunker() -> larder_chunk::ChunkerConfig {
         avg_size: 1 << 10,
         max_size: 8 << 10,
         level: 2,
+        seed: 0,
     }
 }
 

@@ -28,6 +28,7 @@ fn init(path: &Path) {
         avg_size: 1024,
         max_size: 4096,
         level: 2,
+        seed: 0,
     };
     let mut config = RepoConfig::new(chunker, HashAlgo::Blake3);
     config.container_size = 16 << 10;

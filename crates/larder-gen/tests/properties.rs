@@ -31,6 +31,7 @@ fn chunker(kind: ChunkerKind, min: usize, avg: usize, max: usize) -> ChunkerConf
         avg_size: avg,
         max_size: max,
         level: 2,
+        seed: 0,
     }
 }
 

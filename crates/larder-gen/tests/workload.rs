@@ -63,6 +63,7 @@ fn fixed_4k() -> ChunkerConfig {
         avg_size: 4096,
         max_size: 4096,
         level: 0,
+        seed: 0,
     }
 }
 
@@ -123,6 +124,7 @@ fn shifting_edits_defeat_fixed_size_chunking_but_not_cdc() {
         avg_size: 4096,
         max_size: 32768,
         level: 2,
+        seed: 0,
     };
     let fixed = duplicate_bytes(&streams, &fixed_4k());
     let content_defined = duplicate_bytes(&streams, &cdc);

@@ -104,6 +104,7 @@ impl ChunkArgs {
             avg_size: self.avg,
             max_size: self.max,
             level: self.level,
+            seed: 0,
         };
         config.validate().map_err(|e| e.to_string())?;
         if self.secret.is_some() && !kind.needs_key() {

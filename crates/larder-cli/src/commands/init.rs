@@ -96,6 +96,7 @@ impl InitArgs {
             avg_size: self.avg,
             max_size: self.max,
             level: self.level,
+            seed: 0,
         };
         chunker.validate().map_err(|e| e.to_string())?;
         let config = RepoConfig::new(chunker, hash)
