@@ -5,7 +5,9 @@ use std::io::{ErrorKind, Read};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use larder_chunk::{Chunker, ChunkerConfig, ParallelChunker, ParallelStats};
+use larder_chunk::{
+    Chunker, ChunkerConfig, ChunkerKind, FastCdc2020, ParallelChunker, ParallelStats,
+};
 use larder_hash::HashAlgo;
 use serde::Serialize;
 
@@ -25,8 +27,9 @@ pub const BLOCK_SIZE: usize = 256 << 20;
 /// contract), so the cuts equal those of chunking the whole stream at once, and the
 /// uncut tail is carried into the next block. With a `pool` of more than one thread,
 /// each block is chunked by [`ParallelChunker`], which finds exactly the same cuts.
-/// `on_chunks(data, lengths)` gets each block's cut chunks: `data` is exactly their
-/// concatenation. Returns the time spent in the chunker alone, not reading or in
+/// `on_chunks(data, lengths)` gets each block's cut chunks: `data` starts with their
+/// concatenation, followed by the uncut bytes the block still holds (the start of the
+/// next chunk, which a fingerprint at a cut may read). Returns the time spent in the chunker alone, not reading or in
 /// `on_chunks`, and the parallel chunker's statistics.
 pub fn chunk_reader(
     reader: &mut dyn Read,
@@ -74,7 +77,7 @@ pub fn chunk_reader(
             }
         }
         busy += started.elapsed();
-        on_chunks(&buf[..pos], &lengths);
+        on_chunks(&buf[..filled], &lengths);
         buf.copy_within(pos..filled, 0);
         filled -= pos;
         if eof {
@@ -83,11 +86,14 @@ pub fn chunk_reader(
     }
 }
 
-/// Where each chunk of a file starts and how long it is.
+/// Where each chunk of a file starts and how long it is; for FastCDC 2020, also the
+/// 64-bit Gear value at each cut ([`FastCdc2020::cut_fingerprint`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct FileCuts {
     pub offsets: Vec<u64>,
     pub lengths: Vec<u32>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub gear_fingerprints: Vec<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -138,6 +144,10 @@ pub fn chunk_files(
 ) -> Result<ChunkFilesReport, BenchError> {
     config.validate()?;
     let chunker = build_chunker(config);
+    let gear = (keep_cuts && config.kind == ChunkerKind::Fastcdc2020).then(|| {
+        let c = config;
+        FastCdc2020::with_seed(c.min_size, c.avg_size, c.max_size, c.level, c.seed)
+    });
     let pool = if threads > 1 {
         Some(
             rayon::ThreadPoolBuilder::new()
@@ -166,14 +176,20 @@ pub fn chunk_files(
                 start += len as usize;
             }
             let fingerprints = HashAlgo::Blake3.fingerprint_batch(&slices);
+            let mut start = 0;
             for (&len, fp) in lengths.iter().zip(fingerprints) {
                 stats.add(u64::from(len));
                 distinct.add(fp, u64::from(len), index);
                 if let Some(cuts) = &mut cuts {
                     cuts.offsets.push(offset);
                     cuts.lengths.push(len);
+                    if let Some(gear) = &gear {
+                        let value = gear.cut_fingerprint(&data[start..], len as usize);
+                        cuts.gear_fingerprints.push(value);
+                    }
                 }
                 offset += u64::from(len);
+                start += len as usize;
             }
         };
         let result = File::open(path).and_then(|mut file| {
@@ -278,7 +294,8 @@ mod tests {
                     let (mut streamed, mut joined) = (Vec::new(), Vec::new());
                     let mut reader = Trickle { data: &data, step };
                     chunk_reader(&mut reader, chunker.as_ref(), block, pool, &mut |d, l| {
-                        joined.extend_from_slice(d);
+                        let cut: u32 = l.iter().sum();
+                        joined.extend_from_slice(&d[..cut as usize]);
                         streamed.extend_from_slice(l);
                     })
                     .unwrap();

@@ -148,9 +148,9 @@ mod tests {
             let tables = GearTables::for_seed(seed);
             assert!(std::ptr::eq(tables, GearTables::for_seed(seed)));
             assert_eq!(tables.seed(), seed);
-            for i in 0..256 {
-                assert_eq!(tables.gear[i], GEAR[i] ^ seed);
-                assert_eq!(tables.gear_ls[i], (GEAR[i] ^ seed) << 1);
+            for (i, &unseeded) in GEAR.iter().enumerate() {
+                assert_eq!(tables.gear[i], unseeded ^ seed);
+                assert_eq!(tables.gear_ls[i], (unseeded ^ seed) << 1);
             }
         }
     }

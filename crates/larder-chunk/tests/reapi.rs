@@ -5,7 +5,7 @@
 //! (its README says where it comes from). Each chunk's offset, length, SHA-256 and the
 //! 64-bit Gear value the reference implementations report with it must match.
 
-use larder_chunk::{Chunker, ChunkerConfig, ChunkerKind, FastCdc2020};
+use larder_chunk::{ChunkerConfig, ChunkerKind, FastCdc2020};
 use sha2::{Digest, Sha256};
 
 const INPUT: &str = concat!(

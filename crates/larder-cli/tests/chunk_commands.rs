@@ -43,14 +43,21 @@ fn chunk_cuts_tile_each_file_exactly_in_text_and_json() {
     out.expect_ok();
     let mut text_cuts: BTreeMap<String, Vec<(u64, u64)>> = BTreeMap::new();
     let mut lines = out.stdout.lines();
-    assert_eq!(lines.next(), Some("cuts (offset, length, file):"), "{out}");
+    assert_eq!(
+        lines.next(),
+        Some("cuts (offset, length, gear fingerprint, file):"),
+        "{out}"
+    );
     for line in lines.by_ref().take_while(|l| !l.starts_with("chunker")) {
-        // "OFFSET LENGTH  PATH", the numbers right-aligned; the path may hold spaces.
+        // "OFFSET LENGTH FINGERPRINT  PATH", the numbers right-aligned; the path may
+        // hold spaces.
         let (offset, rest) = line.trim_start().split_once(' ').unwrap();
-        let (len, path) = rest
+        let (len, rest) = rest.trim_start().split_once(' ').unwrap();
+        let (fingerprint, path) = rest
             .trim_start()
             .split_once("  ")
             .unwrap_or_else(|| panic!("bad cut line {line:?}"));
+        fingerprint.parse::<u64>().unwrap();
         text_cuts
             .entry(path.to_string())
             .or_default()
@@ -358,4 +365,69 @@ fn bench_chunk_refuses_too_much_input_and_names_a_missing_path() {
         .expect_code(1)
         .expect_stderr(&[m]);
     assert!(!out_dir.exists(), "nothing is written when the input fails");
+}
+
+/// The Remote Execution API's FastCDC 2020 vectors for seed 666 (4096/16384/65535,
+/// level 2): offset, length and the Gear fingerprint at each cut, as `larder chunk
+/// --cuts --json` reports them on one thread and on two (larder-chunk's
+/// `tests/reapi.rs` checks the seed 0 vectors and the chunks' SHA-256 too).
+#[test]
+fn chunk_reproduces_the_remote_execution_api_vectors_with_a_seed() {
+    const SEED_666: [(u64, u64, u64); 6] = [
+        (0, 17635, 17021115692437263050),
+        (17635, 17334, 8231525949846907466),
+        (34969, 19136, 10944310959829698982),
+        (54105, 17467, 13602876513398592944),
+        (71572, 23593, 2945079350535657389),
+        (95165, 14301, 8981594897574481255),
+    ];
+    let image =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/chunk/reapi/SekienAkashita.jpg");
+    let scratch = Scratch::new();
+    for threads in ["1", "2"] {
+        let args = [
+            "--json",
+            "chunk",
+            "--cuts",
+            "--min",
+            "4096",
+            "--avg",
+            "16384",
+            "--max",
+            "65535",
+            "--seed",
+            "666",
+            "--threads",
+            threads,
+        ];
+        let mut args: Vec<&Path> = args.iter().map(Path::new).collect();
+        args.push(&image);
+        let out = larder(scratch.path(), &args);
+        out.expect_ok();
+        let v = out.json();
+        assert_eq!(v["config"]["seed"], 666, "{out}");
+        let cuts = &v["files"][0]["cuts"];
+        let field = |name: &str| -> Vec<u64> {
+            cuts[name]
+                .as_array()
+                .unwrap_or_else(|| panic!("no {name} in {out}"))
+                .iter()
+                .map(|n| n.as_u64().unwrap())
+                .collect()
+        };
+        let got: Vec<(u64, u64, u64)> = field("offsets")
+            .into_iter()
+            .zip(field("lengths"))
+            .zip(field("gear_fingerprints"))
+            .map(|((o, l), f)| (o, l, f))
+            .collect();
+        assert_eq!(got, SEED_666, "{threads} thread(s)");
+    }
+    // A seed is FastCDC's only: the fixed chunker refuses it as a usage error.
+    let args = ["chunk", "--algo", "fixed", "--seed", "1"];
+    let mut args: Vec<&Path> = args.iter().map(Path::new).collect();
+    args.push(&image);
+    let out = larder(scratch.path(), &args);
+    assert_eq!(out.code, Some(2), "{out}");
+    assert!(out.stderr.contains("seed"), "{out}");
 }

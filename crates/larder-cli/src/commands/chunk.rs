@@ -40,11 +40,16 @@ pub struct ChunkArgs {
     /// Normalization level, 0 to 3 (fastcdc and keyed)
     #[arg(long, default_value_t = 2)]
     level: u8,
+    /// XORed into every entry of FastCDC's Gear table, as the fastcdc crate's
+    /// with_level_and_seed and the Remote Execution API's FastCDC seed
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
     /// The keyed chunker's 32-byte secret, as 64 hex digits, for reproducible cut
     /// points [default: a random key for each run]
     #[arg(long, value_name = "HEX", value_parser = parse_secret)]
     secret: Option<Secret>,
-    /// Also list every chunk: its file, offset and length
+    /// Also list every chunk: its file, offset and length, and for fastcdc2020 the
+    /// 64-bit Gear value at the cut (the Remote Execution API's fingerprint)
     #[arg(long)]
     cuts: bool,
     /// Chunking threads; the cut points are exactly those of one thread [default: one per core]
@@ -104,7 +109,7 @@ impl ChunkArgs {
             avg_size: self.avg,
             max_size: self.max,
             level: self.level,
-            seed: 0,
+            seed: self.seed,
         };
         config.validate().map_err(|e| e.to_string())?;
         if self.secret.is_some() && !kind.needs_key() {
@@ -170,7 +175,7 @@ impl Render for Chunked<'_> {
         let c = &r.config;
         let s = &r.sizes;
         let d = &r.dedup;
-        writeln!(
+        write!(
             w,
             "chunker     {}, min {}, avg {}, max {}, level {}",
             r.algo,
@@ -179,6 +184,10 @@ impl Render for Chunked<'_> {
             format_size(c.max_size as f64),
             c.level
         )?;
+        if c.seed != 0 {
+            write!(w, ", seed {}", c.seed)?;
+        }
+        writeln!(w)?;
         match r.key {
             Some(KeySource::Random) => writeln!(
                 w,
@@ -235,10 +244,19 @@ fn write_cuts(w: &mut dyn Write, r: &stream::ChunkFilesReport) -> io::Result<()>
     if with_cuts.is_empty() {
         return Ok(());
     }
-    writeln!(w, "cuts (offset, length, file):")?;
+    let gear = with_cuts
+        .iter()
+        .any(|(_, c)| !c.gear_fingerprints.is_empty());
+    match gear {
+        true => writeln!(w, "cuts (offset, length, gear fingerprint, file):")?,
+        false => writeln!(w, "cuts (offset, length, file):")?,
+    }
     for (file, cuts) in with_cuts {
-        for (offset, len) in cuts.offsets.iter().zip(&cuts.lengths) {
-            writeln!(w, "{offset:>14} {len:>10}  {}", file.path)?;
+        for (i, (offset, len)) in cuts.offsets.iter().zip(&cuts.lengths).enumerate() {
+            match cuts.gear_fingerprints.get(i) {
+                Some(fp) => writeln!(w, "{offset:>14} {len:>10} {fp:>20}  {}", file.path)?,
+                None => writeln!(w, "{offset:>14} {len:>10}  {}", file.path)?,
+            }
         }
     }
     Ok(())

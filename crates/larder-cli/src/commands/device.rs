@@ -73,6 +73,10 @@ pub fn chunk_device(
             "--device gpu chunks with fastcdc2020 only, not {}",
             config.kind.name()
         ),
+        DeviceArg::Gpu if config.seed != 0 => {
+            bail!("--device gpu chunks with the unseeded Gear table only: drop --seed")
+        }
+        DeviceArg::Auto if config.seed != 0 => ChunkDevice::Cpu,
         DeviceArg::Gpu => ChunkDevice::Gpu,
         DeviceArg::Auto if !fastcdc => ChunkDevice::Cpu,
         DeviceArg::Auto if gpu::calibrate(config, out)? => ChunkDevice::Gpu,

@@ -38,6 +38,10 @@ pub struct InitArgs {
     /// FastCDC normalization level, 0 to 3
     #[arg(long, default_value_t = 2)]
     level: u8,
+    /// XORed into every entry of FastCDC's Gear table (fastcdc, fastcdc2016): the
+    /// fastcdc crate's and the Remote Execution API's seed
+    #[arg(long, default_value_t = 0)]
+    chunker_seed: u64,
     /// Fingerprint: blake3, sha256 or sha1 (sha1 only to reproduce the papers)
     #[arg(long, default_value = "blake3")]
     hash: String,
@@ -96,7 +100,7 @@ impl InitArgs {
             avg_size: self.avg,
             max_size: self.max,
             level: self.level,
-            seed: 0,
+            seed: self.chunker_seed,
         };
         chunker.validate().map_err(|e| e.to_string())?;
         let config = RepoConfig::new(chunker, hash)
