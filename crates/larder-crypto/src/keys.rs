@@ -4,6 +4,7 @@
 //! key material a key slot wraps.
 
 use hmac::{Hmac, KeyInit, Mac};
+use larder_hash::Blake3Batch;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
@@ -229,10 +230,23 @@ impl RepoKeys {
         same_secret(COMPARE_CHUNKER, &self.chunker_secret, &other.chunker_secret)
     }
 
-    /// Fingerprints many chunks on the rayon pool; `out[i]` is the fingerprint of
-    /// `chunks[i]`, as `larder_hash::HashAlgo::fingerprint_batch`.
+    /// Fingerprints many chunks on this thread; `out[i]` is the fingerprint of
+    /// `chunks[i]`. Keyed BLAKE3 hashes them across SIMD lanes
+    /// ([`larder_hash::Blake3Batch`]), HMAC-SHA-256 one at a time.
+    pub fn fingerprint_many(&self, chunks: &[&[u8]]) -> Vec<[u8; 32]> {
+        match &self.hmac {
+            None => Blake3Batch::keyed(&self.id_key).hash(chunks),
+            Some(_) => chunks.iter().map(|c| self.fingerprint(c)).collect(),
+        }
+    }
+
+    /// Fingerprints many chunks on the rayon pool, [`RepoKeys::fingerprint_many`] on
+    /// each slice, as `larder_hash::HashAlgo::fingerprint_batch`.
     pub fn fingerprint_batch(&self, chunks: &[&[u8]]) -> Vec<[u8; 32]> {
-        chunks.par_iter().map(|c| self.fingerprint(c)).collect()
+        chunks
+            .par_chunks(larder_hash::BATCH_SLICE)
+            .flat_map_iter(|slice| self.fingerprint_many(slice))
+            .collect()
     }
 
     /// Rebuilds keys from key material (docs/design/crypto.md, "Key material"): what a

@@ -116,6 +116,20 @@ impl ChunkCodec {
         }
     }
 
+    /// The fingerprints of many raw chunks, in order, on this thread: BLAKE3 across
+    /// SIMD lanes (keyed in an encrypted repository), as [`ChunkCodec::fingerprint`]
+    /// would give one by one.
+    pub fn fingerprint_many(&self, raw: &[&[u8]]) -> Vec<Fingerprint> {
+        match &self.keys {
+            Some(keys) => keys
+                .fingerprint_many(raw)
+                .into_iter()
+                .map(Fingerprint)
+                .collect(),
+            None => self.algo.fingerprint_many(raw),
+        }
+    }
+
     /// How `raw` is to be stored: its zstd frame if compression is on and the frame is
     /// shorter than the chunk, else `None` (store it raw). Runs on any thread.
     pub fn compress(&self, raw: &[u8]) -> Result<Option<Vec<u8>>> {

@@ -1,5 +1,6 @@
 //! Stage 2: fingerprints every chunk of a batch, on several threads; batches may leave
-//! out of order (stage 3 puts them back by sequence number).
+//! out of order (stage 3 puts them back by sequence number). A batch's chunks are
+//! hashed together, across SIMD lanes (`ChunkCodec::fingerprint_many`).
 
 use std::time::Duration;
 
@@ -19,16 +20,16 @@ pub(super) fn run(
     let mut busy = Duration::ZERO;
     for mut batch in rx {
         let span = gate.begin();
-        let mut fps = Vec::with_capacity(batch.pieces.iter().map(|p| p.lens.len()).sum());
+        let mut chunks = Vec::with_capacity(batch.pieces.iter().map(|p| p.lens.len()).sum());
         for piece in &batch.pieces {
             let mut start = 0;
             for &len in &piece.lens {
                 let end = start + len as usize;
-                fps.push(codec.fingerprint(&piece.data[start..end]));
+                chunks.push(&piece.data[start..end]);
                 start = end;
             }
         }
-        batch.fps = fps;
+        batch.fps = codec.fingerprint_many(&chunks);
         busy += span.end();
         if tx.send(batch).is_err() {
             break;
