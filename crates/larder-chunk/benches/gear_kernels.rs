@@ -8,10 +8,18 @@
 //! - `two-chains`: the same over two halves interleaved, for more instruction-level
 //!   parallelism;
 //! - `avx2-gather` and `avx512-gather`: one Gear hash per SIMD lane, 4 or 8 segments of
-//!   the buffer at once, the table read with gather instructions.
+//!   the buffer at once, the table read with gather instructions;
+//! - `shifted-masks-4-lanes`: four segments at once, each hash kept shifted left by
+//!   the distance to the end of an 8-byte block and judged against the mask shifted
+//!   alike (`(h << k) & (mask << k)` is `h & mask` while `mask << k` fits 64 bits), so
+//!   a byte costs three instructions (load, add from a per-shift table, test) and no
+//!   shift: the fewest found;
+//! - `lookups-only`: the same with no judging at all, an upper bound on any scalar
+//!   kernel that reads each byte and its table entry.
 //!
-//! Measured on Zen 4 (docs/performance.md): the shipped kernel is fastest; the gather
-//! kernels are slower, since the table lookup, not the arithmetic, is the cost.
+//! Measured (docs/performance.md): the shipped kernel is as fast as any; the gather
+//! kernels are slower, and the scalar variants are bound by the two loads a byte
+//! (the byte and its table entry), not by the hash's dependency chain.
 //!
 //! `cargo bench -p larder-chunk --bench gear_kernels -- --warm-up-time 1 --measurement-time 5`
 
@@ -102,6 +110,44 @@ fn two_chains(data: &[u8], mask: u64) -> usize {
     hits
 }
 
+/// `GEAR[i] << k` for `k` in 0..8, table `k` at `k * 256`.
+fn shifted_tables() -> Vec<u64> {
+    (0..8)
+        .flat_map(|k| GEAR.iter().map(move |&g| g << k))
+        .collect()
+}
+
+/// Hits of `mask` over four quarters of `data` at once, hashes kept shifted (see the
+/// module docs); with `judge` false, no hits are counted and the hashes are returned
+/// folded, so that the loads are not optimized away.
+fn shifted_masks_4_lanes(data: &[u8], mask: u64, tables: &[u64], judge: bool) -> usize {
+    const LANES: usize = 4;
+    let quarter = (data.len() / LANES) & !7;
+    let lanes: [&[u8]; LANES] = std::array::from_fn(|j| &data[j * quarter..(j + 1) * quarter]);
+    let masks: [u64; 8] = std::array::from_fn(|k| mask << k);
+    let (mut hash, mut hits) = ([0u64; LANES], 0usize);
+    for block in 0..quarter / 8 {
+        for h in &mut hash {
+            *h <<= 8;
+        }
+        for i in 0..8 {
+            let shift = 7 - i;
+            for (h, lane) in hash.iter_mut().zip(&lanes) {
+                let byte = usize::from(lane[block * 8 + i]);
+                *h = h.wrapping_add(tables[shift * 256 + byte]);
+                if judge && *h & masks[shift] == 0 {
+                    count_hit(&mut hits);
+                }
+            }
+        }
+    }
+    if judge {
+        hits
+    } else {
+        hash.iter().fold(0, |a, &h| a ^ h as usize)
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 mod gather {
     use std::arch::x86_64::*;
@@ -173,6 +219,23 @@ fn bench_kernels(c: &mut Criterion) {
     group.bench_function("two-chains", |b| {
         b.iter(|| two_chains(black_box(&data), mask))
     });
+    let tables = shifted_tables();
+    group.bench_function("shifted-masks-4-lanes", |b| {
+        b.iter(|| shifted_masks_4_lanes(black_box(&data), mask, &tables, true))
+    });
+    group.bench_function("lookups-only", |b| {
+        b.iter(|| shifted_masks_4_lanes(black_box(&data), mask, &tables, false))
+    });
+    assert_eq!(
+        shifted_masks_4_lanes(&data, mask, &tables, true),
+        (0..4)
+            .map(|j| {
+                let quarter = (data.len() / 4) & !7;
+                shipped_pair(&data[j * quarter..(j + 1) * quarter], mask)
+            })
+            .sum::<usize>(),
+        "the shifted-mask kernel finds the shipped kernel's hits"
+    );
     #[cfg(target_arch = "x86_64")]
     {
         if is_x86_feature_detected!("avx2") {

@@ -2,62 +2,22 @@
 //! a crate user writes), across chunks (`Blake3Batch`, what stage 2 of a backup does),
 //! keyed likewise, SHA-256 one at a time, and BLAKE3 of the whole buffer at once (the
 //! single-thread peak). The chunks are FastCDC 2020's at 2/8/64 KiB (the `fastcdc`
-//! crate's cut points) over 64 MiB of real files from `/usr/lib`, or over
-//! `LARDER_BENCH_CORPUS=FILE`.
+//! crate's cut points) over the chunking benchmarks' corpus: 64 MiB of real files
+//! from `/usr/lib` and `/usr/share`, or `LARDER_BENCH_CORPUS=FILE`.
 //!
 //! `cargo bench -p larder-hash --bench fingerprint -- --warm-up-time 1 --measurement-time 5`
 
 use std::hint::black_box;
-use std::path::Path;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use larder_hash::Blake3Batch;
 
-const CORPUS_LEN: usize = 64 << 20;
-
-/// Regular files under `dir`, in sorted order, appended until `out` holds `limit` bytes.
-fn append_files(dir: &Path, out: &mut Vec<u8>, limit: usize) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    let mut paths: Vec<_> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
-    paths.sort();
-    for path in paths {
-        if out.len() >= limit {
-            return;
-        }
-        match std::fs::symlink_metadata(&path) {
-            Ok(meta) if meta.is_dir() => append_files(&path, out, limit),
-            Ok(meta) if meta.is_file() => {
-                if let Ok(mut data) = std::fs::read(&path) {
-                    data.truncate(limit - out.len());
-                    out.extend_from_slice(&data);
-                }
-            }
-            _ => {}
-        }
-    }
-}
-
-fn corpus() -> Vec<u8> {
-    if let Ok(file) = std::env::var("LARDER_BENCH_CORPUS") {
-        return std::fs::read(&file).unwrap_or_else(|e| panic!("cannot read {file}: {e}"));
-    }
-    let mut data = Vec::with_capacity(CORPUS_LEN);
-    append_files(Path::new("/usr/lib"), &mut data, CORPUS_LEN);
-    // Pseudo-random padding where the system has too few files.
-    let mut state = 0x9e37_79b9_7f4a_7c15u64;
-    while data.len() < CORPUS_LEN {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        data.push((state >> 24) as u8);
-    }
-    data
-}
+/// The chunking benchmarks' corpus: 64 MiB of real files, or `LARDER_BENCH_CORPUS`.
+#[path = "../../larder-chunk/benches/support/corpus.rs"]
+mod corpus;
 
 fn bench_fingerprints(c: &mut Criterion) {
-    let data = corpus();
+    let data = corpus::corpus();
     let chunks: Vec<&[u8]> = fastcdc::v2020::FastCDC::with_level(
         &data,
         2048,

@@ -39,7 +39,9 @@ fn stream(path: &str) -> (usize, u8) {
 fn main() {
     let mut args = std::env::args().skip(1);
     let path = args.next().expect("usage: crate_pipeline FILE [RUNS]");
-    let runs: usize = args.next().map_or(5, |r| r.parse().expect("RUNS is a number"));
+    let runs: usize = args
+        .next()
+        .map_or(5, |r| r.parse().expect("RUNS is a number"));
     let data = std::fs::read(&path).unwrap_or_else(|e| panic!("cannot read {path}: {e}"));
     let mut rates = [Vec::new(), Vec::new()];
     for run in 0..runs {

@@ -9,17 +9,14 @@ use proptest::prelude::*;
 
 const KEY: [u8; 32] = [0x5a; 32];
 
-/// Pseudo-random bytes (xorshift), so that no two chunks of a message are alike.
+/// `len` pseudo-random bytes from `seed` (BLAKE3's extendable output), so that no two
+/// chunks of a message are alike.
 fn bytes(len: usize, seed: u64) -> Vec<u8> {
-    let mut state = seed | 1;
-    (0..len)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state >> 32) as u8
-        })
-        .collect()
+    let mut out = vec![0u8; len];
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(&seed.to_le_bytes());
+    hasher.finalize_xof().fill(&mut out);
+    out
 }
 
 fn boundary_lengths() -> Vec<usize> {
