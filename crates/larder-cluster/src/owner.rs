@@ -53,6 +53,22 @@ pub struct OwnerMetrics {
     pub expired: u64,
 }
 
+impl OwnerMetrics {
+    /// Adds `other`'s counts to these (the owners of a service's groups of partitions).
+    pub fn add(&mut self, other: &OwnerMetrics) {
+        self.requests += other.requests;
+        self.fingerprints += other.fingerprints;
+        self.known += other.known;
+        self.new += other.new;
+        self.moved += other.moved;
+        self.waited += other.waited;
+        self.acks += other.acks;
+        self.late_acks += other.late_acks;
+        self.moved_acks += other.moved_acks;
+        self.expired += other.expired;
+    }
+}
+
 /// An owned partition: its disk index (tokens are tickets) and its locks.
 struct Part<I> {
     epoch: u64,
