@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use larder_chunk::ChunkerConfig;
-use larder_engine::{backup, RemoteIndex};
+use larder_engine::{backup, EngineError, RemoteAnswers, RemoteIndex, RemoteLookup};
 use larder_hash::{Fingerprint, HashAlgo};
 use larder_index::ChunkLocation;
 use larder_store::{LockMode, RepoConfig, Repository};
@@ -32,19 +32,27 @@ struct Model {
     zero: Fingerprint,
 }
 
-impl RemoteIndex for Model {
-    fn lookup(&self, fps: &[Fingerprint]) -> Result<Vec<Option<ChunkLocation>>, String> {
+/// A model's refusal: the backup broke a rule of the remote index.
+fn broken(message: String) -> EngineError {
+    EngineError::Remote {
+        message,
+        retryable: false,
+    }
+}
+
+impl Model {
+    fn answer(&self, fps: &[Fingerprint]) -> RemoteAnswers {
         let mut stored = self.stored.lock().unwrap();
         if fps.contains(&self.zero) {
-            return Err("the zero chunk was asked".into());
+            return Err(broken("the zero chunk was asked".into()));
         }
         fps.iter()
             .map(|fp| match stored.get(fp) {
                 Some(Some(at)) => Ok(Some(*at)),
-                Some(None) => Err(format!(
+                Some(None) => Err(broken(format!(
                     "{} asked again before its acknowledgement",
                     fp.to_hex()
-                )),
+                ))),
                 None => {
                     stored.insert(*fp, None);
                     Ok(None)
@@ -52,17 +60,31 @@ impl RemoteIndex for Model {
             })
             .collect()
     }
+}
 
-    fn acknowledge(&self, entries: &[(Fingerprint, ChunkLocation)]) -> Result<(), String> {
+impl RemoteIndex for Model {
+    /// Decided at once, answered a little later from another thread, as a cluster's
+    /// owners answer over the network: the backup keeps several lookups in flight.
+    fn lookup(&self, fps: Vec<Fingerprint>) -> RemoteLookup {
+        let answers = self.answer(&fps);
+        let (reply, lookup) = RemoteLookup::channel();
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            reply.send(answers);
+        });
+        lookup
+    }
+
+    fn acknowledge(&self, entries: &[(Fingerprint, ChunkLocation)]) -> Result<(), EngineError> {
         let mut stored = self.stored.lock().unwrap();
         if entries.iter().any(|(fp, _)| *fp == self.zero) {
-            return Err("the zero chunk was acknowledged".into());
+            return Err(broken("the zero chunk was acknowledged".into()));
         }
         for (fp, at) in entries {
             match stored.get_mut(fp) {
                 Some(slot @ None) => *slot = Some(*at),
-                Some(Some(_)) => return Err(format!("{} acknowledged twice", fp.to_hex())),
-                None => return Err(format!("{} acknowledged, never asked", fp.to_hex())),
+                Some(Some(_)) => return Err(broken(format!("{} acknowledged twice", fp.to_hex()))),
+                None => return Err(broken(format!("{} acknowledged, never asked", fp.to_hex()))),
             }
         }
         Ok(())
