@@ -4,9 +4,9 @@
 //! for all of its answers (some wait on another requester's lock). Lock deadlines are
 //! kept by a timer task, and checkpoints of the partitions go to shared storage.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
 use larder_hash::Fingerprint;
@@ -47,8 +47,6 @@ struct Shard {
     /// `n` fingerprints holds the tickets `first .. first + n`, fingerprint `i` ticket
     /// `first + i`. One entry per part, not per fingerprint.
     waiting: BTreeMap<u64, Pending>,
-    /// Partitions acknowledged into since their last checkpoint.
-    dirty: BTreeSet<PartitionId>,
 }
 
 /// A node's partitions, served to lookup requests.
@@ -77,7 +75,6 @@ impl OwnerService {
                     owner: Owner::new(partitions, lock_timeout),
                     next_id: 0,
                     waiting: BTreeMap::new(),
-                    dirty: BTreeSet::new(),
                 })
             })
             .collect();
@@ -108,6 +105,22 @@ impl OwnerService {
             .collect()
     }
 
+    /// The first of `parts`' groups that is not locked, locked, with its place in
+    /// `parts`; else the first, once it is free. Requests on several threads visit
+    /// the groups in different orders, instead of queueing behind one another from
+    /// group to group.
+    fn next_free(&self, parts: &[(usize, Vec<u32>)]) -> (usize, MutexGuard<'_, Shard>) {
+        parts
+            .iter()
+            .enumerate()
+            .find_map(|(k, &(s, _))| match self.shards[s].try_lock() {
+                Ok(shard) => Some((k, shard)),
+                Err(TryLockError::Poisoned(poisoned)) => Some((k, poisoned.into_inner())),
+                Err(TryLockError::WouldBlock) => None,
+            })
+            .unwrap_or_else(|| (0, lock(&self.shards[parts[0].0])))
+    }
+
     /// Answers `fps` for node `from`, in order, once every answer is known: at once,
     /// or when the locks some wait on are acknowledged or expire.
     pub async fn lookup(&self, from: NodeId, fps: Vec<Fingerprint>) -> Result<Vec<Answer>> {
@@ -115,12 +128,15 @@ impl OwnerService {
             return Ok(Vec::new());
         }
         self.requests.fetch_add(1, Ordering::Relaxed);
-        let mut parts = Vec::with_capacity(SHARDS);
-        for (s, positions) in self.split(fps.iter()) {
+        let mut left = self.split(fps.iter());
+        let mut parts = Vec::with_capacity(left.len());
+        while !left.is_empty() {
+            let (k, mut shard) = self.next_free(&left);
+            let (_, positions) = left.swap_remove(k);
             let part: Vec<Fingerprint> = positions.iter().map(|&i| fps[i as usize]).collect();
             // On an error the parts already sent are dropped unanswered: their locks
             // expire like any unacknowledged lock.
-            let answered = lock(&self.shards[s]).lookup(from, &part)?;
+            let answered = shard.lookup(from, &part)?;
             parts.push((positions, answered));
         }
         let mut answers = vec![Answer::Moved; fps.len()];
@@ -139,7 +155,10 @@ impl OwnerService {
         let mut failure = None;
         for (s, positions) in self.split(entries.iter().map(|(fp, _)| fp)) {
             let part: Vec<_> = positions.iter().map(|&i| entries[i as usize]).collect();
-            if let Err(e) = lock(&self.shards[s]).ack(&part) {
+            let mut shard = lock(&self.shards[s]);
+            let acked = shard.owner.ack(&part, Instant::now());
+            shard.route();
+            if let Err(e) = acked {
                 failure.get_or_insert(e);
             }
         }
@@ -208,7 +227,6 @@ impl OwnerService {
         };
         let index: Option<PartitionIndex> = shard.owner.release(p);
         drop(index);
-        shard.dirty.remove(&p);
         shard.route();
         saved
     }
@@ -223,11 +241,11 @@ impl OwnerService {
     pub fn checkpoint(&self) -> Result<usize> {
         let mut dirty: Vec<PartitionId> = Vec::new();
         for shard in self.shards.iter() {
-            dirty.extend(std::mem::take(&mut lock(shard).dirty));
+            dirty.extend(lock(shard).owner.dirty());
         }
         dirty.sort_unstable();
         let mut done = 0;
-        for (i, &p) in dirty.iter().enumerate() {
+        for p in dirty {
             let mut shard = self.shard(p);
             if !shard.owner.owns(p) {
                 continue;
@@ -237,27 +255,21 @@ impl OwnerService {
                 .owner
                 .checkpoint(p, |index, covered| store.checkpoint(p, index, covered));
             drop(shard);
-            if let Err(ClusterError::Fenced { epoch, newer, .. }) = saved {
-                // A newer owner has it: stop serving it, write nothing.
-                tracing::warn!(
-                    partition = p.0,
-                    epoch,
-                    newer,
-                    "fenced at checkpoint: dropping the partition"
-                );
-                self.release(p, false)?;
-                continue;
-            }
-            if let Err(e) = saved {
-                for &q in &dirty[i..] {
-                    let mut shard = self.shard(q);
-                    if shard.owner.owns(q) {
-                        shard.dirty.insert(q);
-                    }
+            match saved {
+                Err(ClusterError::Fenced { epoch, newer, .. }) => {
+                    // A newer owner has it: stop serving it, write nothing.
+                    tracing::warn!(
+                        partition = p.0,
+                        epoch,
+                        newer,
+                        "fenced at checkpoint: dropping the partition"
+                    );
+                    self.release(p, false)?;
                 }
-                return Err(e);
+                // This one and those after it stay dirty, for the next checkpoint.
+                Err(e) => return Err(e),
+                Ok(()) => done += 1,
             }
-            done += 1;
         }
         Ok(done)
     }
@@ -318,20 +330,6 @@ impl Shard {
         }
         self.route();
         Ok(rx)
-    }
-
-    /// Marks the partitions of `entries` this group owns dirty and acknowledges them.
-    fn ack(&mut self, entries: &[(Fingerprint, ChunkLocation)]) -> Result<()> {
-        let partitions = self.owner.partition_count();
-        for (fp, _) in entries {
-            let p = partition_of(fp, partitions);
-            if self.owner.owns(p) {
-                self.dirty.insert(p);
-            }
-        }
-        let result = self.owner.ack(entries, Instant::now());
-        self.route();
-        result
     }
 
     /// Hands every answer the owner has to its part, and completes the parts whose
