@@ -1,12 +1,16 @@
 //! Backups that share a remote index (a cluster's, docs/design/cluster.md): the same
 //! data backed up through two repositories sharing one index stores exactly the unique
 //! chunks and bytes one repository stores alone, whichever repository receives which
-//! part; every new chunk is acknowledged once, at its committed location.
+//! part; every new chunk is acknowledged once, at its committed location; a backup
+//! keeps several lookups in flight, and never asks a fingerprint again before its
+//! acknowledgement (docs/design/pipeline.md, "Stage 3 with a remote index").
 
 use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use larder_chunk::ChunkerConfig;
 use larder_engine::{backup, EngineError, RemoteAnswers, RemoteIndex, RemoteLookup};
@@ -30,7 +34,13 @@ struct Model {
     /// The zero chunk, which a repository decides alone: never asked, never
     /// acknowledged.
     zero: Fingerprint,
+    /// Lookups sent and not answered yet, and the most there ever were.
+    in_flight: Arc<AtomicUsize>,
+    most_in_flight: AtomicUsize,
 }
+
+/// How long the model holds a lookup's answers while no other lookup is in flight.
+const HOLD: Duration = Duration::from_millis(100);
 
 /// A model's refusal: the backup broke a rule of the remote index.
 fn broken(message: String) -> EngineError {
@@ -63,13 +73,22 @@ impl Model {
 }
 
 impl RemoteIndex for Model {
-    /// Decided at once, answered a little later from another thread, as a cluster's
-    /// owners answer over the network: the backup keeps several lookups in flight.
+    /// Decided at once, answered later from another thread, as a cluster's owners
+    /// answer over the network: held while it is the only lookup in flight (for at
+    /// most 100 ms), so that a backup asking ahead has its next lookup in flight
+    /// meanwhile.
     fn lookup(&self, fps: Vec<Fingerprint>) -> RemoteLookup {
         let answers = self.answer(&fps);
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most_in_flight.fetch_max(now, Ordering::SeqCst);
+        let in_flight = self.in_flight.clone();
         let (reply, lookup) = RemoteLookup::channel();
         std::thread::spawn(move || {
-            std::thread::sleep(std::time::Duration::from_millis(2));
+            let asked = Instant::now();
+            while in_flight.load(Ordering::SeqCst) < 2 && asked.elapsed() < HOLD {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            in_flight.fetch_sub(1, Ordering::SeqCst);
             reply.send(answers);
         });
         lookup
@@ -157,6 +176,8 @@ fn two_repositories_sharing_an_index_store_what_one_stores() {
     let model = Arc::new(Model {
         stored: Mutex::default(),
         zero,
+        in_flight: Arc::default(),
+        most_in_flight: AtomicUsize::new(0),
     });
     let mut options = backup_options(2);
     options.remote = Some(model.clone());
@@ -191,6 +212,10 @@ fn two_repositories_sharing_an_index_store_what_one_stores() {
     assert!(
         second.chunks_new < second.chunks,
         "node 2 found node 1's shared chunks"
+    );
+    assert!(
+        model.most_in_flight.load(Ordering::SeqCst) >= 2,
+        "stage 3 asks the next batch while a lookup is in flight"
     );
 
     // Containers carry their writer's base; every chunk was acknowledged at the
