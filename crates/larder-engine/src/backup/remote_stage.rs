@@ -75,12 +75,11 @@ pub(super) fn run(
                 return Ok(busy);
             }
             match rx.recv() {
-                Ok(batch) => reorder.insert(batch.seq, batch),
-                Err(_) => {
-                    open = false;
-                    None
+                Ok(batch) => {
+                    reorder.insert(batch.seq, batch);
                 }
-            };
+                Err(_) => open = false,
+            }
             continue;
         };
         let event = if open && asking.len() < ahead {
