@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use larder_crypto::RepoKeys;
 use larder_engine::{
-    backup, restore, BackupOptions, NoProgress, PatternList, RemoteIndex, RestoreOptions,
-    DEFAULT_RESTORE_CACHE,
+    backup, restore, BackupOptions, EngineError, NoProgress, PatternList, RemoteIndex,
+    RemoteLookup, RestoreOptions, DEFAULT_RESTORE_CACHE,
 };
 use larder_hash::Fingerprint;
 use larder_index::ChunkLocation;
@@ -33,26 +33,45 @@ struct ClusterIndex {
 }
 
 impl RemoteIndex for ClusterIndex {
-    fn lookup(&self, fps: &[Fingerprint]) -> Result<Vec<Option<ChunkLocation>>, String> {
-        let answers = self
-            .runtime
-            .block_on(self.router.lookup(fps))
-            .map_err(|e| e.to_string())?;
-        answers
-            .into_iter()
-            .map(|a| match a {
-                Answer::Known(at) => Ok(Some(at)),
-                Answer::New => Ok(None),
-                Answer::Moved => Err("a lookup answered Moved after its retries".to_string()),
-            })
-            .collect()
+    fn lookup(&self, fps: Vec<Fingerprint>) -> RemoteLookup {
+        let (reply, lookup) = RemoteLookup::channel();
+        let router = self.router.clone();
+        // Dropped unsent if the runtime shuts down: the backup then fails its lookup.
+        self.runtime.spawn(async move {
+            let answers = router.lookup(&fps).await;
+            reply.send(answers.map_err(remote_failed).and_then(locations));
+        });
+        lookup
     }
 
-    fn acknowledge(&self, entries: &[(Fingerprint, ChunkLocation)]) -> Result<(), String> {
+    fn acknowledge(&self, entries: &[(Fingerprint, ChunkLocation)]) -> Result<(), EngineError> {
         self.runtime
             .block_on(self.router.ack(entries))
-            .map_err(|e| e.to_string())
+            .map_err(remote_failed)
     }
+}
+
+/// The router's failures as the engine reports them: retryable where the router's are.
+fn remote_failed(e: RpcError) -> EngineError {
+    EngineError::Remote {
+        retryable: e.is_retryable(),
+        message: e.to_string(),
+    }
+}
+
+/// A lookup's answers as the engine takes them: where each chunk is, or `None` (new).
+fn locations(answers: Vec<Answer>) -> Result<Vec<Option<ChunkLocation>>, EngineError> {
+    answers
+        .into_iter()
+        .map(|a| match a {
+            Answer::Known(at) => Ok(Some(at)),
+            Answer::New => Ok(None),
+            Answer::Moved => Err(EngineError::Remote {
+                message: "a lookup answered Moved after its retries".to_string(),
+                retryable: true,
+            }),
+        })
+        .collect()
 }
 
 /// A node's lookup service and client jobs, behind its one listener.

@@ -6,12 +6,11 @@
 //! [`Owner::poll`], and the node's async layer routes them to the requests waiting by
 //! their [`Ticket`]s. Storage ([`crate::partitions`]) and the network are the node's.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use larder_hash::Fingerprint;
-use larder_index::disk::{Answer as IndexAnswer, DiskIndex, IndexIo};
+use larder_index::disk::{Answer as IndexAnswer, DiskIndex, FingerprintHasher, IndexIo};
 use larder_index::prefetch::prefetch_value;
 use larder_index::{ChunkLocation, IndexError};
 
@@ -53,38 +52,74 @@ pub struct OwnerMetrics {
     pub expired: u64,
 }
 
+impl OwnerMetrics {
+    /// Adds `other`'s counts to these (the owners of a service's groups of partitions).
+    pub fn add(&mut self, other: &OwnerMetrics) {
+        self.requests += other.requests;
+        self.fingerprints += other.fingerprints;
+        self.known += other.known;
+        self.new += other.new;
+        self.moved += other.moved;
+        self.waited += other.waited;
+        self.acks += other.acks;
+        self.late_acks += other.late_acks;
+        self.moved_acks += other.moved_acks;
+        self.expired += other.expired;
+    }
+}
+
 /// An owned partition: its disk index (tokens are tickets) and its locks.
 struct Part<I> {
     epoch: u64,
     index: DiskIndex<I, Ticket>,
     /// Fingerprints answered `New` and not acknowledged: the deadline of the lock.
-    /// Invariant: exactly the index's pending fingerprints.
-    locks: HashMap<Fingerprint, Instant>,
+    /// Invariant: exactly the index's pending fingerprints. Fingerprints are uniform,
+    /// so some of their bytes hash them (SipHash was a few percent of a lookup).
+    locks: HashMap<Fingerprint, Instant, FingerprintHasher>,
     /// Locations of acknowledgements that found no lock, looked up under the owner's
     /// own ticket: inserted if the lookup answers `New`.
-    late: HashMap<Fingerprint, ChunkLocation>,
+    late: HashMap<Fingerprint, ChunkLocation, FingerprintHasher>,
     /// The containers whose entries are all in the index (acknowledged, or replayed).
     covered: Covered,
+    /// Whether it was acknowledged into since its last checkpoint.
+    dirty: bool,
 }
 
-/// Hashes a partition id by one multiplication: ids are small and dense, and SipHash
-/// cost a twentieth of a small request's lookups (one partition per fingerprint).
-#[derive(Default)]
-struct PartitionHasher(u64);
+/// The owned partitions by id, each in a box: a partition's address is read from a
+/// small dense table that stays in the processor's cache, so that its fields are
+/// prefetched without loading the partition first. A hash map's lookup compared the
+/// key stored beside the partition: a dependent miss on every partition a request
+/// touched, a tenth of a small request's time on the owner (docs/performance.md,
+/// "Cluster: the owner's lock sharded").
+struct Parts<I>(Vec<Option<Box<Part<I>>>>);
 
-impl Hasher for PartitionHasher {
-    fn finish(&self) -> u64 {
-        self.0
+impl<I> Parts<I> {
+    fn get(&self, p: PartitionId) -> Option<&Part<I>> {
+        self.0.get(p.0 as usize)?.as_deref()
     }
 
-    fn write_u32(&mut self, n: u32) {
-        self.0 = (self.0 ^ u64::from(n)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    fn get_mut(&mut self, p: PartitionId) -> Option<&mut Part<I>> {
+        self.0.get_mut(p.0 as usize)?.as_deref_mut()
     }
 
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u32(u32::from(b));
+    fn insert(&mut self, p: PartitionId, part: Part<I>) {
+        let at = p.0 as usize;
+        if at >= self.0.len() {
+            self.0.resize_with(at + 1, || None);
         }
+        self.0[at] = Some(Box::new(part));
+    }
+
+    fn remove(&mut self, p: PartitionId) -> Option<Part<I>> {
+        self.0.get_mut(p.0 as usize)?.take().map(|part| *part)
+    }
+
+    /// The owned partitions in order.
+    fn iter(&self) -> impl Iterator<Item = (PartitionId, &Part<I>)> {
+        self.0
+            .iter()
+            .enumerate()
+            .filter_map(|(p, part)| Some((PartitionId(p as u32), part.as_deref()?)))
     }
 }
 
@@ -92,7 +127,7 @@ impl Hasher for PartitionHasher {
 pub struct Owner<I> {
     partitions: u32,
     lock_timeout: Duration,
-    parts: HashMap<PartitionId, Part<I>, BuildHasherDefault<PartitionHasher>>,
+    parts: Parts<I>,
     /// Lock deadlines in the order they were set (so in deadline order, the timeout
     /// being fixed): an entry whose lock is gone or was set again later is skipped.
     expiries: VecDeque<(Instant, PartitionId, Fingerprint)>,
@@ -107,7 +142,7 @@ impl<I: IndexIo> Owner<I> {
         Self {
             partitions,
             lock_timeout,
-            parts: HashMap::default(),
+            parts: Parts((0..partitions).map(|_| None).collect()),
             expiries: VecDeque::new(),
             output: VecDeque::new(),
             metrics: OwnerMetrics::default(),
@@ -124,17 +159,11 @@ impl<I: IndexIo> Owner<I> {
 
     /// The partitions owned, with their epochs, in order.
     pub fn owned(&self) -> Vec<(PartitionId, u64)> {
-        let mut owned: Vec<_> = self
-            .parts
-            .iter()
-            .map(|(p, part)| (*p, part.epoch))
-            .collect();
-        owned.sort_unstable();
-        owned
+        self.parts.iter().map(|(p, part)| (p, part.epoch)).collect()
     }
 
     pub fn owns(&self, partition: PartitionId) -> bool {
-        self.parts.contains_key(&partition)
+        self.parts.get(partition).is_some()
     }
 
     /// Starts serving `partition` under `epoch` with its opened index, which holds the
@@ -149,9 +178,10 @@ impl<I: IndexIo> Owner<I> {
         let part = Part {
             epoch,
             index,
-            locks: HashMap::new(),
-            late: HashMap::new(),
+            locks: HashMap::with_hasher(FingerprintHasher),
+            late: HashMap::with_hasher(FingerprintHasher),
             covered,
+            dirty: false,
         };
         self.parts.insert(partition, part);
     }
@@ -161,7 +191,7 @@ impl<I: IndexIo> Owner<I> {
     /// inserts them as late ones), and its index is returned unsynced for the caller to
     /// checkpoint or drop (a fenced owner must not write it).
     pub fn release(&mut self, partition: PartitionId) -> Option<DiskIndex<I, Ticket>> {
-        let mut part = self.parts.remove(&partition)?;
+        let mut part = self.parts.remove(partition)?;
         for (ticket, _) in part.index.abandon() {
             if ticket.node != OWN {
                 self.answer(ticket, Answer::Moved);
@@ -195,22 +225,20 @@ impl<I: IndexIo> Owner<I> {
         // spreads over up to every partition, and one partition's index and cache
         // stay in the processor's cache for its whole group instead of being fetched
         // again for each fingerprint.
-        let mut order: Vec<(u32, u32)> = fps
-            .iter()
-            .enumerate()
-            .map(|(i, fp)| (partition_of(fp, self.partitions).0, i as u32))
-            .collect();
-        order.sort_unstable();
+        let order = self.by_partition(fps.iter());
         let groups: Vec<&[(u32, u32)]> = order.chunk_by(|a, b| a.0 == b.0).collect();
+        // Bloom words are several lines per fingerprint: worth loading ahead only for
+        // groups of one or two (small requests); larger groups overlap them anyway.
+        let bloom = fps.len() <= 2 * groups.len();
         let mut failure = None;
         for (g, &group) in groups.iter().enumerate() {
-            self.prefetch_ahead(&groups, g, fps);
+            self.prefetch_ahead(&groups, g, |i| &fps[i as usize], bloom);
             let p = PartitionId(group[0].0);
             let ticket = |i: u32| Ticket {
                 node: from,
                 id: first_id + u64::from(i),
             };
-            let Some(part) = self.parts.get_mut(&p) else {
+            let Some(part) = self.parts.get_mut(p) else {
                 for &(_, i) in group {
                     self.answer(ticket(i), Answer::Moved);
                 }
@@ -235,26 +263,42 @@ impl<I: IndexIo> Owner<I> {
         failure.map_or(Ok(()), Err)
     }
 
-    /// Starts loading what the groups after group `g` of a lookup will read, in two
+    /// The positions of `fps` sorted by partition, in order within each partition:
+    /// `(partition, position)`.
+    fn by_partition<'a>(&self, fps: impl Iterator<Item = &'a Fingerprint>) -> Vec<(u32, u32)> {
+        let mut order: Vec<(u32, u32)> = fps
+            .enumerate()
+            .map(|(i, fp)| (partition_of(fp, self.partitions).0, i as u32))
+            .collect();
+        order.sort_unstable();
+        order
+    }
+
+    /// Starts loading what the groups after group `g` of a lookup or an
+    /// acknowledgement will read (`fp(i)`: the fingerprint at position `i`), in two
     /// stages: a partition's own fields (its index's, spread over many lines)
-    /// `PART_AHEAD` groups ahead, then its fingerprints' Bloom words and cache slots
-    /// (found through those fields) `LOOKUP_AHEAD` groups ahead. A batch spread over
-    /// many partitions touches each partition's cold fields once or a few times;
-    /// waiting for them one partition at a time made most of a small request's cost.
-    fn prefetch_ahead(&self, groups: &[&[(u32, u32)]], g: usize, fps: &[Fingerprint]) {
+    /// `PART_AHEAD` groups ahead, then its fingerprints' cache slots (and with `bloom`
+    /// their Bloom words), found through those fields, `LOOKUP_AHEAD` groups ahead. A
+    /// batch spread over many partitions touches each partition's cold fields once or
+    /// a few times; waiting for them one partition at a time made most of a small
+    /// request's cost.
+    fn prefetch_ahead<'a>(
+        &self,
+        groups: &[&[(u32, u32)]],
+        g: usize,
+        fp: impl Fn(u32) -> &'a Fingerprint,
+        bloom: bool,
+    ) {
         const PART_AHEAD: usize = 4;
         const LOOKUP_AHEAD: usize = 2;
-        // Bloom words are several lines per fingerprint: worth loading ahead only for
-        // groups of one or two (small requests); larger groups overlap them anyway.
-        let bloom = fps.len() <= 2 * groups.len();
-        let part = |group: &&[(u32, u32)]| self.parts.get(&PartitionId(group[0].0));
+        let part = |group: &&[(u32, u32)]| self.parts.get(PartitionId(group[0].0));
         if let Some(part) = groups.get(g + PART_AHEAD).and_then(part) {
             prefetch_value(part);
         }
         if let Some(group) = groups.get(g + LOOKUP_AHEAD) {
             if let Some(part) = part(group) {
                 for &(_, i) in *group {
-                    part.index.prefetch_lookup(&fps[i as usize], bloom);
+                    part.index.prefetch_lookup(fp(i), bloom);
                 }
             }
         }
@@ -267,46 +311,66 @@ impl<I: IndexIo> Owner<I> {
     /// chunks' containers must already be durable: they are the log a takeover replays
     /// (crate::partitions).
     pub fn ack(&mut self, entries: &[(Fingerprint, ChunkLocation)], now: Instant) -> Result<()> {
-        // A set, not a list searched per fingerprint: a batch touches up to every
-        // partition.
-        let mut touched = BTreeSet::new();
+        // Partition by partition, in order within each, loading ahead what the next
+        // partitions' inserts write (their Bloom words and cache slots), as a lookup
+        // does: a batch's acknowledgements spread over up to every partition.
+        let order = self.by_partition(entries.iter().map(|(fp, _)| fp));
+        let groups: Vec<&[(u32, u32)]> = order.chunk_by(|a, b| a.0 == b.0).collect();
         let mut failure = None;
-        for &(fp, location) in entries {
-            let p = partition_of(&fp, self.partitions);
-            let Some(part) = self.parts.get_mut(&p) else {
-                self.metrics.moved_acks += 1;
-                continue;
-            };
-            part.covered.cover(location.container);
-            let result = if part.index.is_pending(&fp) {
-                self.metrics.acks += 1;
-                part.locks.remove(&fp);
-                part.index.insert(fp, location)
-            } else {
-                self.metrics.late_acks += 1;
-                if part.late.insert(fp, location).is_some() {
-                    continue;
+        for (g, &group) in groups.iter().enumerate() {
+            self.prefetch_ahead(&groups, g, |i| &entries[i as usize].0, true);
+            let p = PartitionId(group[0].0);
+            let mut late = false;
+            for &(_, i) in group {
+                let (fp, location) = entries[i as usize];
+                if let Err(e) = self.ack_one(p, fp, location, now, &mut late) {
+                    failure.get_or_insert(e);
                 }
-                touched.insert(p);
-                part.index.submit(fp, Ticket { node: OWN, id: 0 })
-            };
-            if let Err(source) = result {
-                failure.get_or_insert(ClusterError::Index {
-                    partition: p,
-                    source,
-                });
             }
-            // Inserts answer the waiters at once: route them now.
-            if let Err(e) = self.drain(p, now) {
-                failure.get_or_insert(e);
-            }
-        }
-        for p in touched {
-            if let Err(e) = self.settle(p, now) {
-                failure.get_or_insert(e);
+            if late {
+                if let Err(e) = self.settle(p, now) {
+                    failure.get_or_insert(e);
+                }
             }
         }
         failure.map_or(Ok(()), Err)
+    }
+
+    /// Acknowledges one entry of partition `p`; sets `late` when it is looked up
+    /// under the owner's own ticket (for the partition's settle to finish).
+    fn ack_one(
+        &mut self,
+        p: PartitionId,
+        fp: Fingerprint,
+        location: ChunkLocation,
+        now: Instant,
+        late: &mut bool,
+    ) -> Result<()> {
+        let Some(part) = self.parts.get_mut(p) else {
+            self.metrics.moved_acks += 1;
+            return Ok(());
+        };
+        part.dirty = true;
+        part.covered.cover(location.container);
+        let result = if part.index.is_pending(&fp) {
+            self.metrics.acks += 1;
+            part.locks.remove(&fp);
+            part.index.insert(fp, location)
+        } else {
+            self.metrics.late_acks += 1;
+            if part.late.insert(fp, location).is_some() {
+                return Ok(());
+            }
+            *late = true;
+            part.index.submit(fp, Ticket { node: OWN, id: 0 })
+        };
+        let indexed = result.map_err(|source| ClusterError::Index {
+            partition: p,
+            source,
+        });
+        // Inserts answer the waiters at once: route them now.
+        let drained = self.drain(p, now);
+        indexed.and(drained)
     }
 
     /// Unlocks every fingerprint whose lock passed its deadline at `now`: the first
@@ -319,7 +383,7 @@ impl<I: IndexIo> Owner<I> {
                 break;
             }
             self.expiries.pop_front();
-            let Some(part) = self.parts.get_mut(&p) else {
+            let Some(part) = self.parts.get_mut(p) else {
                 continue;
             };
             if part.locks.get(&fp) != Some(&deadline) {
@@ -346,7 +410,7 @@ impl<I: IndexIo> Owner<I> {
         fps.iter()
             .map(|fp| {
                 let p = partition_of(fp, self.partitions);
-                let Some(part) = self.parts.get_mut(&p) else {
+                let Some(part) = self.parts.get_mut(p) else {
                     return Ok(GetAnswer::Moved);
                 };
                 let found = part.index.get(fp).map_err(|source| ClusterError::Index {
@@ -359,22 +423,34 @@ impl<I: IndexIo> Owner<I> {
     }
 
     /// Hands partition `p`'s index and what it covers to `save` (the node's checkpoint:
-    /// [`crate::partitions::PartitionStore::checkpoint`]).
+    /// [`crate::partitions::PartitionStore::checkpoint`]); once saved, `p` is no longer
+    /// [`Owner::dirty`] until its next acknowledgement.
     pub fn checkpoint<F>(&mut self, p: PartitionId, save: F) -> Result<()>
     where
         F: FnOnce(&mut DiskIndex<I, Ticket>, &Covered) -> Result<()>,
     {
-        let part = self.parts.get_mut(&p).ok_or(ClusterError::NotOwner(p))?;
+        let part = self.parts.get_mut(p).ok_or(ClusterError::NotOwner(p))?;
         let covered = Covered {
             epoch: part.epoch,
             ..part.covered.clone()
         };
-        save(&mut part.index, &covered)
+        save(&mut part.index, &covered)?;
+        part.dirty = false;
+        Ok(())
+    }
+
+    /// The partitions acknowledged into since their last checkpoint, in order.
+    pub fn dirty(&self) -> Vec<PartitionId> {
+        self.parts
+            .iter()
+            .filter(|(_, part)| part.dirty)
+            .map(|(p, _)| p)
+            .collect()
     }
 
     /// The fingerprints a partition indexes (for status and tests).
     pub fn indexed(&self, p: PartitionId) -> Option<u64> {
-        self.parts.get(&p).map(|part| part.index.len())
+        self.parts.get(p).map(|part| part.index.len())
     }
 
     /// The next answer for a request, if any.
@@ -384,10 +460,7 @@ impl<I: IndexIo> Owner<I> {
 
     /// Finishes the lookups submitted to partition `p` and routes every answer.
     fn settle(&mut self, p: PartitionId, now: Instant) -> Result<()> {
-        let part = self
-            .parts
-            .get_mut(&p)
-            .expect("settled partitions are owned");
+        let part = self.parts.get_mut(p).expect("settled partitions are owned");
         let finished = part.index.finish();
         let drained = self.drain(p, now);
         finished
@@ -403,10 +476,7 @@ impl<I: IndexIo> Owner<I> {
     fn drain(&mut self, p: PartitionId, now: Instant) -> Result<()> {
         let deadline = now + self.lock_timeout;
         let mut failure: Option<IndexError> = None;
-        let part = self
-            .parts
-            .get_mut(&p)
-            .expect("drained partitions are owned");
+        let part = self.parts.get_mut(p).expect("drained partitions are owned");
         // Inserting a late acknowledgement answers the copies that waited behind the
         // owner's own lookup: they come out of this same loop.
         while let Some(r) = part.index.poll() {

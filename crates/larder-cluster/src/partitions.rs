@@ -162,7 +162,8 @@ impl PartitionStore {
     }
 
     /// The partitions of the cluster whose shared storage is `storage`, encrypted with
-    /// `keys` when given.
+    /// `keys` when given. Their indexes do not time their per-fingerprint calls
+    /// ([`DiskIndexConfig::timed`]): an owner never reports those times.
     pub fn with_storage(
         storage: SharedStorage,
         partitions: u32,
@@ -179,7 +180,10 @@ impl PartitionStore {
             storage,
             partitions,
             codec,
-            index,
+            index: DiskIndexConfig {
+                timed: false,
+                ..index
+            },
             lookup,
             chains: Arc::default(),
             uploads: Arc::default(),

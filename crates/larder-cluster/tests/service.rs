@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use larder_cluster::partitions::PartitionStore;
 use larder_cluster::rpc::GetAnswer;
-use larder_cluster::service::OwnerService;
-use larder_cluster::{Answer, PartitionId};
+use larder_cluster::service::{OwnerService, SHARDS};
+use larder_cluster::{partition_of, Answer, PartitionId};
 use larder_hash::{Fingerprint, HashAlgo};
 use larder_index::disk::{DiskIndexConfig, Lookup};
 use larder_index::ChunkLocation;
@@ -18,15 +18,19 @@ fn fp(id: u64) -> Fingerprint {
 }
 
 fn service(root: &std::path::Path, timeout: Duration) -> OwnerService {
+    service_of(root, timeout, PARTITIONS)
+}
+
+fn service_of(root: &std::path::Path, timeout: Duration, partitions: u32) -> OwnerService {
     let config = DiskIndexConfig {
         memory_budget: 64 << 10,
         expected_fingerprints: 1000,
         buffered_chunk_bytes: 64,
         ..DiskIndexConfig::default()
     };
-    let store = PartitionStore::new(root, PARTITIONS, HashAlgo::Blake3, config, Lookup::Lazy);
-    let service = OwnerService::new(store, PARTITIONS, timeout);
-    let all: Vec<PartitionId> = (0..PARTITIONS).map(PartitionId).collect();
+    let store = PartitionStore::new(root, partitions, HashAlgo::Blake3, config, Lookup::Lazy);
+    let service = OwnerService::new(store, partitions, timeout);
+    let all: Vec<PartitionId> = (0..partitions).map(PartitionId).collect();
     service.take_over(&all, 1).unwrap();
     service
 }
@@ -60,6 +64,64 @@ async fn a_copy_waits_for_the_first_writers_acknowledgement() {
     );
     let metrics = service.metrics();
     assert_eq!((metrics.new, metrics.known, metrics.waited), (4, 1, 1));
+}
+
+/// The service splits a request by group of partitions ([`SHARDS`]) and puts the
+/// answers back: each in its fingerprint's place, whatever group answered it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_over_every_group_is_answered_in_request_order() {
+    let partitions = 4 * SHARDS as u32;
+    let dir = tempfile::tempdir().unwrap();
+    let service = service_of(dir.path(), Duration::from_secs(60), partitions);
+    let gone = PartitionId(5);
+    service.release(gone, false).unwrap();
+    let at = |id: u64| ChunkLocation {
+        container: 1,
+        offset: id as u32 * 64,
+        length: 64,
+    };
+    let moved = |id: u64| partition_of(&fp(id), partitions) == gone;
+    let stored: Vec<u64> = (0..300).collect();
+    let first = service
+        .lookup(1, stored.iter().map(|&id| fp(id)).collect())
+        .await
+        .unwrap();
+    for (&id, answer) in stored.iter().zip(&first) {
+        let expected = if moved(id) {
+            Answer::Moved
+        } else {
+            Answer::New
+        };
+        assert_eq!(*answer, expected, "fingerprint {id}");
+    }
+    let acks: Vec<_> = stored.iter().map(|&id| (fp(id), at(id))).collect();
+    service.ack(&acks).unwrap();
+
+    // Stored ones backwards, a new one after every third.
+    let mut asked = Vec::new();
+    for (k, &id) in stored.iter().rev().enumerate() {
+        asked.push(id);
+        if k % 3 == 0 {
+            asked.push(1000 + id);
+        }
+    }
+    let answers = service
+        .lookup(2, asked.iter().map(|&id| fp(id)).collect())
+        .await
+        .unwrap();
+    for (&id, answer) in asked.iter().zip(&answers) {
+        let expected = match id {
+            _ if moved(id) => Answer::Moved,
+            1000.. => Answer::New,
+            _ => Answer::Known(at(id)),
+        };
+        assert_eq!(*answer, expected, "fingerprint {id}");
+    }
+    assert_eq!(
+        service.metrics().requests,
+        2,
+        "whole requests, not their parts"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -21,6 +21,8 @@ mod gate;
 mod index_stage;
 mod previous;
 mod read_stage;
+mod remote;
+mod remote_stage;
 mod round;
 mod summary;
 mod tree_saver;
@@ -31,11 +33,10 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use larder_hash::Fingerprint;
-use larder_index::ChunkLocation;
 use larder_store::{Compression, EntryKind, Repository, TreeEntry};
 
 pub use previous::{Parents, SkipRules, RACY_WINDOW};
+pub use remote::{RemoteAnswers, RemoteIndex, RemoteLookup, RemoteReply};
 pub use summary::{BackupSummary, StageTimes};
 
 // The parts of the pipeline `copy` runs too (docs/design/copy.md).
@@ -113,24 +114,6 @@ impl Default for BackupOptions {
             checkpoint_interval: Some(Duration::from_secs(300)),
         }
     }
-}
-
-/// A chunk index shared with other repositories: a cluster's partition owners.
-pub trait RemoteIndex: Send + Sync {
-    /// For each of `fps`, in order: where it is stored, or `None` if nowhere. A `None`
-    /// is a promise to store the chunk and [`RemoteIndex::acknowledge`] it: other
-    /// askers wait for that (the cluster's lock on new).
-    fn lookup(
-        &self,
-        fps: &[Fingerprint],
-    ) -> std::result::Result<Vec<Option<ChunkLocation>>, String>;
-
-    /// Where this repository stored chunks `lookup` answered `None` for, once they are
-    /// durable (committed).
-    fn acknowledge(
-        &self,
-        entries: &[(Fingerprint, ChunkLocation)],
-    ) -> std::result::Result<(), String>;
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -21,6 +21,9 @@ pub enum EngineError {
     Source { path: PathBuf, reason: String },
     #[error("a pipeline stage failed: {0}")]
     Pipeline(String),
+    /// A remote index (a cluster's owners) failed a lookup or an acknowledgement.
+    #[error("the cluster's index: {message}")]
+    Remote { message: String, retryable: bool },
     #[error("invalid pattern {pattern:?}: {reason}")]
     InvalidPattern { pattern: String, reason: String },
     #[error("invalid snapshot path {path:?}: {reason}")]
@@ -69,6 +72,7 @@ impl EngineError {
     pub fn is_retryable(&self) -> bool {
         match self {
             Self::Store(e) => e.is_retryable(),
+            Self::Remote { retryable, .. } => *retryable,
             _ => false,
         }
     }

@@ -31,8 +31,8 @@ mod tree_io;
 
 pub use assembly::ReadStats;
 pub use backup::{
-    backup, backup_stdin, BackupOptions, BackupSummary, Parents, RemoteIndex, SkipRules,
-    StageTimes, RACY_WINDOW,
+    backup, backup_stdin, BackupOptions, BackupSummary, Parents, RemoteAnswers, RemoteIndex,
+    RemoteLookup, RemoteReply, SkipRules, StageTimes, RACY_WINDOW,
 };
 pub use browse::{display_path, escape_name, SnapshotPath, SnapshotTree};
 pub use check::{check, CheckOptions, CheckReport, Damage};

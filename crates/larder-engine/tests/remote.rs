@@ -1,15 +1,19 @@
 //! Backups that share a remote index (a cluster's, docs/design/cluster.md): the same
 //! data backed up through two repositories sharing one index stores exactly the unique
 //! chunks and bytes one repository stores alone, whichever repository receives which
-//! part; every new chunk is acknowledged once, at its committed location.
+//! part; every new chunk is acknowledged once, at its committed location; a backup
+//! keeps several lookups in flight, and never asks a fingerprint again before its
+//! acknowledgement (docs/design/pipeline.md, "Stage 3 with a remote index").
 
 use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use larder_chunk::ChunkerConfig;
-use larder_engine::{backup, RemoteIndex};
+use larder_engine::{backup, EngineError, RemoteAnswers, RemoteIndex, RemoteLookup};
 use larder_hash::{Fingerprint, HashAlgo};
 use larder_index::ChunkLocation;
 use larder_store::{LockMode, RepoConfig, Repository};
@@ -30,21 +34,35 @@ struct Model {
     /// The zero chunk, which a repository decides alone: never asked, never
     /// acknowledged.
     zero: Fingerprint,
+    /// Lookups sent and not answered yet, and the most there ever were.
+    in_flight: Arc<AtomicUsize>,
+    most_in_flight: AtomicUsize,
 }
 
-impl RemoteIndex for Model {
-    fn lookup(&self, fps: &[Fingerprint]) -> Result<Vec<Option<ChunkLocation>>, String> {
+/// How long the model holds a lookup's answers while no other lookup is in flight.
+const HOLD: Duration = Duration::from_millis(100);
+
+/// A model's refusal: the backup broke a rule of the remote index.
+fn broken(message: String) -> EngineError {
+    EngineError::Remote {
+        message,
+        retryable: false,
+    }
+}
+
+impl Model {
+    fn answer(&self, fps: &[Fingerprint]) -> RemoteAnswers {
         let mut stored = self.stored.lock().unwrap();
         if fps.contains(&self.zero) {
-            return Err("the zero chunk was asked".into());
+            return Err(broken("the zero chunk was asked".into()));
         }
         fps.iter()
             .map(|fp| match stored.get(fp) {
                 Some(Some(at)) => Ok(Some(*at)),
-                Some(None) => Err(format!(
+                Some(None) => Err(broken(format!(
                     "{} asked again before its acknowledgement",
                     fp.to_hex()
-                )),
+                ))),
                 None => {
                     stored.insert(*fp, None);
                     Ok(None)
@@ -52,17 +70,40 @@ impl RemoteIndex for Model {
             })
             .collect()
     }
+}
 
-    fn acknowledge(&self, entries: &[(Fingerprint, ChunkLocation)]) -> Result<(), String> {
+impl RemoteIndex for Model {
+    /// Decided at once, answered later from another thread, as a cluster's owners
+    /// answer over the network: held while it is the only lookup in flight (for at
+    /// most 100 ms), so that a backup asking ahead has its next lookup in flight
+    /// meanwhile.
+    fn lookup(&self, fps: Vec<Fingerprint>) -> RemoteLookup {
+        let answers = self.answer(&fps);
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most_in_flight.fetch_max(now, Ordering::SeqCst);
+        let in_flight = self.in_flight.clone();
+        let (reply, lookup) = RemoteLookup::channel();
+        std::thread::spawn(move || {
+            let asked = Instant::now();
+            while in_flight.load(Ordering::SeqCst) < 2 && asked.elapsed() < HOLD {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            in_flight.fetch_sub(1, Ordering::SeqCst);
+            reply.send(answers);
+        });
+        lookup
+    }
+
+    fn acknowledge(&self, entries: &[(Fingerprint, ChunkLocation)]) -> Result<(), EngineError> {
         let mut stored = self.stored.lock().unwrap();
         if entries.iter().any(|(fp, _)| *fp == self.zero) {
-            return Err("the zero chunk was acknowledged".into());
+            return Err(broken("the zero chunk was acknowledged".into()));
         }
         for (fp, at) in entries {
             match stored.get_mut(fp) {
                 Some(slot @ None) => *slot = Some(*at),
-                Some(Some(_)) => return Err(format!("{} acknowledged twice", fp.to_hex())),
-                None => return Err(format!("{} acknowledged, never asked", fp.to_hex())),
+                Some(Some(_)) => return Err(broken(format!("{} acknowledged twice", fp.to_hex()))),
+                None => return Err(broken(format!("{} acknowledged, never asked", fp.to_hex()))),
             }
         }
         Ok(())
@@ -135,6 +176,8 @@ fn two_repositories_sharing_an_index_store_what_one_stores() {
     let model = Arc::new(Model {
         stored: Mutex::default(),
         zero,
+        in_flight: Arc::default(),
+        most_in_flight: AtomicUsize::new(0),
     });
     let mut options = backup_options(2);
     options.remote = Some(model.clone());
@@ -169,6 +212,10 @@ fn two_repositories_sharing_an_index_store_what_one_stores() {
     assert!(
         second.chunks_new < second.chunks,
         "node 2 found node 1's shared chunks"
+    );
+    assert!(
+        model.most_in_flight.load(Ordering::SeqCst) >= 2,
+        "stage 3 asks the next batch while a lookup is in flight"
     );
 
     // Containers carry their writer's base; every chunk was acknowledged at the

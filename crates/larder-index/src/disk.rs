@@ -33,6 +33,7 @@ pub use self::format::{
     TableHeader, BUCKET_SLOTS, RECORDS_PER_PAGE,
 };
 pub use self::io::{DirIo, IndexFile, IndexIo, MemIo, PageBuf, PAGE};
+use self::metrics::Stopwatch;
 pub use self::metrics::{ComponentTimes, DiskIndexMetrics};
 pub use self::sealed::{IndexDir, SealedIo};
 
@@ -83,6 +84,12 @@ pub struct DiskIndexConfig {
     /// only where more than this many unneeded pages lie between two needed ones.
     /// `u64::MAX` (the default) reads each batch in one read, as the paper does.
     pub batch_gap_pages: u64,
+    /// Whether calls that handle one fingerprint (submit, insert, hasten, the Bloom
+    /// filter and cache lookups) and `finish` time themselves into [`DiskIndexMetrics::time`]:
+    /// five pairs of clock reads per fingerprint looked up and inserted, a tenth of a
+    /// cluster owner's work (docs/performance.md, "Cluster: the owner's lock sharded").
+    /// Reads, writes and syncs are timed either way.
+    pub timed: bool,
 }
 
 impl Default for DiskIndexConfig {
@@ -99,6 +106,7 @@ impl Default for DiskIndexConfig {
             max_cache_lookups: 10,
             prelookup: true,
             batch_gap_pages: u64::MAX,
+            timed: true,
         }
     }
 }
@@ -368,7 +376,7 @@ impl<I: IndexIo, T> DiskIndex<I, T> {
     /// On an error nothing submitted is lost: the token is resolved later, or handed
     /// back by [`DiskIndex::abandon`].
     pub fn submit(&mut self, fp: Fingerprint, token: T) -> Result<()> {
-        let started = Instant::now();
+        let started = Stopwatch::start(self.config.timed);
         self.store.metrics.submitted += 1;
         let result = self.submit_unsubmitted(fp, token);
         self.store.metrics.time.total += started.elapsed();
@@ -408,7 +416,7 @@ impl<I: IndexIo, T> DiskIndex<I, T> {
     /// `Io` error comes from the flush of a full insert buffer: the insert itself is
     /// kept (do not repeat it), and the flush is retried by the next one or by `sync`.
     pub fn insert(&mut self, fp: Fingerprint, location: ChunkLocation) -> Result<()> {
-        let started = Instant::now();
+        let started = Stopwatch::start(self.config.timed);
         let waiters = self.pending.remove(&fp).ok_or(IndexError::NotPending(fp))?;
         for token in waiters {
             self.output.push_back(Resolved {
@@ -449,7 +457,7 @@ impl<I: IndexIo, T> DiskIndex<I, T> {
     /// the output or waits for an insert. On an error, what was not looked up stays
     /// buffered: call again, or [`DiskIndex::abandon`].
     pub fn finish(&mut self) -> Result<()> {
-        let started = Instant::now();
+        let started = Stopwatch::start(self.config.timed);
         let result = match self.lookup {
             Lookup::Eager => self.finish_eager(),
             Lookup::Lazy => self.finish_lazy(),
@@ -465,7 +473,7 @@ impl<I: IndexIo, T> DiskIndex<I, T> {
     /// (answered, pending, or an eager index). On an error nothing is lost, as with a
     /// full bucket.
     pub fn hasten(&mut self, fp: &Fingerprint) -> Result<()> {
-        let started = Instant::now();
+        let started = Stopwatch::start(self.config.timed);
         let bucket = self.lazy.as_ref().and_then(|l| l.bucket_of_buffered(fp));
         let result = match bucket {
             Some(b) => self.look_up_bucket(b),
@@ -542,7 +550,7 @@ impl<I: IndexIo, T> DiskIndex<I, T> {
 
     /// Bloom filter test, timed.
     fn bloom_says_new(&mut self, fp: &Fingerprint) -> bool {
-        let started = Instant::now();
+        let started = Stopwatch::start(self.config.timed);
         let new = !self.store.may_contain(fp);
         self.store.metrics.time.bloom += started.elapsed();
         if new {
@@ -553,7 +561,7 @@ impl<I: IndexIo, T> DiskIndex<I, T> {
 
     /// The cache, then the insert buffer: memory only.
     fn prelookup(&mut self, fp: &Fingerprint) -> Option<ChunkLocation> {
-        let started = Instant::now();
+        let started = Stopwatch::start(self.config.timed);
         self.store.metrics.prelookups += 1;
         let hit = match self.cache.get(fp) {
             Some(location) => {

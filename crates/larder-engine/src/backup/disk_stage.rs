@@ -545,6 +545,7 @@ mod tests {
         Indexer {
             new_chunks: HashSet::with_hasher(FingerprintHasher),
             remote: None,
+            in_flight: HashSet::with_hasher(FingerprintHasher),
             zero_chunk: Fingerprint([0; 32]),
             recipes: Vec::new(),
             sizes: Vec::new(),

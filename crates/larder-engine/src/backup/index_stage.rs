@@ -15,7 +15,8 @@ use larder_store::{RepoIndex, Repository};
 use super::disk_stage;
 use super::gate::SerialGate;
 use super::read_stage::{recycle, Batch, PieceEnd};
-use super::{lock, RemoteIndex};
+use super::remote::{RemoteAnswers, RemoteIndex, RemoteLookup};
+use super::{lock, remote_stage};
 use crate::error::{EngineError, Result, Warning};
 use crate::Progress;
 
@@ -38,6 +39,14 @@ pub(crate) struct NewChunk {
     pub compressed: Option<Vec<u8>>,
 }
 
+/// What [`Indexer::ask`] decided of a batch without the remote index.
+pub(super) struct Asked {
+    /// Whether each chunk is new, as far as decided.
+    pub new: Vec<bool>,
+    /// The positions of the chunks asked of the remote index, in order.
+    pub ask: Vec<usize>,
+}
+
 /// New chunks for stage 4, in stream order; `NewChunk::piece` indexes `buffers`.
 pub(super) struct WriteBatch {
     pub buffers: Vec<Vec<u8>>,
@@ -55,6 +64,8 @@ pub(crate) struct Indexer {
     pub new_chunks: HashSet<Fingerprint, FingerprintHasher>,
     /// A cluster's index, asked about what neither the index nor `new_chunks` holds.
     pub remote: Option<Arc<dyn RemoteIndex>>,
+    /// Fingerprints in a lookup of `remote` whose answers are not applied yet.
+    pub in_flight: HashSet<Fingerprint, FingerprintHasher>,
     /// The zero chunk (a chunk of the chunker's largest size, all zeros), which long
     /// runs of zeros cut into over and over: with a remote index it is decided here
     /// alone and never asked nor acknowledged (the dedup-cluster paper's special
@@ -84,6 +95,7 @@ impl Indexer {
         Self {
             new_chunks: HashSet::with_hasher(FingerprintHasher),
             remote,
+            in_flight: HashSet::with_hasher(FingerprintHasher),
             zero_chunk: super::round::zero_chunk(
                 &repo.codec(),
                 repo.config().chunker.max_chunk_size(),
@@ -101,37 +113,78 @@ impl Indexer {
     /// earlier in this round (rule 4 of the commit order: written once), nor, in a
     /// cluster, stored by another node (asked in one request for the batch).
     pub fn decide(&mut self, index: &CuckooIndex, fps: &[Fingerprint]) -> Result<Vec<bool>> {
-        // One batch lookup for all chunks: it overlaps the cache misses of the lookups.
-        let known = index.get_batch(fps);
         let Some(remote) = self.remote.clone() else {
+            // One batch lookup for all chunks: it overlaps the cache misses of the lookups.
+            let known = index.get_batch(fps);
             return Ok(fps
                 .iter()
                 .zip(known)
                 .map(|(fp, known)| known.is_none() && self.new_chunks.insert(*fp))
                 .collect());
         };
-        let mut new = vec![false; fps.len()];
-        let mut asked: HashSet<Fingerprint, FingerprintHasher> =
-            HashSet::with_hasher(FingerprintHasher);
-        let mut ask = Vec::new();
+        let (asked, lookup) = self.ask(index, remote.as_ref(), fps);
+        self.answered(fps, asked, lookup.wait())
+    }
+
+    /// Decides what it can of `fps` without the remote index, and sends it the lookup
+    /// of the rest: the fingerprints neither in the repository (`index`) nor met
+    /// earlier in this round, nor the zero chunk, each once. A fingerprint is in one
+    /// lookup in flight at most: a later copy of one in flight is decided not new at
+    /// once (its first copy is either stored by this backup or stored already), and
+    /// asking it again would wait on the lock its first copy took for this backup.
+    pub(super) fn ask(
+        &mut self,
+        index: &CuckooIndex,
+        remote: &dyn RemoteIndex,
+        fps: &[Fingerprint],
+    ) -> (Asked, RemoteLookup) {
+        // One batch lookup for all chunks: it overlaps the cache misses of the lookups.
+        let known = index.get_batch(fps);
+        let mut asked = Asked {
+            new: vec![false; fps.len()],
+            ask: Vec::new(),
+        };
         for (i, (fp, known)) in fps.iter().zip(known).enumerate() {
             if known.is_some() || self.new_chunks.contains(fp) {
                 continue;
             }
             if *fp == self.zero_chunk {
-                new[i] = self.new_chunks.insert(*fp);
-            } else if asked.insert(*fp) {
-                ask.push(i);
+                asked.new[i] = self.new_chunks.insert(*fp);
+            } else if self.in_flight.insert(*fp) {
+                asked.ask.push(i);
             }
         }
-        if ask.is_empty() {
-            return Ok(new);
+        if asked.ask.is_empty() {
+            return (asked, RemoteLookup::answered(Ok(Vec::new())));
         }
-        let ask_fps: Vec<Fingerprint> = ask.iter().map(|&i| fps[i]).collect();
-        let answers = remote
-            .lookup(&ask_fps)
-            .map_err(|e| EngineError::Pipeline(format!("the cluster's index: {e}")))?;
-        for (&i, answer) in ask.iter().zip(answers) {
+        let lookup = remote.lookup(asked.ask.iter().map(|&i| fps[i]).collect());
+        (asked, lookup)
+    }
+
+    /// Completes the decisions of `fps` with the remote index's `answers` to what
+    /// [`Indexer::ask`] asked: a fingerprint it answered `None` for is new.
+    pub(super) fn answered(
+        &mut self,
+        fps: &[Fingerprint],
+        asked: Asked,
+        answers: RemoteAnswers,
+    ) -> Result<Vec<bool>> {
+        for &i in &asked.ask {
+            self.in_flight.remove(&fps[i]);
+        }
+        let answers = answers?;
+        if answers.len() != asked.ask.len() {
+            return Err(EngineError::Remote {
+                message: format!(
+                    "{} answers to {} fingerprints",
+                    answers.len(),
+                    asked.ask.len()
+                ),
+                retryable: false,
+            });
+        }
+        let mut new = asked.new;
+        for (&i, answer) in asked.ask.iter().zip(answers) {
             new[i] = answer.is_none() && self.new_chunks.insert(fps[i]);
         }
         Ok(new)
@@ -258,7 +311,10 @@ pub(super) fn run(
     gate: &SerialGate,
 ) -> Result<Duration> {
     match index {
-        RepoIndex::Memory(index) => memory_stage(indexer, index, rx, out, gate),
+        RepoIndex::Memory(index) => match indexer.remote.clone() {
+            Some(remote) => remote_stage::run(indexer, index, remote.as_ref(), rx, out, gate),
+            None => memory_stage(indexer, index, rx, out, gate),
+        },
         RepoIndex::Disk(state) => {
             let disk = state
                 .get_mut()

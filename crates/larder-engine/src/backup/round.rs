@@ -15,10 +15,11 @@ use larder_store::{ChunkCodec, RepoIndex, Repository, SegmentContainer};
 use super::gate::SerialGate;
 use super::index_stage::{self, Indexer, StageOut, WriteBatch};
 use super::read_stage::{Batch, BufferPool, FileToRead, Reader, RoundEnd, BLOCK};
+use super::remote::RemoteIndex;
 use super::tree_saver::{build_tree, store_stream, StoredStream};
 use super::walk::Item;
 use super::write_stage::{self, ContainerWriter, SYNC_THREADS};
-use super::{RemoteIndex, StageTimes};
+use super::StageTimes;
 use crate::error::{EngineError, Result, Warning};
 use crate::Progress;
 
@@ -92,10 +93,12 @@ impl Pipeline<'_> {
         upto: &dyn Fn(usize) -> usize,
         stages: &mut StageTimes,
     ) -> Result<RoundOutput> {
-        // Block buffers stage 3 may hold whole while lazy answers wait: the pool keeps
-        // room for them, so that they are reused rather than freed and faulted in again.
+        // Block buffers stage 3 may hold whole while lazy or remote answers wait: the
+        // pool keeps room for them, so that they are reused rather than freed and
+        // faulted in again.
         let held_blocks = match &*index {
             RepoIndex::Disk(state) => super::lock(state).held_chunk_bytes() as usize / BLOCK,
+            RepoIndex::Memory(_) if self.remote.is_some() => super::remote_stage::LOOKUPS_AHEAD,
             RepoIndex::Memory(_) => 0,
         };
         let gate = &self.gate;

@@ -2,7 +2,23 @@
 //! (the shape of the Lazy Exact Deduplication paper's Tables IV, V and VII).
 
 use std::fmt;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// A clock read only when the index times its components per call
+/// ([`super::DiskIndexConfig::timed`]).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Stopwatch(Option<Instant>);
+
+impl Stopwatch {
+    pub fn start(timed: bool) -> Self {
+        Self(timed.then(Instant::now))
+    }
+
+    /// The time since the start; zero when untimed.
+    pub fn elapsed(self) -> Duration {
+        self.0.map_or(Duration::ZERO, |started| started.elapsed())
+    }
+}
 
 /// Time spent in each component of the lookup.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]

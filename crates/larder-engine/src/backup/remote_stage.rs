@@ -1,0 +1,122 @@
+//! Stage 3 with the memory index and a remote index (a cluster's owners): each batch,
+//! in stream order, is decided as far as the repository and this backup can, and the
+//! rest is asked of the remote index at once, up to [`LOOKUPS_AHEAD`] batches ahead of
+//! the oldest one still waiting for its answers. Answers are applied, and batches sent
+//! on to stage 4, in stream order, so every decision and recipe is the one asking a
+//! batch at a time gave: a fingerprint is in one lookup in flight at most
+//! ([`Indexer::ask`]), and a later copy of it is decided not new, as it was once its
+//! first copy's answer was in.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
+
+use crossbeam_channel::{select, Receiver};
+use larder_index::CuckooIndex;
+
+use super::gate::SerialGate;
+use super::index_stage::{Asked, Indexer, StageOut};
+use super::read_stage::Batch;
+use super::remote::{dropped, RemoteAnswers, RemoteIndex, RemoteLookup};
+use crate::error::Result;
+
+/// Lookups a backup keeps in flight. Each holds its batch (up to a block, 8 MiB) in
+/// stage 3 until its answers come; one at a time left the owners idle while a batch
+/// was chunked, hashed and written, and the node waiting on a round trip per block.
+pub(super) const LOOKUPS_AHEAD: usize = 4;
+
+/// A batch whose lookup is in flight.
+struct Asking {
+    batch: Batch,
+    asked: Asked,
+    lookup: RemoteLookup,
+}
+
+/// What stage 3 waits for next.
+enum Event {
+    /// A batch from stage 2, or `None` once its queue is closed.
+    Batch(Option<Batch>),
+    /// The answers of the oldest lookup in flight.
+    Answered(RemoteAnswers),
+}
+
+/// Runs stage 3 over the batches of `rx`, asking `remote` ahead.
+pub(super) fn run(
+    indexer: &mut Indexer,
+    index: &CuckooIndex,
+    remote: &dyn RemoteIndex,
+    rx: &Receiver<Batch>,
+    out: &StageOut<'_>,
+    gate: &SerialGate,
+) -> Result<Duration> {
+    // In serial mode the stages take turns: one lookup at a time, as before.
+    let ahead = if gate.is_serial() { 1 } else { LOOKUPS_AHEAD };
+    let mut busy = Duration::ZERO;
+    let mut reorder: BTreeMap<u64, Batch> = BTreeMap::new();
+    let mut next = 0u64;
+    let mut asking: VecDeque<Asking> = VecDeque::new();
+    let mut open = true;
+    loop {
+        while asking.len() < ahead {
+            let Some(batch) = reorder.remove(&next) else {
+                break;
+            };
+            next += 1;
+            let span = gate.begin();
+            let (asked, lookup) = indexer.ask(index, remote, &batch.fps);
+            asking.push_back(Asking {
+                batch,
+                asked,
+                lookup,
+            });
+            busy += span.end();
+        }
+        let Some(oldest) = asking.front() else {
+            if !open {
+                return Ok(busy);
+            }
+            match rx.recv() {
+                Ok(batch) => {
+                    reorder.insert(batch.seq, batch);
+                }
+                Err(_) => open = false,
+            }
+            continue;
+        };
+        let event = if open && asking.len() < ahead {
+            next_event(rx, oldest)
+        } else {
+            // Nothing else to do: waiting on its own lookups is stage 3's work.
+            let span = gate.begin();
+            let answers = oldest.lookup.receiver().recv();
+            busy += span.end();
+            Event::Answered(answers.unwrap_or_else(|_| Err(dropped())))
+        };
+        match event {
+            Event::Batch(Some(batch)) => {
+                reorder.insert(batch.seq, batch);
+            }
+            Event::Batch(None) => open = false,
+            Event::Answered(answers) => {
+                let Asking { batch, asked, .. } = asking.pop_front().expect("the oldest");
+                let span = gate.begin();
+                let new = indexer.answered(&batch.fps, asked, answers)?;
+                let write = indexer.emit(batch, &new, out.progress, out.warnings);
+                busy += span.end();
+                if !out.send(write) {
+                    return Ok(busy);
+                }
+            }
+        }
+    }
+}
+
+/// Waits for a batch from stage 2 or the answers of the oldest lookup, whichever comes
+/// first.
+fn next_event(rx: &Receiver<Batch>, oldest: &Asking) -> Event {
+    select! {
+        recv(rx) -> batch => Event::Batch(batch.ok()),
+        recv(oldest.lookup.receiver()) -> answers => {
+            Event::Answered(answers.unwrap_or_else(|_| Err(dropped())))
+        }
+    }
+}
