@@ -220,9 +220,10 @@ fn held_chunk_share(lookup: DiskLookup, memory: u64) -> u64 {
 /// What stage 3 may hold with the lazy lookup however small the budget: two of the
 /// engine's 8 MiB blocks. A lazy buffer bucket fills over several of stage 3's batches
 /// (one block each), so a share smaller than a batch made stage 3 look everything up
-/// after every batch: at `--index-memory 1MiB` (a 256 KiB share) a backup made 6.3x the
+/// after every batch: at `--index-memory 1MiB` (a 256 KiB share) a backup made 3x the
 /// lookup I/Os it makes with this floor (docs/performance.md, "Lazy lookup inside
-/// backups"). Above 64 MiB the quarter share is larger and this floor does nothing.
+/// backups"). From 64 MiB on the quarter share is at least this and the floor does
+/// nothing.
 const HELD_FLOOR: u64 = 16 << 20;
 
 /// The disk index's config: the one place the store and the engine say how the budget
