@@ -217,6 +217,15 @@ fn held_chunk_share(lookup: DiskLookup, memory: u64) -> u64 {
     }
 }
 
+/// What stage 3 may hold with the lazy lookup however small the budget: two of the
+/// engine's 8 MiB blocks. A lazy buffer bucket fills over several of stage 3's batches
+/// (one block each), so a share smaller than a batch made stage 3 look everything up
+/// after every batch: at `--index-memory 1MiB` (a 256 KiB share) a backup made 3x the
+/// lookup I/Os it makes with this floor (docs/performance.md, "Lazy lookup inside
+/// backups"). From 64 MiB on the quarter share is at least this and the floor does
+/// nothing.
+const HELD_FLOOR: u64 = 16 << 20;
+
 /// The disk index's config: the one place the store and the engine say how the budget
 /// is split. The index gets what stage 3's held chunk bytes leave, and reserves no
 /// chunk bytes of its own (`buffered_chunk_bytes: 0`): the chunks of buffered fingerprints
@@ -336,9 +345,13 @@ impl DiskState {
     }
 
     /// Bytes of chunks a backup's stage 3 may hold in memory while they wait for
-    /// answers ([`held_chunk_share`] of the budget).
+    /// answers: [`held_chunk_share`] of the budget, and with the lazy lookup at least
+    /// [`HELD_FLOOR`] (what passes the share is outside the budget).
     pub fn held_chunk_bytes(&self) -> u64 {
-        held_chunk_share(self.lookup, self.memory)
+        match self.lookup {
+            DiskLookup::Eager => 0,
+            DiskLookup::Lazy => held_chunk_share(self.lookup, self.memory).max(HELD_FLOOR),
+        }
     }
 
     /// Indexes every chunk of `containers` that the index lacks (the first copy stays
