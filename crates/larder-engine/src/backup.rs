@@ -33,7 +33,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use larder_store::{Compression, EntryKind, Repository, TreeEntry};
+use larder_store::{Compression, EntryKind, RepoIndex, Repository, TreeEntry};
 
 pub use previous::{Parents, SkipRules, RACY_WINDOW};
 pub use remote::{RemoteAnswers, RemoteIndex, RemoteLookup, RemoteReply};
@@ -133,6 +133,17 @@ pub fn backup(
     paths: &[PathBuf],
     opts: &BackupOptions,
 ) -> Result<BackupSummary> {
+    if opts.remote.is_some() && matches!(repo.index(), RepoIndex::Disk(_)) {
+        // Stage 3 asks a remote index only beside the memory index: refused before
+        // anything is read, rather than a backup that silently ignores the cluster.
+        return Err(EngineError::Remote {
+            message: "this repository keeps its index on disk, which a cluster backup does \
+                      not consult: a node's repository uses the memory index \
+                      (init --index memory)"
+                .into(),
+            retryable: false,
+        });
+    }
     let started = Instant::now();
     let began = SystemTime::now();
     let mut stages = StageTimes::default();

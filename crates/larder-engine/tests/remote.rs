@@ -16,7 +16,7 @@ use larder_chunk::ChunkerConfig;
 use larder_engine::{backup, EngineError, RemoteAnswers, RemoteIndex, RemoteLookup};
 use larder_hash::{Fingerprint, HashAlgo};
 use larder_index::ChunkLocation;
-use larder_store::{LockMode, RepoConfig, Repository};
+use larder_store::{DiskLookup, IndexSettings, LockMode, RepoConfig, Repository};
 
 #[path = "support/bytes.rs"]
 mod seeded;
@@ -254,4 +254,39 @@ fn two_repositories_sharing_an_index_store_what_one_stores() {
         stored.values().all(Option::is_some),
         "every new chunk acknowledged"
     );
+}
+
+/// A repository with the disk index cannot take part: its stage 3 never asks the
+/// remote index, so the backup is refused before it reads anything.
+#[test]
+fn a_disk_index_repository_refuses_a_cluster_backup() {
+    let data = tempfile::tempdir().unwrap();
+    let src = data.path().join("src");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("file.bin"), bytes(3, 100_000)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("disk");
+    let config = RepoConfig::new(ChunkerConfig::default(), HashAlgo::Blake3).with_index(
+        IndexSettings::Disk {
+            lookup: DiskLookup::Lazy,
+            memory: 4 << 20,
+        },
+    );
+    Repository::init(&root, &config).unwrap();
+    let mut repo = Repository::open(&root, LockMode::Exclusive).unwrap();
+    let model = Arc::new(Model {
+        stored: Mutex::default(),
+        zero: HashAlgo::Blake3.fingerprint(&[]),
+        in_flight: Arc::default(),
+        most_in_flight: AtomicUsize::new(0),
+    });
+    let mut options = backup_options(2);
+    options.remote = Some(model.clone());
+    let err = backup(&mut repo, &[src], &options).unwrap_err();
+    assert!(
+        matches!(&err, EngineError::Remote { retryable: false, message } if message.contains("memory index")),
+        "{err}"
+    );
+    assert!(repo.snapshots().unwrap().0.is_empty());
+    assert!(model.stored.lock().unwrap().is_empty(), "nothing was asked");
 }
