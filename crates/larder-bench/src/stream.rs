@@ -29,8 +29,8 @@ pub const BLOCK_SIZE: usize = 256 << 20;
 /// each block is chunked by [`ParallelChunker`], which finds exactly the same cuts.
 /// `on_chunks(data, lengths)` gets each block's cut chunks: `data` starts with their
 /// concatenation, followed by the uncut bytes the block still holds (the start of the
-/// next chunk, which a fingerprint at a cut may read). Returns the time spent in the chunker alone, not reading or in
-/// `on_chunks`, and the parallel chunker's statistics.
+/// next chunk, which a fingerprint at a cut may read). Returns the time spent in the
+/// chunker alone, not reading or in `on_chunks`, and the parallel chunker's statistics.
 pub fn chunk_reader(
     reader: &mut dyn Read,
     chunker: &dyn Chunker,
@@ -144,10 +144,9 @@ pub fn chunk_files(
 ) -> Result<ChunkFilesReport, BenchError> {
     config.validate()?;
     let chunker = build_chunker(config);
-    let gear = (keep_cuts && config.kind == ChunkerKind::Fastcdc2020).then(|| {
-        let c = config;
-        FastCdc2020::with_seed(c.min_size, c.avg_size, c.max_size, c.level, c.seed)
-    });
+    let c = config;
+    let gear = (keep_cuts && c.kind == ChunkerKind::Fastcdc2020)
+        .then(|| FastCdc2020::with_seed(c.min_size, c.avg_size, c.max_size, c.level, c.seed));
     let pool = if threads > 1 {
         Some(
             rayon::ThreadPoolBuilder::new()
@@ -172,24 +171,25 @@ pub fn chunk_files(
             let mut slices = Vec::with_capacity(lengths.len());
             let mut start = 0;
             for &len in lengths {
-                slices.push(&data[start..start + len as usize]);
-                start += len as usize;
+                let len = len as usize;
+                slices.push(&data[start..start + len]);
+                // `gear` is only there with `cuts`; the fingerprint may read the bytes
+                // after the chunk, which `data` still holds.
+                if let (Some(gear), Some(cuts)) = (&gear, &mut cuts) {
+                    let value = gear.cut_fingerprint(&data[start..], len);
+                    cuts.gear_fingerprints.push(value);
+                }
+                start += len;
             }
             let fingerprints = HashAlgo::Blake3.fingerprint_batch(&slices);
-            let mut start = 0;
             for (&len, fp) in lengths.iter().zip(fingerprints) {
                 stats.add(u64::from(len));
                 distinct.add(fp, u64::from(len), index);
                 if let Some(cuts) = &mut cuts {
                     cuts.offsets.push(offset);
                     cuts.lengths.push(len);
-                    if let Some(gear) = &gear {
-                        let value = gear.cut_fingerprint(&data[start..], len as usize);
-                        cuts.gear_fingerprints.push(value);
-                    }
                 }
                 offset += u64::from(len);
-                start += len as usize;
             }
         };
         let result = File::open(path).and_then(|mut file| {

@@ -186,10 +186,12 @@ impl ChunkerConfig {
     /// Checks the parameters; [`ChunkerConfig::build`] may only be called on a valid config.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let (min, avg, max) = (self.min_size, self.avg_size, self.max_size);
+        if self.seed != 0 && !self.kind.reads_seed() {
+            return Err(ConfigError::SeedUnused {
+                kind: self.kind.name(),
+            });
+        }
         if self.kind == ChunkerKind::Fixed {
-            if self.seed != 0 {
-                return Err(ConfigError::SeedUnused { kind: "fixed" });
-            }
             return check_range("fixed", avg, (1, MAX_RANGE.1));
         }
         check_range("minimum", min, MIN_RANGE)?;
@@ -200,11 +202,6 @@ impl ChunkerConfig {
         }
         if self.kind.reads_level() && self.level > 3 {
             return Err(ConfigError::Level(self.level));
-        }
-        if self.seed != 0 && !self.kind.reads_seed() {
-            return Err(ConfigError::SeedUnused {
-                kind: self.kind.name(),
-            });
         }
         if self.kind == ChunkerKind::Keyed && min < KEYED_MIN_SIZE {
             return Err(ConfigError::OutOfRange {

@@ -29,8 +29,8 @@ impl FastCdc2016 {
         Self::with_seed(min_size, avg_size, max_size, level, 0)
     }
 
-    /// With the Gear table XORed with `seed` ([`GearTables::for_seed`]): for even
-    /// sizes, the cut points of [`crate::FastCdc2020::with_seed`].
+    /// With every Gear table entry XORed with `seed`: for even sizes, the cut points
+    /// of [`crate::FastCdc2020::with_seed`].
     pub fn with_seed(
         min_size: usize,
         avg_size: usize,

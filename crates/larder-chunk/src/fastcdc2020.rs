@@ -44,7 +44,8 @@ impl FastCdc2020 {
         Self::with_seed(min_size, avg_size, max_size, level, 0)
     }
 
-    /// With the Gear table XORed with `seed` ([`GearTables::for_seed`]).
+    /// With every Gear table entry XORed with `seed`, as the `fastcdc` crate's
+    /// `with_level_and_seed`.
     pub fn with_seed(
         min_size: usize,
         avg_size: usize,

@@ -79,7 +79,7 @@ pub const GEAR: [u64; 256] = [
 /// in the `fastcdc` crate's `with_level_and_seed` and the seed of the Remote Execution
 /// API's FastCDC parameters. Seed 0 is the published table.
 #[derive(Debug, PartialEq, Eq)]
-pub struct GearTables {
+pub(crate) struct GearTables {
     seed: u64,
     /// `GEAR[i] ^ seed`.
     pub(crate) gear: [u64; 256],
@@ -111,7 +111,7 @@ impl GearTables {
     /// The tables of `seed`, built once per distinct seed and kept for the life of the
     /// process (4 KiB each), so that chunkers stay `Copy` and their kernels read a
     /// `'static` table like the unseeded one.
-    pub fn for_seed(seed: u64) -> &'static GearTables {
+    pub(crate) fn for_seed(seed: u64) -> &'static GearTables {
         static SEEDED: Mutex<Vec<&'static GearTables>> = Mutex::new(Vec::new());
         if seed == 0 {
             return &UNSEEDED;
@@ -123,10 +123,6 @@ impl GearTables {
         let tables: &'static GearTables = Box::leak(Box::new(Self::new(seed)));
         seeded.push(tables);
         tables
-    }
-
-    pub fn seed(&self) -> u64 {
-        self.seed
     }
 
     /// The hash after 64 or more zero bytes: `gear[0] * (2^64 - 1)`, the fixed point of
@@ -147,7 +143,7 @@ mod tests {
         for seed in [1u64, 666, u64::MAX] {
             let tables = GearTables::for_seed(seed);
             assert!(std::ptr::eq(tables, GearTables::for_seed(seed)));
-            assert_eq!(tables.seed(), seed);
+            assert_eq!(tables.seed, seed);
             for (i, &unseeded) in GEAR.iter().enumerate() {
                 assert_eq!(tables.gear[i], unseeded ^ seed);
                 assert_eq!(tables.gear_ls[i], (unseeded ^ seed) << 1);

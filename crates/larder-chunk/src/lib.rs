@@ -35,7 +35,7 @@ pub use fastcdc2016::FastCdc2016;
 pub use fastcdc2020::FastCdc2020;
 pub use fixed::FixedSize;
 pub use gear_cdc::GearCdc;
-pub use gear_table::{GearTables, GEAR};
+pub use gear_table::GEAR;
 pub use keyed::{
     keyed_thresholds, KeyedCdc, KeyedThresholds, ANCHOR_SPACING, KEYED_MIN_SIZE, KEYED_WINDOW,
 };

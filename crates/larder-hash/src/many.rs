@@ -52,8 +52,6 @@ pub struct Blake3Batch {
     key: Option<[u8; 32]>,
     /// The key as words: [`IV`] when unkeyed.
     key_words: [u32; 8],
-    /// [`KEYED_HASH`] when keyed.
-    flags: u8,
 }
 
 impl std::fmt::Debug for Blake3Batch {
@@ -102,7 +100,15 @@ impl Blake3Batch {
             platform,
             key,
             key_words,
-            flags: if key.is_some() { KEYED_HASH } else { 0 },
+        }
+    }
+
+    /// The flags every compression carries: [`KEYED_HASH`] when keyed.
+    fn flags(&self) -> u8 {
+        if self.key.is_some() {
+            KEYED_HASH
+        } else {
+            0
         }
     }
 
@@ -171,7 +177,7 @@ impl Blake3Batch {
                 &self.key_words,
                 index as u64,
                 IncrementCounter::No,
-                self.flags,
+                self.flags(),
                 CHUNK_START,
                 CHUNK_END,
                 &mut cvs,
@@ -191,7 +197,7 @@ impl Blake3Batch {
         for (i, piece) in blocks.enumerate() {
             let mut block = [0u8; BLOCK_LEN];
             block[..piece.len()].copy_from_slice(piece);
-            let mut flags = self.flags;
+            let mut flags = self.flags();
             if i == 0 {
                 flags |= CHUNK_START;
             }
@@ -263,7 +269,7 @@ impl Blake3Batch {
             &self.key_words,
             0,
             IncrementCounter::No,
-            self.flags | PARENT,
+            self.flags() | PARENT,
             0,
             extra,
             cvs,
