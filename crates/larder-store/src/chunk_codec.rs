@@ -11,7 +11,9 @@ use std::sync::Arc;
 use larder_crypto::{ChunkOpener, RepoKeys};
 use larder_hash::{Fingerprint, HashAlgo};
 
-use crate::compression::{ChunkCompressor, ChunkDecoder, ChunkEncoding, Compression};
+use crate::compression::{
+    ChunkCompressor, ChunkDecoder, ChunkEncoding, Compression, UnitPlace, MAX_COMPRESSED_RAW_LEN,
+};
 use crate::error::Result;
 
 thread_local! {
@@ -21,6 +23,41 @@ thread_local! {
     static DECODER: RefCell<ChunkDecoder> = RefCell::new(ChunkDecoder::new());
     /// This thread's buffer for opening sealed chunks.
     static OPENED: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    /// This thread's last decoded compression unit: reading a unit's members one after
+    /// another decodes it once.
+    static UNIT: RefCell<DecodedUnit> = const { RefCell::new(DecodedUnit::EMPTY) };
+    /// This thread's buffer for the raw bytes of a unit being compressed.
+    static UNIT_RAW: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A decoded unit and what it was decoded from. Whatever it holds, every member taken
+/// from it is verified against the member's fingerprint, so the cache can never make a
+/// damaged chunk read as good.
+struct DecodedUnit {
+    /// The stored bytes as the container holds them (sealed, in an encrypted one).
+    stored: Vec<u8>,
+    seal_index: Option<u32>,
+    first: Fingerprint,
+    /// The unit's raw bytes; empty when nothing is held.
+    raw: Vec<u8>,
+}
+
+impl DecodedUnit {
+    const EMPTY: Self = Self {
+        stored: Vec::new(),
+        seal_index: None,
+        first: Fingerprint([0; 32]),
+        raw: Vec::new(),
+    };
+
+    /// Whether it holds the unit of `chunk`, a member at `place`.
+    fn holds(&self, chunk: &StoredChunk<'_>, place: &UnitPlace) -> bool {
+        !self.raw.is_empty()
+            && self.raw.len() == place.unit_len as usize
+            && self.first == place.first
+            && self.seal_index == chunk.seal.map(|s| s.index)
+            && self.stored == chunk.bytes
+    }
 }
 
 /// What names a repository's fingerprint function in container and segment headers:
@@ -133,7 +170,7 @@ impl ChunkCodec {
     /// How `raw` is to be stored: its zstd frame if compression is on and the frame is
     /// shorter than the chunk, else `None` (store it raw). Runs on any thread.
     pub fn compress(&self, raw: &[u8]) -> Result<Option<Vec<u8>>> {
-        let Compression::Zstd { level } = self.compression else {
+        let Compression::Zstd { level, .. } = self.compression else {
             return Ok(None);
         };
         COMPRESSOR.with_borrow_mut(|slot| {
@@ -143,6 +180,24 @@ impl ChunkCodec {
             };
             Ok(compressor.compress(raw)?.map(<[u8]>::to_vec))
         })
+    }
+
+    /// The zstd frame of `raws` concatenated, a compression unit, if compression is on
+    /// and the frame is shorter than the raw bytes; else `None` (store each chunk on
+    /// its own). Runs on any thread.
+    pub fn compress_unit(&self, raws: &[&[u8]]) -> Result<Option<Vec<u8>>> {
+        UNIT_RAW.with_borrow_mut(|buf| {
+            buf.clear();
+            for raw in raws {
+                buf.extend_from_slice(raw);
+            }
+            self.compress(buf)
+        })
+    }
+
+    /// The repository's compression setting.
+    pub fn compression(&self) -> Compression {
+        self.compression
     }
 
     /// Decodes `chunk` into `out`, which must be exactly its raw length, and verifies
@@ -155,9 +210,12 @@ impl ChunkCodec {
     ) -> std::result::Result<(), String> {
         let fp = chunk.fingerprint;
         refuse_write_only(chunk)?;
-        with_opened(chunk, |stored| {
-            DECODER.with_borrow_mut(|d| d.decode_to_slice(chunk.encoding, stored, out))
-        })
+        match chunk.encoding {
+            ChunkEncoding::Member(place) => take_member(chunk, &place, out),
+            encoding => with_opened(chunk, |stored| {
+                DECODER.with_borrow_mut(|d| d.decode_to_slice(encoding, stored, out))
+            }),
+        }
         .map_err(|reason| format!("chunk {fp} is damaged: {reason}"))?;
         self.verify(fp, out)
     }
@@ -174,6 +232,18 @@ impl ChunkCodec {
         let fp = chunk.fingerprint;
         refuse_write_only(chunk)?;
         let start = out.len();
+        if let ChunkEncoding::Member(place) = chunk.encoding {
+            // The unit's length bounds the member's: at most what a frame may hold.
+            if u64::from(place.raw_offset) + u64::from(raw_len) > u64::from(place.unit_len) {
+                return Err(format!("chunk {fp} is damaged: it lies outside its unit"));
+            }
+            out.resize(start + raw_len as usize, 0);
+            let decoded = self.decode_to_slice(chunk, &mut out[start..]);
+            if decoded.is_err() {
+                out.truncate(start);
+            }
+            return decoded;
+        }
         with_opened(chunk, |stored| {
             DECODER.with_borrow_mut(|d| d.decode_into(chunk.encoding, stored, raw_len, out))
         })
@@ -213,6 +283,44 @@ fn with_opened<T>(
             .open_chunk(seal.index, chunk.fingerprint.as_bytes(), buf)
             .map_err(|e| e.to_string())?;
         decode(buf)
+    })
+}
+
+/// Copies member `chunk` at `place` into `out` (exactly its raw length) from its unit,
+/// decoding the unit first unless this thread's last decoded unit is it. Does not
+/// verify the member.
+fn take_member(
+    chunk: StoredChunk<'_>,
+    place: &UnitPlace,
+    out: &mut [u8],
+) -> std::result::Result<(), String> {
+    let start = place.raw_offset as usize;
+    let end = start + out.len();
+    if end > place.unit_len as usize || place.unit_len > MAX_COMPRESSED_RAW_LEN {
+        return Err("it lies outside its unit".into());
+    }
+    UNIT.with_borrow_mut(|unit| {
+        if !unit.holds(&chunk, place) {
+            unit.raw.clear();
+            let mut raw = std::mem::take(&mut unit.raw);
+            raw.resize(place.unit_len as usize, 0);
+            // The unit is sealed with its first member's fingerprint.
+            let sealed_as = StoredChunk {
+                fingerprint: place.first,
+                ..chunk
+            };
+            with_opened(sealed_as, |stored| {
+                DECODER.with_borrow_mut(|d| d.decode_to_slice(chunk.encoding, stored, &mut raw))
+            })
+            .map_err(|reason| format!("its unit does not decode: {reason}"))?;
+            unit.stored.clear();
+            unit.stored.extend_from_slice(chunk.bytes);
+            unit.seal_index = chunk.seal.map(|s| s.index);
+            unit.first = place.first;
+            unit.raw = raw;
+        }
+        out.copy_from_slice(&unit.raw[start..end]);
+        Ok(())
     })
 }
 

@@ -1,6 +1,6 @@
-//! Per-chunk compression (docs/design/format.md, "config" and "Container"): the
-//! repository's setting, the encodings a container table entry can name, and the zstd
-//! encoder and decoder of single chunks.
+//! Compression (docs/design/format.md, "config" and "Container"; units in
+//! docs/design/compression-units.md): the repository's setting, the encodings a
+//! container table entry can name, and the zstd encoder and decoder of single frames.
 
 use serde::{Deserialize, Serialize};
 use zstd::bulk::{Compressor, Decompressor};
@@ -21,6 +21,16 @@ const FRAME_HEADER_UNUSED_BIT: u8 = 0x10;
 /// Offset of the frame header descriptor: after the 4-byte magic number.
 const FRAME_HEADER_DESCRIPTOR: usize = 4;
 
+/// Consecutive new chunks `larder init` compresses together as one zstd frame.
+pub const DEFAULT_UNIT_CHUNKS: u32 = 8;
+
+/// The most chunks one compression unit may hold.
+pub const MAX_UNIT_CHUNKS: u32 = 255;
+
+/// A unit closes before its raw bytes pass this: a read of one member decodes at most
+/// this much more than the member (besides the member itself, whatever its size).
+pub const UNIT_RAW_TARGET: usize = 256 << 10;
+
 /// The largest raw length a compressed chunk may claim: the largest maximum chunk size
 /// a chunker config allows. Bounds what decoding one chunk allocates.
 pub const MAX_COMPRESSED_RAW_LEN: u32 = 16 << 20;
@@ -32,95 +42,150 @@ pub enum Compression {
     /// Every chunk stored raw; what repositories of format version 1 do.
     #[default]
     None,
-    /// Each chunk compressed on its own with zstd at `level` (in [`ZSTD_LEVELS`]).
-    Zstd { level: i32 },
+    /// zstd at `level` (in [`ZSTD_LEVELS`]), each frame holding up to `unit_chunks`
+    /// consecutive new chunks (1 to [`MAX_UNIT_CHUNKS`]; 1, each chunk alone, is what a
+    /// config without the field means).
+    Zstd {
+        level: i32,
+        #[serde(default = "one", skip_serializing_if = "is_one")]
+        unit_chunks: u32,
+    },
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
 }
 
 impl Compression {
     /// What `larder init` uses unless told otherwise.
     pub const DEFAULT: Self = Self::Zstd {
         level: DEFAULT_ZSTD_LEVEL,
+        unit_chunks: DEFAULT_UNIT_CHUNKS,
     };
 
-    /// Parses `none`, `zstd` (the default level) or `zstd:LEVEL`.
+    /// Parses `none`, `zstd` (the default level and unit), `zstd:LEVEL` (the default
+    /// unit) or `zstd:LEVEL:UNIT` (UNIT chunks a frame; 1 compresses each alone).
     pub fn parse(text: &str) -> std::result::Result<Self, String> {
         let invalid = || {
             format!(
-                "invalid compression {text:?}: use none, zstd or zstd:LEVEL with LEVEL from {} to {}",
+                "invalid compression {text:?}: use none, zstd, zstd:LEVEL or zstd:LEVEL:UNIT \
+                 with LEVEL from {} to {} and UNIT (chunks compressed together) from 1 to \
+                 {MAX_UNIT_CHUNKS}",
                 ZSTD_LEVELS.start(),
                 ZSTD_LEVELS.end()
             )
         };
-        let parsed = match text.to_ascii_lowercase().as_str() {
+        let lower = text.to_ascii_lowercase();
+        let parsed = match lower.as_str() {
             "none" => Self::None,
             "zstd" => Self::DEFAULT,
             other => {
-                let level = other
-                    .strip_prefix("zstd:")
-                    .and_then(|l| l.parse::<i32>().ok())
-                    .ok_or_else(invalid)?;
-                Self::Zstd { level }
+                let rest = other.strip_prefix("zstd:").ok_or_else(invalid)?;
+                let (level, unit) = match rest.split_once(':') {
+                    Some((level, unit)) => (level, Some(unit)),
+                    None => (rest, None),
+                };
+                let level = level.parse::<i32>().map_err(|_| invalid())?;
+                let unit_chunks = match unit {
+                    Some(unit) => unit.parse::<u32>().map_err(|_| invalid())?,
+                    None => DEFAULT_UNIT_CHUNKS,
+                };
+                Self::Zstd { level, unit_chunks }
             }
         };
         parsed.validate().map_err(|_| invalid())?;
         Ok(parsed)
     }
 
-    /// Checks the level.
+    /// Checks the level and the unit.
     pub fn validate(&self) -> Result<()> {
-        match self {
-            Self::Zstd { level } if !ZSTD_LEVELS.contains(level) => {
+        match *self {
+            Self::Zstd { level, .. } if !ZSTD_LEVELS.contains(&level) => {
                 Err(StoreError::Config(format!(
                     "zstd level {level} is outside {}..={}",
                     ZSTD_LEVELS.start(),
                     ZSTD_LEVELS.end()
                 )))
             }
+            Self::Zstd { unit_chunks, .. } if !(1..=MAX_UNIT_CHUNKS).contains(&unit_chunks) => {
+                Err(StoreError::Config(format!(
+                    "a compression unit of {unit_chunks} chunks is outside 1..={MAX_UNIT_CHUNKS}"
+                )))
+            }
             _ => Ok(()),
         }
     }
 
-    /// The repository format version a config with this compression has: 1 without
-    /// compression (readable by a larder that knows only version 1), else 2.
+    /// The repository format version a config with this compression needs: 1
+    /// without compression (readable by a larder that knows only version 1), 2 with
+    /// each chunk compressed alone, 4 with compression units (version 3 is
+    /// encryption's).
     pub fn format_version(&self) -> u32 {
         match self {
             Self::None => 1,
-            Self::Zstd { .. } => 2,
+            Self::Zstd { unit_chunks: 1, .. } => 2,
+            Self::Zstd { .. } => 4,
         }
     }
 
-    /// `none` or `zstd:LEVEL`, as `init` accepts it.
+    /// Chunks a frame may hold: 1 unless units are on.
+    pub fn unit_chunks(&self) -> usize {
+        match *self {
+            Self::None => 1,
+            Self::Zstd { unit_chunks, .. } => unit_chunks as usize,
+        }
+    }
+
+    /// `none` or `zstd:LEVEL:UNIT`, as `init` accepts it.
     pub fn name(&self) -> String {
         match self {
             Self::None => "none".into(),
-            Self::Zstd { level } => format!("zstd:{level}"),
+            Self::Zstd { level, unit_chunks } => format!("zstd:{level}:{unit_chunks}"),
         }
     }
 }
 
-/// How one chunk's bytes are stored: the flags byte of its table entry.
+/// How one chunk's bytes are stored, as its table entry says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ChunkEncoding {
-    /// The stored bytes are the chunk.
+    /// The stored bytes are the chunk (flags 0).
     Raw,
-    /// The stored bytes are one zstd frame of the chunk.
+    /// The stored bytes are one zstd frame of the chunk (flags 1).
     Zstd,
+    /// The stored bytes are one zstd frame of a compression unit, which holds the
+    /// chunk at `place` (flags 2).
+    Member(UnitPlace),
 }
+
+/// Where a member lies in its unit, and what seals the unit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UnitPlace {
+    /// From the start of the unit's raw bytes.
+    pub raw_offset: u32,
+    /// Raw bytes of the whole unit: what its frame decodes to.
+    pub unit_len: u32,
+    /// The unit's first member: an encrypted container seals the unit with its
+    /// fingerprint, at its table index.
+    pub first: larder_hash::Fingerprint,
+}
+
+/// Table flags: a chunk stored raw.
+pub const FLAGS_RAW: u8 = 0;
+/// Table flags: a chunk stored as its own zstd frame.
+pub const FLAGS_ZSTD: u8 = 1;
+/// Table flags: a member of a compression unit (container format version 3).
+pub const FLAGS_MEMBER: u8 = 2;
 
 impl ChunkEncoding {
     pub fn flags(self) -> u8 {
         match self {
-            Self::Raw => 0,
-            Self::Zstd => 1,
-        }
-    }
-
-    /// The encoding a flags byte names; `None` for a value this larder does not know.
-    pub fn from_flags(flags: u8) -> Option<Self> {
-        match flags {
-            0 => Some(Self::Raw),
-            1 => Some(Self::Zstd),
-            _ => None,
+            Self::Raw => FLAGS_RAW,
+            Self::Zstd => FLAGS_ZSTD,
+            Self::Member(_) => FLAGS_MEMBER,
         }
     }
 }
@@ -186,7 +251,7 @@ impl ChunkDecoder {
         raw_len: u32,
         out: &mut Vec<u8>,
     ) -> std::result::Result<(), String> {
-        if encoding == ChunkEncoding::Zstd && raw_len > MAX_COMPRESSED_RAW_LEN {
+        if encoding != ChunkEncoding::Raw && raw_len > MAX_COMPRESSED_RAW_LEN {
             return Err(too_long(raw_len));
         }
         if encoding == ChunkEncoding::Raw && stored.len() != raw_len as usize {
@@ -219,10 +284,13 @@ impl ChunkDecoder {
                 Ok(())
             }
             ChunkEncoding::Raw => Err(raw_mismatch(stored.len(), raw_len as u32)),
-            ChunkEncoding::Zstd if raw_len > MAX_COMPRESSED_RAW_LEN as usize => {
+            ChunkEncoding::Zstd | ChunkEncoding::Member(_)
+                if raw_len > MAX_COMPRESSED_RAW_LEN as usize =>
+            {
                 Err(too_long(raw_len as u32))
             }
-            ChunkEncoding::Zstd => {
+            // A member's stored bytes are its unit's frame: `out` takes the whole unit.
+            ChunkEncoding::Zstd | ChunkEncoding::Member(_) => {
                 let frame_len =
                     zstd::zstd_safe::find_frame_compressed_size(stored).map_err(|code| {
                         format!(
@@ -307,24 +375,59 @@ mod tests {
         assert_eq!(Compression::parse("zstd"), Ok(Compression::DEFAULT));
         assert_eq!(
             Compression::parse("ZSTD:19"),
-            Ok(Compression::Zstd { level: 19 })
+            Ok(Compression::Zstd {
+                level: 19,
+                unit_chunks: DEFAULT_UNIT_CHUNKS
+            })
         );
         assert_eq!(
-            Compression::parse("zstd:1"),
-            Ok(Compression::Zstd { level: 1 })
+            Compression::parse("zstd:1:1"),
+            Ok(Compression::Zstd {
+                level: 1,
+                unit_chunks: 1
+            })
+        );
+        assert_eq!(
+            Compression::parse("zstd:3:255").map(|c| c.name()),
+            Ok("zstd:3:255".into())
         );
         for bad in [
-            "", "lz4", "zstd:", "zstd:0", "zstd:20", "zstd:-1", "zstd:3x", "zstd3", "none:1",
+            "",
+            "lz4",
+            "zstd:",
+            "zstd:0",
+            "zstd:20",
+            "zstd:-1",
+            "zstd:3x",
+            "zstd3",
+            "none:1",
+            "zstd:3:",
+            "zstd:3:0",
+            "zstd:3:256",
+            "zstd:3:8:1",
+            "zstd::8",
         ] {
             let err = Compression::parse(bad).unwrap_err();
-            assert!(err.contains("none, zstd or zstd:LEVEL"), "{bad}: {err}");
+            assert!(
+                err.contains("none, zstd, zstd:LEVEL or zstd:LEVEL:UNIT"),
+                "{bad}: {err}"
+            );
         }
     }
 
     #[test]
     fn config_form_is_tagged_and_absent_means_none() {
-        let json = serde_json::to_string(&Compression::Zstd { level: 5 }).unwrap();
+        let single = Compression::Zstd {
+            level: 5,
+            unit_chunks: 1,
+        };
+        let json = serde_json::to_string(&single).unwrap();
         assert_eq!(json, r#"{"kind":"zstd","level":5}"#);
+        assert_eq!(serde_json::from_str::<Compression>(&json).unwrap(), single);
+        let json = serde_json::to_string(&Compression::DEFAULT).unwrap();
+        assert_eq!(json, r#"{"kind":"zstd","level":3,"unit_chunks":8}"#);
+        assert_eq!(Compression::DEFAULT.format_version(), 4);
+        assert_eq!(single.format_version(), 2);
         assert_eq!(
             serde_json::to_string(&Compression::None).unwrap(),
             r#"{"kind":"none"}"#

@@ -2,20 +2,24 @@
 //! "Container"; encrypted ones in `sealed`, docs/design/crypto.md).
 
 mod sealed;
+mod units;
 
 use larder_crypto::ChunkOpener;
 use larder_hash::{Fingerprint, HashAlgo};
 use larder_index::ChunkLocation;
 
 pub use sealed::{padded_len, SealedTable};
+pub use units::{position, stored_bytes, stored_form, stored_shares, unit_span};
 
 use crate::backend::{Backend, FileKind};
 use crate::chunk_codec::{ChunkCodec, ChunkSeal, StoredChunk};
-use crate::compression::{ChunkEncoding, MAX_COMPRESSED_RAW_LEN};
+use crate::compression::{ChunkEncoding, FLAGS_MEMBER};
 use crate::error::{Result, StoreError};
 
 const MAGIC: &[u8; 8] = b"LARDERC1";
 const END_MAGIC: &[u8; 8] = b"LARDERCE";
+/// The version of a container without compression units; [`units::UNITS_VERSION`]
+/// with them.
 const VERSION: u32 = 1;
 /// Bytes before the first chunk of a container.
 pub const HEADER_LEN: usize = 32;
@@ -124,8 +128,10 @@ pub struct ChunkEntry {
     pub offset: u32,
     pub stored_len: u32,
     pub raw_len: u32,
-    /// The chunk's encoding ([`ChunkEncoding::flags`]).
+    /// How the chunk is stored ([`ChunkEncoding::flags`]; [`stored_form`] reads it).
     pub flags: u8,
+    /// A unit member's offset in its unit's raw bytes (below 16 MiB); 0 otherwise.
+    pub unit_offset: u32,
 }
 
 impl ChunkEntry {
@@ -139,10 +145,9 @@ impl ChunkEntry {
         }
     }
 
-    /// The encoding the flags name; `None` for flags this larder does not know (never
-    /// for an entry of a [`ParsedContainer`], whose parse refuses them).
-    pub fn encoding(&self) -> Option<ChunkEncoding> {
-        ChunkEncoding::from_flags(self.flags)
+    /// Whether it is a member of a compression unit.
+    pub fn is_member(&self) -> bool {
+        self.flags == FLAGS_MEMBER
     }
 
     pub(crate) fn encode(&self, out: &mut Vec<u8>) {
@@ -151,7 +156,7 @@ impl ChunkEntry {
         out.extend_from_slice(&self.stored_len.to_le_bytes());
         out.extend_from_slice(&self.raw_len.to_le_bytes());
         out.push(self.flags);
-        out.extend_from_slice(&[0; 3]);
+        out.extend_from_slice(&self.unit_offset.to_le_bytes()[..3]);
     }
 
     /// `bytes` is exactly [`ENTRY_LEN`] long.
@@ -164,6 +169,7 @@ impl ChunkEntry {
             stored_len: le_u32(&bytes[36..40]),
             raw_len: le_u32(&bytes[40..44]),
             flags: bytes[44],
+            unit_offset: u32::from_le_bytes([bytes[45], bytes[46], bytes[47], 0]),
         }
     }
 }
@@ -180,10 +186,10 @@ pub(crate) fn le_u64(b: &[u8]) -> u64 {
     u64::from_le_bytes(a)
 }
 
-fn header(id: u64, id_code: u8) -> [u8; HEADER_LEN] {
+fn header(id: u64, id_code: u8, version: u32) -> [u8; HEADER_LEN] {
     let mut h = [0u8; HEADER_LEN];
     h[..8].copy_from_slice(MAGIC);
-    h[8..12].copy_from_slice(&VERSION.to_le_bytes());
+    h[8..12].copy_from_slice(&version.to_le_bytes());
     h[12] = id_code;
     h[16..24].copy_from_slice(&id.to_le_bytes());
     h
@@ -229,16 +235,19 @@ impl ContainerBuilder {
         container_size: usize,
     ) -> Self {
         buf.clear();
+        let units = codec.compression().unit_chunks() > 1;
         let sealing = match codec.keys() {
             Some(keys) => Some(sealed::Sealing::start(
                 keys,
                 id,
                 codec.id_code(),
+                units,
                 container_size,
                 &mut buf,
             )),
             None => {
-                buf.extend_from_slice(&header(id, codec.id_code()));
+                let version = if units { units::UNITS_VERSION } else { VERSION };
+                buf.extend_from_slice(&header(id, codec.id_code(), version));
                 None
             }
         };
@@ -283,33 +292,64 @@ impl ContainerBuilder {
 
     /// Appends a chunk stored raw and returns its table entry.
     pub fn push(&mut self, fingerprint: Fingerprint, data: &[u8]) -> ChunkEntry {
-        self.push_stored(fingerprint, data, data.len() as u32, ChunkEncoding::Raw)
+        self.push_stored(fingerprint, data, data.len() as u32, false)
     }
 
-    /// Appends a chunk's stored bytes, which encode its `raw_len` raw bytes with
-    /// `encoding`, and returns its table entry.
+    /// Appends a chunk's stored bytes, which encode its `raw_len` raw bytes alone
+    /// (`compressed`: as one zstd frame; else raw), and returns its table entry.
     pub fn push_stored(
         &mut self,
         fingerprint: Fingerprint,
         stored: &[u8],
         raw_len: u32,
-        encoding: ChunkEncoding,
+        compressed: bool,
     ) -> ChunkEntry {
+        let encoding = match compressed {
+            true => ChunkEncoding::Zstd,
+            false => ChunkEncoding::Raw,
+        };
+        let stored_len = self.append_sealed(stored, &fingerprint);
+        let entry = ChunkEntry {
+            fingerprint,
+            offset: stored_len.start,
+            stored_len: stored_len.end - stored_len.start,
+            raw_len,
+            flags: encoding.flags(),
+            unit_offset: 0,
+        };
+        self.entries.push(entry);
+        entry
+    }
+
+    /// Appends a compression unit: `frame`, the zstd frame of the raw bytes of
+    /// `members` (fingerprint and raw length, 2 to 255 of them, in order) concatenated.
+    /// Only a container of a repository with units may hold one.
+    pub fn push_unit(&mut self, frame: &[u8], members: &[(Fingerprint, u32)]) {
+        let range = self.append_sealed(frame, &members[0].0);
+        let mut unit_offset = 0;
+        for &(fingerprint, raw_len) in members {
+            self.entries.push(ChunkEntry {
+                fingerprint,
+                offset: range.start,
+                stored_len: range.end - range.start,
+                raw_len,
+                flags: FLAGS_MEMBER,
+                unit_offset,
+            });
+            unit_offset += raw_len;
+        }
+    }
+
+    /// Appends stored bytes, sealed in an encrypted container at the next table index
+    /// with `fingerprint` (a unit's first member's); returns where they lie.
+    fn append_sealed(&mut self, stored: &[u8], fingerprint: &Fingerprint) -> std::ops::Range<u32> {
         let offset = self.buf.len();
         self.buf.extend_from_slice(stored);
         if let Some(sealing) = &self.sealing {
             let index = self.entries.len() as u32;
             sealing.seal_chunk(index, fingerprint.as_bytes(), &mut self.buf, offset);
         }
-        let entry = ChunkEntry {
-            fingerprint,
-            offset: offset as u32,
-            stored_len: (self.buf.len() - offset) as u32,
-            raw_len,
-            flags: encoding.flags(),
-        };
-        self.entries.push(entry);
-        entry
+        offset as u32..self.buf.len() as u32
     }
 
     /// The complete container file and its table.
@@ -417,11 +457,11 @@ pub fn parse_container_table(
         return Err(bad("checksum mismatch in header, table or footer".into()));
     }
     let version = le_u32(&header[8..12]);
-    if version != VERSION {
+    if version != VERSION && version != units::UNITS_VERSION {
         return Err(StoreError::UnsupportedVersion {
             what: "container",
             version: u64::from(version),
-            supported: "version 1",
+            supported: "versions 1 and 3",
         });
     }
     if header[12] != algo.code() {
@@ -437,39 +477,13 @@ pub fn parse_container_table(
             le_u64(&header[16..24])
         )));
     }
-    let mut entries = Vec::with_capacity(loc.entries);
-    let mut expected_offset = HEADER_LEN as u64;
-    for raw in table.chunks_exact(ENTRY_LEN) {
-        let e = ChunkEntry::decode(raw);
-        let i = entries.len();
-        if u64::from(e.offset) != expected_offset {
-            return Err(bad(format!(
-                "table entry {i} does not tile the data region"
-            )));
-        }
-        let lengths_agree = match e.encoding() {
-            None => {
-                return Err(bad(format!(
-                    "table entry {i} has unknown chunk encoding (flags {}); \
-                     it was written by a newer larder",
-                    e.flags
-                )))
-            }
-            Some(ChunkEncoding::Raw) => e.raw_len == e.stored_len,
-            Some(ChunkEncoding::Zstd) => {
-                e.stored_len < e.raw_len && e.raw_len <= MAX_COMPRESSED_RAW_LEN
-            }
-        };
-        if !lengths_agree {
-            return Err(bad(format!(
-                "table entry {i}: stored length {} and raw length {} do not fit flags {}",
-                e.stored_len, e.raw_len, e.flags
-            )));
-        }
-        expected_offset += u64::from(e.stored_len);
-        entries.push(e);
-    }
-    if expected_offset != loc.table_offset {
+    let entries: Vec<ChunkEntry> = table
+        .chunks_exact(ENTRY_LEN)
+        .map(ChunkEntry::decode)
+        .collect();
+    let units = version == units::UNITS_VERSION;
+    let end = units::check_tiling(&entries, HEADER_LEN as u64, 0, units).map_err(bad)?;
+    if end != loc.table_offset {
         return Err(bad("chunk data does not end where the table starts".into()));
     }
     Ok(entries)
@@ -569,48 +583,33 @@ impl ParsedContainer {
             .get(offset as usize..offset as usize + len as usize)
     }
 
-    /// The table entry of the chunk stored at `offset` (entries are in offset order).
-    pub fn entry_at(&self, offset: u32) -> Option<&ChunkEntry> {
-        self.entries.get(self.index_of(offset)?)
-    }
-
-    fn index_of(&self, offset: u32) -> Option<usize> {
-        self.entries
-            .binary_search_by_key(&offset, |e| e.offset)
-            .ok()
+    /// The table index of chunk `fp` stored at `offset`: see [`position`].
+    pub fn position(&self, offset: u32, fp: &Fingerprint) -> Option<usize> {
+        position(&self.entries, offset, fp)
     }
 
     /// Appends the raw bytes of `entry`, one of this container's, to `out`, decoded
     /// and verified against its fingerprint by `codec`; on an error `out` is left as
-    /// it was.
+    /// it was. Members of one unit read one after another decode it once.
     pub fn read_chunk(
         &self,
         entry: &ChunkEntry,
         codec: &ChunkCodec,
         out: &mut Vec<u8>,
     ) -> Result<()> {
-        let damaged =
-            |reason: String| StoreError::corrupt("container", format!("{:016x}", self.id), reason);
+        let damaged = |reason: String| self.damaged(reason);
         let fp = entry.fingerprint;
+        let (encoding, seal_index) = self
+            .position(entry.offset, &fp)
+            .and_then(|i| stored_form(&self.entries, i))
+            .ok_or_else(|| damaged(format!("chunk {fp} is not in the table")))?;
         let bytes = self
             .chunk(entry.offset, entry.stored_len)
             .ok_or_else(|| damaged(format!("chunk {fp} lies outside the file")))?;
-        let encoding = entry.encoding().ok_or_else(|| {
-            damaged(format!(
-                "chunk {fp} has unknown encoding (flags {})",
-                entry.flags
-            ))
-        })?;
-        let seal = match &self.sealed {
-            None => None,
-            Some(opener) => Some(ChunkSeal {
-                opener: opener.as_ref(),
-                index: self
-                    .index_of(entry.offset)
-                    .ok_or_else(|| damaged(format!("chunk {fp} is not in the table")))?
-                    as u32,
-            }),
-        };
+        let seal = self.sealed.as_ref().map(|opener| ChunkSeal {
+            opener: opener.as_ref(),
+            index: seal_index,
+        });
         let chunk = StoredChunk {
             fingerprint: fp,
             encoding,
@@ -622,16 +621,16 @@ impl ParsedContainer {
             .map_err(damaged)
     }
 
-    /// The stored bytes of `entry` as its table's encoding reads them (raw, or one
-    /// zstd frame), into `out`: opened first if the container is sealed. For copying a
-    /// chunk verified with [`ParsedContainer::read_chunk`] into another container.
-    pub fn encoded_chunk(&self, entry: &ChunkEntry, out: &mut Vec<u8>) -> Result<()> {
-        let damaged =
-            |reason: String| StoreError::corrupt("container", format!("{:016x}", self.id), reason);
-        let fp = entry.fingerprint;
+    /// The stored bytes of table entry `i` as its table's encoding reads them (raw, or
+    /// one zstd frame: a member's is its whole unit's), into `out`: opened first if
+    /// the container is sealed. For copying chunks verified with
+    /// [`ParsedContainer::read_chunk`] into another container.
+    pub fn encoded_chunk(&self, i: usize, out: &mut Vec<u8>) -> Result<()> {
+        let e = &self.entries[i];
+        let fp = e.fingerprint;
         let bytes = self
-            .chunk(entry.offset, entry.stored_len)
-            .ok_or_else(|| damaged(format!("chunk {fp} lies outside the file")))?;
+            .chunk(e.offset, e.stored_len)
+            .ok_or_else(|| self.damaged(format!("chunk {fp} lies outside the file")))?;
         out.clear();
         out.extend_from_slice(bytes);
         let Some(sealed) = &self.sealed else {
@@ -640,12 +639,15 @@ impl ParsedContainer {
         let opener = sealed
             .as_ref()
             .ok_or(StoreError::WriteOnly("read chunks"))?;
-        let index = self
-            .index_of(entry.offset)
-            .ok_or_else(|| damaged(format!("chunk {fp} is not in the table")))?;
+        let first = unit_span(&self.entries, i).start;
+        let sealed_as = self.entries[first].fingerprint;
         opener
-            .open_chunk(index as u32, fp.as_bytes(), out)
-            .map_err(|e| damaged(format!("chunk {fp} is damaged: {e}")))
+            .open_chunk(first as u32, sealed_as.as_bytes(), out)
+            .map_err(|e| self.damaged(format!("chunk {fp} is damaged: {e}")))
+    }
+
+    fn damaged(&self, reason: String) -> StoreError {
+        StoreError::corrupt("container", format!("{:016x}", self.id), reason)
     }
 
     /// Checks an encrypted container's padding (the one part no chunk, table or
@@ -677,274 +679,4 @@ impl ParsedContainer {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::compression::Compression;
-
-    const CODEC: ChunkCodec = ChunkCodec::new(Compression::DEFAULT, HashAlgo::Blake3);
-
-    fn sample() -> (Vec<u8>, Vec<ChunkEntry>) {
-        let algo = HashAlgo::Blake3;
-        let mut b = ContainerBuilder::new(7, algo, 1 << 16);
-        for i in 0..5u8 {
-            let data = vec![i; 100 + usize::from(i)];
-            b.push(algo.fingerprint(&data), &data);
-        }
-        b.seal()
-    }
-
-    /// Chunk `i` of the mixed sample: compressible text, except every third chunk,
-    /// which is noise.
-    fn mixed_chunk(i: u32) -> Vec<u8> {
-        if i % 3 == 2 {
-            crate::compression::noise(u64::from(i), 700)
-        } else {
-            format!("chunk {i}: ")
-                .bytes()
-                .chain(b"lorem ipsum dolor sit amet ".repeat(40))
-                .collect()
-        }
-    }
-
-    /// A container of compressed and raw chunks, as a backup with zstd writes it.
-    fn mixed_sample() -> (Vec<u8>, Vec<ChunkEntry>) {
-        let algo = HashAlgo::Blake3;
-        let mut b = ContainerBuilder::new(7, algo, 1 << 16);
-        for i in 0..6 {
-            let raw = mixed_chunk(i);
-            let fp = algo.fingerprint(&raw);
-            match CODEC.compress(&raw).unwrap() {
-                Some(frame) => b.push_stored(fp, &frame, raw.len() as u32, ChunkEncoding::Zstd),
-                None => b.push(fp, &raw),
-            };
-        }
-        b.seal()
-    }
-
-    #[test]
-    fn compressed_and_raw_chunks_round_trip() {
-        let (bytes, entries) = mixed_sample();
-        let encodings: Vec<_> = entries.iter().map(|e| e.encoding().unwrap()).collect();
-        assert!(encodings.contains(&ChunkEncoding::Zstd));
-        assert!(encodings.contains(&ChunkEncoding::Raw));
-        let c = ParsedContainer::parse(bytes, 7, HashAlgo::Blake3).unwrap();
-        assert_eq!(c.entries, entries);
-        for (i, e) in entries.iter().enumerate() {
-            assert_eq!(c.entry_at(e.offset), Some(e));
-            let mut out = Vec::new();
-            c.read_chunk(e, &CODEC, &mut out).unwrap();
-            assert_eq!(out, mixed_chunk(i as u32));
-        }
-        assert_eq!(c.entry_at(entries[0].offset + 1), None);
-        assert!(c.verify_chunks(&CODEC).is_empty());
-    }
-
-    #[test]
-    fn every_flipped_bit_of_compressed_chunks_is_detected() {
-        let (bytes, entries) = mixed_sample();
-        for (i, bit) in (0..bytes.len()).flat_map(|i| (0..8).map(move |b| (i, 1u8 << b))) {
-            let mut damaged = bytes.clone();
-            damaged[i] ^= bit;
-            match ParsedContainer::parse(damaged, 7, HashAlgo::Blake3) {
-                Err(_) => {}
-                Ok(c) => {
-                    let bad = c.verify_chunks(&CODEC);
-                    assert_eq!(
-                        bad.len(),
-                        1,
-                        "flip of bit {bit:#x} at byte {i} went unnoticed"
-                    );
-                    let e = bad[0];
-                    assert!((e.offset as usize..(e.offset + e.stored_len) as usize).contains(&i));
-                    let mut out = vec![1, 2];
-                    let read = c.read_chunk(&e, &CODEC, &mut out);
-                    assert!(read.is_err() || out.len() == 2 + e.raw_len as usize);
-                    assert!(entries.contains(&e));
-                }
-            }
-        }
-    }
-
-    /// Seals a container whose only entry has the given flags and lengths; the table
-    /// checksum is right, so only the entry's own checks can refuse it.
-    fn with_entry(flags: u8, stored: &[u8], raw_len: u32) -> Vec<u8> {
-        let mut b = ContainerBuilder::new(7, HashAlgo::Blake3, 1 << 10);
-        b.push(Fingerprint([9; 32]), stored);
-        b.entries[0].flags = flags;
-        b.entries[0].raw_len = raw_len;
-        b.seal().0
-    }
-
-    #[test]
-    fn unknown_flags_and_impossible_lengths_are_refused() {
-        let err = ParsedContainer::parse(with_entry(2, b"abc", 3), 7, HashAlgo::Blake3)
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("unknown chunk encoding (flags 2)"), "{err}");
-        assert!(err.contains("newer larder"), "{err}");
-        for (flags, raw_len) in [
-            (0, 4),
-            (1, 3),
-            (1, 2),
-            (1, MAX_COMPRESSED_RAW_LEN + 1),
-            (1, u32::MAX),
-        ] {
-            let err =
-                ParsedContainer::parse(with_entry(flags, b"abc", raw_len), 7, HashAlgo::Blake3)
-                    .unwrap_err()
-                    .to_string();
-            assert!(err.contains("do not fit flags"), "{flags} {raw_len}: {err}");
-        }
-        // Plausible lengths, but not a zstd frame: parses, and reading fails cleanly.
-        let c = ParsedContainer::parse(with_entry(1, b"abc", 1000), 7, HashAlgo::Blake3).unwrap();
-        let mut out = Vec::new();
-        let err = c
-            .read_chunk(&c.entries[0], &CODEC, &mut out)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("corrupt container") && err.contains("not a zstd frame"),
-            "{err}"
-        );
-        assert!(out.is_empty());
-        assert_eq!(c.verify_chunks(&CODEC).len(), 1);
-    }
-
-    /// Parses a container the way a restore reads it: footer, then table, then header.
-    fn parse_in_pieces(bytes: &[u8]) -> Result<Vec<ChunkEntry>> {
-        let len = bytes.len() as u64;
-        let loc = TableLocation::parse(
-            &bytes[bytes.len().saturating_sub(CONTAINER_TAIL_LEN)..],
-            len,
-            7,
-        )?;
-        parse_container_table(
-            &bytes[..HEADER_LEN],
-            &bytes[loc.table_offset as usize..],
-            loc,
-            7,
-            HashAlgo::Blake3,
-        )
-    }
-
-    #[test]
-    fn the_table_read_alone_equals_the_whole_parse_and_every_flip_outside_the_data_is_refused() {
-        let (bytes, entries) = mixed_sample();
-        assert_eq!(parse_in_pieces(&bytes).unwrap(), entries);
-        let data_end = entries
-            .last()
-            .map_or(HEADER_LEN, |e| (e.offset + e.stored_len) as usize);
-        for i in (0..HEADER_LEN).chain(data_end..bytes.len()) {
-            for bit in 0..8 {
-                let mut damaged = bytes.clone();
-                damaged[i] ^= 1 << bit;
-                assert!(
-                    parse_in_pieces(&damaged).is_err(),
-                    "flip of bit {bit} at {i}"
-                );
-                assert!(ParsedContainer::parse(damaged, 7, HashAlgo::Blake3).is_err());
-            }
-        }
-        // Chunk data is the fingerprints' to cover: the table still parses.
-        let mut damaged = bytes.clone();
-        damaged[HEADER_LEN] ^= 1;
-        assert_eq!(parse_in_pieces(&damaged).unwrap(), entries);
-        assert!(parse_in_pieces(&bytes[..bytes.len() - 1]).is_err());
-        assert!(parse_in_pieces(&bytes[..40]).is_err());
-    }
-
-    proptest::proptest! {
-        /// The split parse (what restore does) and the whole-file parse (the fuzz
-        /// target's) agree on any bytes.
-        #[test]
-        fn split_and_whole_parses_agree(mut bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..400), valid in proptest::prelude::any::<bool>(), at in proptest::prelude::any::<usize>(), x in proptest::prelude::any::<u8>()) {
-            if valid {
-                bytes = mixed_sample().0;
-                let i = at % bytes.len();
-                bytes[i] ^= x;
-            }
-            let whole = ParsedContainer::parse(bytes.clone(), 7, HashAlgo::Blake3).map(|c| c.entries);
-            let split = parse_in_pieces(&bytes);
-            proptest::prop_assert_eq!(whole.is_ok(), split.is_ok());
-            if let (Ok(a), Ok(b)) = (whole, split) {
-                proptest::prop_assert_eq!(a, b);
-            }
-        }
-    }
-
-    #[test]
-    fn round_trips() {
-        let (bytes, entries) = sample();
-        let c = ParsedContainer::parse(bytes, 7, HashAlgo::Blake3).unwrap();
-        assert_eq!(c.entries, entries);
-        assert_eq!(
-            c.chunk(entries[2].offset, entries[2].stored_len).unwrap(),
-            &[2u8; 102][..]
-        );
-        assert!(c.verify_chunks(&CODEC).is_empty());
-    }
-
-    #[test]
-    fn every_flipped_byte_is_detected() {
-        let (bytes, _) = sample();
-        for i in 0..bytes.len() {
-            let mut damaged = bytes.clone();
-            damaged[i] ^= 0x40;
-            match ParsedContainer::parse(damaged, 7, HashAlgo::Blake3) {
-                Err(_) => {}
-                Ok(c) => assert_eq!(
-                    c.verify_chunks(&CODEC).len(),
-                    1,
-                    "flip at byte {i} went unnoticed"
-                ),
-            }
-        }
-    }
-
-    proptest::proptest! {
-        /// The in-CI twin of the `container` fuzz target: any bytes, no panic; what
-        /// parses has its chunks inside the file and decodes to at most its raw length.
-        #[test]
-        fn arbitrary_bytes_never_panic(mut bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..400), tail in proptest::prelude::any::<bool>()) {
-            if tail {
-                bytes.extend_from_slice(END_MAGIC);
-            }
-            if let Ok(c) = ParsedContainer::parse(bytes, 7, HashAlgo::Blake3) {
-                for e in &c.entries {
-                    proptest::prop_assert!(c.chunk(e.offset, e.stored_len).is_some());
-                    let mut out = Vec::new();
-                    if c.read_chunk(e, &CODEC, &mut out).is_ok() {
-                        proptest::prop_assert_eq!(out.len(), e.raw_len as usize);
-                    }
-                }
-                let _ = c.verify_chunks(&CODEC);
-            }
-        }
-
-        /// A valid container of compressed chunks with any bytes of it changed: no
-        /// panic, and every chunk read is its raw length or an error.
-        #[test]
-        fn damaged_compressed_containers_never_panic(flips in proptest::collection::vec((proptest::prelude::any::<usize>(), proptest::prelude::any::<u8>()), 1..6)) {
-            let (mut bytes, _) = mixed_sample();
-            for (at, x) in flips {
-                let i = at % bytes.len();
-                bytes[i] ^= x;
-            }
-            if let Ok(c) = ParsedContainer::parse(bytes, 7, HashAlgo::Blake3) {
-                for e in &c.entries {
-                    let mut out = Vec::new();
-                    if c.read_chunk(e, &CODEC, &mut out).is_ok() {
-                        proptest::prop_assert_eq!(out.len(), e.raw_len as usize);
-                    }
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn wrong_id_or_algorithm_is_refused() {
-        let (bytes, _) = sample();
-        assert!(ParsedContainer::parse(bytes.clone(), 8, HashAlgo::Blake3).is_err());
-        assert!(ParsedContainer::parse(bytes, 7, HashAlgo::Sha256).is_err());
-    }
-}
+mod tests;

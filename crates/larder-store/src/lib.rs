@@ -27,12 +27,14 @@ pub use backend::{
 };
 pub use chunk_codec::{ChunkCodec, ChunkSeal, IdCode, StoredChunk};
 pub use compression::{
-    ChunkEncoding, Compression, DEFAULT_ZSTD_LEVEL, MAX_COMPRESSED_RAW_LEN, ZSTD_LEVELS,
+    ChunkEncoding, Compression, UnitPlace, DEFAULT_UNIT_CHUNKS, DEFAULT_ZSTD_LEVEL,
+    MAX_COMPRESSED_RAW_LEN, MAX_UNIT_CHUNKS, UNIT_RAW_TARGET, ZSTD_LEVELS,
 };
 pub use container::{
-    padded_len, parse_container_table, read_container_table, read_table, ChunkEntry,
-    ContainerBuilder, ContainerTable, ParsedContainer, TableLocation, CONTAINER_OVERHEAD,
-    CONTAINER_TAIL_LEN, HEADER_LEN as CONTAINER_HEADER_LEN,
+    padded_len, parse_container_table, position, read_container_table, read_table, stored_bytes,
+    stored_form, stored_shares, unit_span, ChunkEntry, ContainerBuilder, ContainerTable,
+    ParsedContainer, TableLocation, CONTAINER_OVERHEAD, CONTAINER_TAIL_LEN,
+    HEADER_LEN as CONTAINER_HEADER_LEN,
 };
 pub use error::{error_chain, Result, StoreError};
 pub use gc_plan::GcPlan;

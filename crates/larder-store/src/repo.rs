@@ -113,11 +113,23 @@ impl RepoConfig {
         }
     }
 
-    /// The same config, encrypted with `aead` (format version 3).
+    /// The same config, encrypted with `aead` (format version 3, or 4 with
+    /// compression units).
     pub fn with_encryption(mut self, aead: AeadKind) -> Self {
         self.encryption = Some(Encryption { aead });
-        self.version = ENCRYPTED_VERSION;
+        self.version = self.needed_version();
         self
+    }
+
+    /// The oldest format version that can hold this config: its compression's, and
+    /// at least [`ENCRYPTED_VERSION`] if it is encrypted.
+    fn needed_version(&self) -> u32 {
+        let encrypted = if self.encryption.is_some() {
+            ENCRYPTED_VERSION
+        } else {
+            0
+        };
+        self.compression.format_version().max(encrypted)
     }
 
     /// The repository id as 16 bytes (what key material binds).
@@ -144,7 +156,7 @@ impl RepoConfig {
     /// The same config with `compression`, and the format version that goes with it.
     pub fn with_compression(mut self, compression: Compression) -> Self {
         self.compression = compression;
-        self.version = compression.format_version();
+        self.version = self.needed_version();
         self
     }
 
@@ -164,12 +176,12 @@ impl RepoConfig {
             .ok()
             .and_then(|v| v.get("version").and_then(|v| v.as_u64()));
         match version {
-            Some(1..=3) => {}
+            Some(1..=4) => {}
             Some(v) => {
                 return Err(StoreError::UnsupportedVersion {
                     what: "repository",
                     version: v,
-                    supported: "versions 1 to 3",
+                    supported: "versions 1 to 4",
                 })
             }
             None => return Err(StoreError::Config(format!("{name} is not a larder config"))),
@@ -205,16 +217,15 @@ impl RepoConfig {
         }
         self.compression.validate()?;
         self.index.validate()?;
-        match (self.version == ENCRYPTED_VERSION, self.encryption.is_some()) {
-            (true, false) => {
+        match (self.version, self.encryption.is_some()) {
+            (ENCRYPTED_VERSION, false) => {
                 return Err(StoreError::Config(format!(
                     "format version {ENCRYPTED_VERSION} is for encrypted repositories, but this config names no encryption"
                 )))
             }
-            (false, true) => {
+            (v, true) if v < ENCRYPTED_VERSION => {
                 return Err(StoreError::Config(format!(
-                    "an encrypted repository's config is format version {ENCRYPTED_VERSION}, not {}",
-                    self.version
+                    "an encrypted repository's config is format version {ENCRYPTED_VERSION} or later, not {v}"
                 )))
             }
             _ => {}
@@ -323,8 +334,8 @@ impl Repository {
             }
             for e in &c.entries {
                 self.chunk_bytes.raw += u64::from(e.raw_len);
-                self.chunk_bytes.stored += u64::from(e.stored_len);
             }
+            self.chunk_bytes.stored += crate::container::stored_bytes(&c.entries);
             new.push(c);
         }
         new

@@ -5,6 +5,7 @@ use larder_hash::Fingerprint;
 use larder_index::ChunkLocation;
 
 use crate::chunk_codec::IdCode;
+use crate::compression::FLAGS_MEMBER;
 use crate::container::{le_u32, le_u64, ChunkEntry, ENTRY_LEN};
 use crate::error::{Result, StoreError};
 
@@ -103,7 +104,7 @@ pub fn decode_segment(bytes: &[u8], name: &str, ids: impl IdCode) -> Result<Vec<
             .chunks_exact(ENTRY_LEN)
             .map(ChunkEntry::decode)
             .collect();
-        if let Some(e) = entries.iter().find(|e| e.encoding().is_none()) {
+        if let Some(e) = entries.iter().find(|e| e.flags > FLAGS_MEMBER) {
             return Err(StoreError::corrupt(
                 "index segment",
                 name,
@@ -139,6 +140,7 @@ mod tests {
                         stored_len: 10,
                         raw_len: 10,
                         flags: 0,
+                        unit_offset: 0,
                     })
                     .collect(),
             })
@@ -178,14 +180,14 @@ mod tests {
     #[test]
     fn unknown_chunk_encodings_are_refused() {
         let mut cs = containers();
-        cs[1].entries[0].flags = 2;
+        cs[1].entries[0].flags = 3;
         let bytes = encode_segment(HashAlgo::Blake3, &cs);
         let err = decode_segment(&bytes, "s", HashAlgo::Blake3).unwrap_err();
         assert!(
-            err.to_string().contains("unknown chunk encoding (flags 2)"),
+            err.to_string().contains("unknown chunk encoding (flags 3)"),
             "{err}"
         );
-        cs[1].entries[0].flags = 1;
+        cs[1].entries[0].flags = 2;
         let bytes = encode_segment(HashAlgo::Blake3, &cs);
         assert!(decode_segment(&bytes, "s", HashAlgo::Blake3).is_ok());
     }

@@ -15,7 +15,14 @@ fn configs() -> Vec<RepoConfig> {
     let mut out = Vec::new();
     for kind in ChunkerKind::ALL.into_iter().filter(|k| !k.needs_key()) {
         for hash in [HashAlgo::Blake3, HashAlgo::Sha256, HashAlgo::Sha1] {
-            for compression in [Compression::None, Compression::Zstd { level: 19 }] {
+            for compression in [
+                Compression::None,
+                Compression::Zstd {
+                    level: 19,
+                    unit_chunks: 1,
+                },
+                Compression::DEFAULT,
+            ] {
                 let chunker = ChunkerConfig {
                     kind,
                     ..ChunkerConfig::default()
@@ -49,7 +56,7 @@ fn configs_larder_cannot_use_are_refused_with_the_reason() {
     let cases: Vec<(Vec<u8>, &str)> = vec![
         (b"not json".to_vec(), "is not a larder config"),
         (b"[1, 2]".to_vec(), "is not a larder config"),
-        (with("version", 4.into()), "version 4 is not supported"),
+        (with("version", 5.into()), "version 5 is not supported"),
         (
             with("version", 3.into()),
             "format version 3 is for encrypted repositories",
@@ -69,6 +76,20 @@ fn configs_larder_cannot_use_are_refused_with_the_reason() {
                 serde_json::json!({"kind": "zstd", "level": 0}),
             ),
             "zstd level 0 is outside",
+        ),
+        (
+            with(
+                "compression",
+                serde_json::json!({"kind": "zstd", "level": 3, "unit_chunks": 8}),
+            ),
+            "format version 1 cannot use compression zstd:3:8; it needs version 4",
+        ),
+        (
+            with(
+                "compression",
+                serde_json::json!({"kind": "zstd", "level": 3, "unit_chunks": 256}),
+            ),
+            "a compression unit of 256 chunks is outside 1..=255",
         ),
         (
             with("compression", serde_json::json!({"kind": "lz4"})),

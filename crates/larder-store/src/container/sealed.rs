@@ -5,12 +5,14 @@
 
 use larder_crypto::{ChunkOpener, ContainerFooter, ContainerSealer, RepoKeys, TableOpener};
 
+use super::units::{check_tiling, UNITS_VERSION};
 use super::{container_name, le_u32, le_u64, ChunkEntry, ENTRY_LEN};
-use crate::compression::{ChunkEncoding, MAX_COMPRESSED_RAW_LEN};
 use crate::error::{Result, StoreError};
 
 pub(crate) const MAGIC: &[u8; 8] = b"LARDERC2";
 const END_MAGIC: &[u8; 8] = b"LARDERCF";
+/// The version of an encrypted container without compression units; version 3 with
+/// them.
 const VERSION: u32 = 2;
 /// Bytes 0..32: magic, version, fingerprint code, AEAD code, id.
 const HEADER32: usize = 32;
@@ -33,15 +35,18 @@ pub(super) struct Sealing {
 }
 
 impl Sealing {
-    /// Starts container `id`: writes its 144 header bytes into `buf`.
+    /// Starts container `id`, of the version that may hold `units`: writes its 144
+    /// header bytes into `buf`.
     pub(super) fn start(
         keys: &RepoKeys,
         id: u64,
         id_code: u8,
+        units: bool,
         target: usize,
         buf: &mut Vec<u8>,
     ) -> Self {
-        let header = header32(id, id_code, keys.aead().code());
+        let version = if units { UNITS_VERSION } else { VERSION };
+        let header = header32(id, id_code, keys.aead().code(), version);
         let sealer = keys.container_sealer(id, &header);
         buf.extend_from_slice(&header);
         buf.extend_from_slice(sealer.key_block());
@@ -49,8 +54,8 @@ impl Sealing {
         Self { sealer, target }
     }
 
-    /// Seals the chunk whose stored bytes are `buf[offset..]`, the `index`-th of the
-    /// table, and appends its tag.
+    /// Seals the stored bytes `buf[offset..]` of the chunk or unit whose (first) entry
+    /// is the `index`-th of the table, and appends its tag.
     pub(super) fn seal_chunk(&self, index: u32, fp: &[u8; 32], buf: &mut Vec<u8>, offset: usize) {
         let tag = self
             .sealer
@@ -100,10 +105,10 @@ pub fn padded_len(len: usize, target: usize) -> usize {
     }
 }
 
-fn header32(id: u64, id_code: u8, aead_code: u8) -> [u8; HEADER32] {
+fn header32(id: u64, id_code: u8, aead_code: u8, version: u32) -> [u8; HEADER32] {
     let mut h = [0u8; HEADER32];
     h[..8].copy_from_slice(MAGIC);
-    h[8..12].copy_from_slice(&VERSION.to_le_bytes());
+    h[8..12].copy_from_slice(&version.to_le_bytes());
     h[12] = id_code;
     h[13] = aead_code;
     h[16..24].copy_from_slice(&id.to_le_bytes());
@@ -203,20 +208,13 @@ impl SealedLocation {
         self.table
             .open_table(&mut sealed)
             .map_err(|e| bad(e.to_string()))?;
-        let mut entries = Vec::with_capacity(self.entries);
-        let mut expected = HEADER_LEN as u64;
-        for (i, raw) in sealed.chunks_exact(ENTRY_LEN).enumerate() {
-            let e = ChunkEntry::decode(raw);
-            if u64::from(e.offset) != expected {
-                return Err(bad(format!(
-                    "table entry {i} does not tile the chunk region"
-                )));
-            }
-            check_lengths(&e).map_err(|reason| bad(format!("table entry {i}: {reason}")))?;
-            expected += u64::from(e.stored_len);
-            entries.push(e);
-        }
-        if expected > self.table_offset {
+        let entries: Vec<ChunkEntry> = sealed[..self.entries * ENTRY_LEN]
+            .chunks_exact(ENTRY_LEN)
+            .map(ChunkEntry::decode)
+            .collect();
+        let units = le_u32(&self.header32[8..12]) == UNITS_VERSION;
+        let end = check_tiling(&entries, HEADER_LEN as u64, TAG_LEN as u32, units).map_err(bad)?;
+        if end > self.table_offset {
             return Err(bad("chunks run into the table".into()));
         }
         let opener = if keys.is_full() {
@@ -237,11 +235,11 @@ fn check_header(keys: &RepoKeys, id_code: u8, header: &[u8], id: u64) -> Result<
         return Err(bad("bad magic: not an encrypted larder container".into()));
     }
     let version = le_u32(&header[8..12]);
-    if version != VERSION {
+    if version != VERSION && version != UNITS_VERSION {
         return Err(StoreError::UnsupportedVersion {
             what: "encrypted container",
             version: u64::from(version),
-            supported: "version 2",
+            supported: "versions 2 and 3",
         });
     }
     if header[12] != id_code {
@@ -264,32 +262,6 @@ fn check_header(keys: &RepoKeys, id_code: u8, header: &[u8], id: u64) -> Result<
         )));
     }
     Ok(())
-}
-
-/// A sealed entry's stored length is its encoded length plus the tag.
-fn check_lengths(e: &ChunkEntry) -> std::result::Result<(), String> {
-    let stored = e.stored_len.checked_sub(TAG_LEN as u32);
-    let agree = match (e.encoding(), stored) {
-        (None, _) => {
-            return Err(format!(
-                "unknown chunk encoding (flags {}); it was written by a newer larder",
-                e.flags
-            ))
-        }
-        (_, None) => false,
-        (Some(ChunkEncoding::Raw), Some(s)) => s == e.raw_len,
-        (Some(ChunkEncoding::Zstd), Some(s)) => {
-            s < e.raw_len && e.raw_len <= MAX_COMPRESSED_RAW_LEN
-        }
-    };
-    if agree {
-        Ok(())
-    } else {
-        Err(format!(
-            "stored length {} and raw length {} do not fit flags {}",
-            e.stored_len, e.raw_len, e.flags
-        ))
-    }
 }
 
 #[cfg(test)]

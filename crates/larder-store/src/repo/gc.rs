@@ -24,8 +24,11 @@ use serde::Serialize;
 
 use super::{ChunkBytes, DiskState, RepoIndex, Repository};
 use crate::backend::FileKind;
+use crate::chunk_codec::ChunkCodec;
+use crate::compression::FLAGS_ZSTD;
 use crate::container::{
-    ChunkEntry, ContainerBuilder, ParsedContainer, CONTAINER_OVERHEAD, ENTRY_LEN,
+    stored_shares, unit_span, ChunkEntry, ContainerBuilder, ParsedContainer, CONTAINER_OVERHEAD,
+    ENTRY_LEN,
 };
 use crate::error::{error_chain, Result, StoreError};
 use crate::gc_plan::GcPlan;
@@ -92,8 +95,8 @@ pub struct GcReport {
 enum Fate {
     Keep,
     Delete,
-    /// Repack its live entries.
-    Repack(Vec<ChunkEntry>),
+    /// Repack its live entries, each with its share of the stored bytes.
+    Repack(Vec<(ChunkEntry, u64)>),
 }
 
 /// Counts file operations down to the crash point of a test.
@@ -151,15 +154,16 @@ impl Repository {
         let mut fates = BTreeMap::new();
         for (&id, entries) in tables {
             // Live: a snapshot uses it, and this copy is the one the index names.
-            let mut live_entries: Vec<ChunkEntry> = Vec::new();
-            for e in entries {
+            let mut live_entries: Vec<(ChunkEntry, u64)> = Vec::new();
+            let shares = stored_shares(entries);
+            for (e, &share) in entries.iter().zip(&shares) {
                 let canonical = Some(e.location(id));
                 if live.contains(&e.fingerprint) && self.index.get(&e.fingerprint)? == canonical {
-                    live_entries.push(*e);
+                    live_entries.push((*e, share));
                 }
             }
-            let total: u64 = entries.iter().map(|e| u64::from(e.stored_len)).sum();
-            let live_bytes: u64 = live_entries.iter().map(|e| u64::from(e.stored_len)).sum();
+            let total: u64 = shares.iter().sum();
+            let live_bytes: u64 = live_entries.iter().map(|(_, share)| share).sum();
             report.chunks_live += live_entries.len();
             report.live_bytes += live_bytes;
             let fate = if live_entries.is_empty() {
@@ -188,8 +192,8 @@ impl Repository {
             let Fate::Repack(entries) = fate else {
                 continue;
             };
-            for e in entries {
-                let len = e.stored_len as usize;
+            for (e, share) in entries {
+                let len = *share as usize;
                 if groups.is_empty() || filled + len > self.config.container_size {
                     groups.push(Vec::new());
                     filled = 0;
@@ -239,10 +243,14 @@ impl Repository {
             .filter(|(_, f)| matches!(f, Fate::Keep))
             .map(|(id, _)| tables[id].len() as u64)
             .sum();
-        let new_data: u64 = groups
-            .iter()
+        let new_data: u64 = fates
+            .values()
+            .filter_map(|f| match f {
+                Fate::Repack(entries) => Some(entries),
+                _ => None,
+            })
             .flatten()
-            .map(|(_, e)| u64::from(e.stored_len) + ENTRY_LEN as u64)
+            .map(|(_, share)| share + ENTRY_LEN as u64)
             .sum();
         let new_containers_len = new_data + (CONTAINER_OVERHEAD as u64) * groups.len() as u64;
         let new_entries: u64 = groups.iter().map(|g| g.len() as u64).sum();
@@ -333,7 +341,6 @@ impl Repository {
         self.backend.sync(FileKind::GcPlan)?;
 
         let codec = self.codec();
-        let (mut raw, mut stored) = (Vec::new(), Vec::new());
         let mut source: Option<ParsedContainer> = None;
         for (group, &new_id) in groups.iter().zip(&plan.new_containers) {
             let data: usize = group.iter().map(|(_, e)| e.stored_len as usize).sum();
@@ -343,29 +350,14 @@ impl Repository {
                 data + ENTRY_LEN * group.len(),
                 self.config.container_size,
             );
-            for &(src, e) in group {
+            let mut rest = &group[..];
+            while let Some(&(src, _)) = rest.first() {
                 if source.as_ref().is_none_or(|c| c.id != src) {
                     source = Some(self.load_container(src)?);
                 }
                 let c = source.as_ref().expect("loaded above");
-                // A live chunk is copied only after it verifies: gc never spreads damage.
-                raw.clear();
-                match c.read_chunk(&e, &codec, &mut raw) {
-                    Ok(()) => {}
-                    Err(StoreError::Corrupt { what, name, reason }) => {
-                        return Err(StoreError::Corrupt {
-                            what,
-                            name,
-                            reason: format!(
-                                "live {reason}; gc stopped and deleted nothing (run `larder check --read-data`)"
-                            ),
-                        })
-                    }
-                    Err(other) => return Err(other),
-                }
-                c.encoded_chunk(&e, &mut stored)?;
-                let encoding = e.encoding().expect("parsed entries have known encodings");
-                builder.push_stored(e.fingerprint, &stored, e.raw_len, encoding);
+                let taken = repack(c, rest, &codec, &mut builder)?;
+                rest = &rest[taken..];
             }
             let (bytes, entries) = builder.seal();
             if crash.reached() {
@@ -482,5 +474,65 @@ impl Repository {
         self.chunk_bytes = ChunkBytes::default();
         self.pending.clear();
         self.load_index()
+    }
+}
+
+/// Copies the chunks at the start of `group` that lie in `c` into `builder`, after
+/// verifying each (gc never spreads damage), and returns how many it took: a chunk
+/// stored alone, copied as stored; a whole unit whose members all come next, copied
+/// as stored; a member whose unit is not all live, compressed again on its own.
+fn repack(
+    c: &ParsedContainer,
+    group: &[(u64, ChunkEntry)],
+    codec: &ChunkCodec,
+    builder: &mut ContainerBuilder,
+) -> Result<usize> {
+    let e = group[0].1;
+    let i = c.position(e.offset, &e.fingerprint).ok_or_else(|| {
+        StoreError::corrupt("container", hex(c.id), "a live chunk left its table")
+    })?;
+    let span = unit_span(&c.entries, i);
+    let members = &c.entries[span.clone()];
+    let whole = i == span.start
+        && group.len() >= members.len()
+        && group[..members.len()]
+            .iter()
+            .zip(members)
+            .all(|((src, g), m)| *src == c.id && g == m);
+    let take = if whole { members.len() } else { 1 };
+    let mut raw = Vec::new();
+    for (_, m) in &group[..take] {
+        raw.clear();
+        verified(c.read_chunk(m, codec, &mut raw))?;
+    }
+    let mut stored = Vec::new();
+    if e.is_member() && !whole {
+        match codec.compress(&raw)? {
+            Some(frame) => builder.push_stored(e.fingerprint, &frame, e.raw_len, true),
+            None => builder.push_stored(e.fingerprint, &raw, e.raw_len, false),
+        };
+        return Ok(1);
+    }
+    c.encoded_chunk(i, &mut stored)?;
+    if e.is_member() {
+        let list: Vec<_> = members.iter().map(|m| (m.fingerprint, m.raw_len)).collect();
+        builder.push_unit(&stored, &list);
+    } else {
+        builder.push_stored(e.fingerprint, &stored, e.raw_len, e.flags == FLAGS_ZSTD);
+    }
+    Ok(take)
+}
+
+/// A live chunk's read, with a damaged chunk's error telling that gc stopped.
+fn verified(read: Result<()>) -> Result<()> {
+    match read {
+        Err(StoreError::Corrupt { what, name, reason }) => Err(StoreError::Corrupt {
+            what,
+            name,
+            reason: format!(
+                "live {reason}; gc stopped and deleted nothing (run `larder check --read-data`)"
+            ),
+        }),
+        other => other,
     }
 }
