@@ -17,8 +17,8 @@ use std::sync::OnceLock;
 use larder_crypto::ChunkOpener;
 use larder_hash::Fingerprint;
 use larder_store::{
-    error_chain, ChunkCodec, ChunkEncoding, ChunkSeal, ContainerTable, Repository, StoreError,
-    StoredChunk,
+    error_chain, position, stored_form, ChunkCodec, ChunkEncoding, ChunkSeal, ContainerTable,
+    Repository, StoreError, StoredChunk,
 };
 use rayon::prelude::*;
 use serde::Serialize;
@@ -52,7 +52,8 @@ pub struct FileData {
 struct ChunkRef {
     /// Index into [`RestorePlan::containers`].
     container: u32,
-    /// The chunk's place in its container's table (what opens a sealed chunk).
+    /// The table index its stored bytes are sealed at: its own, or its unit's first
+    /// member's.
     index: u32,
     offset: u32,
     stored_len: u32,
@@ -136,18 +137,18 @@ impl RestorePlan {
                     for (fp, (c, offset, stored_len)) in recipe.iter().zip(locations) {
                         let id = containers[c as usize];
                         let table = tables[c as usize].as_ref().map_err(Clone::clone)?;
-                        let (index, entry) = table
-                            .entries
-                            .binary_search_by_key(&offset, |e| e.offset)
-                            .ok()
-                            .map(|i| (i as u32, table.entries[i]))
-                            .filter(|(_, e)| e.stored_len == stored_len && e.fingerprint == *fp)
+                        let (entry, encoding, index) = position(&table.entries, offset, fp)
+                            .map(|i| (table.entries[i], stored_form(&table.entries, i)))
+                            .filter(|(e, _)| e.stored_len == stored_len)
                             .ok_or_else(|| {
                                 damaged(id, format!("chunk {fp} is not in its table"))
+                            })
+                            .and_then(|(e, form)| {
+                                let (encoding, index) = form.ok_or_else(|| {
+                                    damaged(id, format!("chunk {fp} has unknown flags {}", e.flags))
+                                })?;
+                                Ok((e, encoding, index))
                             })?;
-                        let encoding = entry.encoding().ok_or_else(|| {
-                            damaged(id, format!("chunk {fp} has unknown flags {}", entry.flags))
-                        })?;
                         len += u64::from(entry.raw_len);
                         chunks.push(ChunkRef {
                             container: c,

@@ -95,11 +95,7 @@ pub fn check(repo: &Repository, opts: &CheckOptions) -> Result<CheckReport> {
                     Ok(c)
                 })
                 .map(|c| {
-                    let bytes = c
-                        .entries
-                        .iter()
-                        .map(|e| u64::from(e.stored_len))
-                        .sum::<u64>();
+                    let bytes = larder_store::stored_bytes(&c.entries);
                     opts.progress.advance(bytes);
                     let bad = if opts.read_data {
                         c.verify_chunks(&codec)

@@ -10,6 +10,7 @@ use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, HashSet};
 
 use larder_hash::Fingerprint;
+use larder_index::ChunkLocation;
 use larder_store::{EntryKind, Repository, TreeEntry};
 
 use crate::browse::SnapshotTree;
@@ -80,7 +81,8 @@ pub struct TreeDiff<'a> {
     pub removed: u64,
     pub modified: u64,
     /// Stored bytes of the distinct chunks that files of the second snapshot use and
-    /// files of the first do not: the data it added.
+    /// files of the first do not: the data it added. A compression unit holding any
+    /// of them counts once, whole.
     pub bytes_added: u64,
     /// The same, the other way round: data only the first snapshot's files use.
     pub bytes_removed: u64,
@@ -92,7 +94,7 @@ pub struct TreeDiff<'a> {
     pub duplicate_paths: u64,
 }
 
-/// Compares `old` with `new` in `repo`, whose index gives the chunk lengths.
+/// Compares `old` with `new` in `repo`, whose index gives where chunks are stored.
 pub fn diff_snapshots<'a>(
     repo: &Repository,
     old: &'a SnapshotTree,
@@ -101,20 +103,15 @@ pub fn diff_snapshots<'a>(
     let index = repo.index();
     // A length the index cannot give (a disk index I/O error) is shown as unknown,
     // as for a chunk missing from the index.
-    diff_trees(&old.entries, &new.entries, |fp| {
-        index
-            .get(fp)
-            .ok()
-            .flatten()
-            .map(|loc| u64::from(loc.length))
-    })
+    diff_trees(&old.entries, &new.entries, |fp| index.get(fp).ok().flatten())
 }
 
-/// Compares two trees; `chunk_length` gives a chunk's stored length, if known.
+/// Compares two trees; `chunk_place` gives where a chunk is stored, if known (the
+/// members of a compression unit share their unit's place).
 pub fn diff_trees<'a>(
     old: &'a [TreeEntry],
     new: &'a [TreeEntry],
-    chunk_length: impl Fn(&Fingerprint) -> Option<u64>,
+    chunk_place: impl Fn(&Fingerprint) -> Option<ChunkLocation>,
 ) -> TreeDiff<'a> {
     let mut diff = TreeDiff::default();
     let old_by_path = by_path(old, &mut diff.duplicate_paths);
@@ -180,9 +177,13 @@ pub fn diff_trees<'a>(
         (new_chunks.difference(&old_chunks), &mut diff.bytes_added),
         (old_chunks.difference(&new_chunks), &mut diff.bytes_removed),
     ] {
+        let mut places = HashSet::new();
         for fp in only_in {
-            match chunk_length(fp) {
-                Some(len) => *counter = counter.saturating_add(len),
+            match chunk_place(fp) {
+                Some(loc) if places.insert((loc.container, loc.offset)) => {
+                    *counter = counter.saturating_add(u64::from(loc.length));
+                }
+                Some(_) => {}
                 None => diff.unknown_chunks += 1,
             }
         }
@@ -301,10 +302,33 @@ mod tests {
             .collect()
     }
 
+    /// A chunk stored alone at a place of its own, `length` bytes.
+    fn place(fp: &Fingerprint, length: u32) -> ChunkLocation {
+        ChunkLocation {
+            container: 1,
+            offset: u32::from(fp.0[0]) * 100,
+            length,
+        }
+    }
+
+    #[test]
+    fn a_unit_counts_once_whatever_its_members() {
+        let old = vec![file("f", &[1])];
+        let new = vec![file("f", &[2, 3, 4])];
+        // Chunks 2 and 3 share a unit of 50 bytes; 4 is alone.
+        let diff = diff_trees(&old, &new, |f| {
+            Some(match f.0[0] {
+                2 | 3 => place(&Fingerprint([2; 32]), 50),
+                _ => place(f, 9),
+            })
+        });
+        assert_eq!((diff.bytes_added, diff.bytes_removed), (59, 9));
+    }
+
     #[test]
     fn identical_trees_have_no_changes() {
         let tree = vec![dir("a"), file("a/f", &[1, 2])];
-        let diff = diff_trees(&tree, &tree, |_| Some(10));
+        let diff = diff_trees(&tree, &tree, |f| Some(place(f, 10)));
         assert!(diff.changes.is_empty());
         assert_eq!((diff.bytes_added, diff.bytes_removed), (0, 0));
     }
@@ -320,7 +344,7 @@ mod tests {
         let mut moved = file("a/f", &[1, 5]);
         moved.mode = 0o100600;
         let new = vec![dir("a"), moved, file("a/new", &[6]), dir("a-b")];
-        let diff = diff_trees(&old, &new, |f| (f.0[0] != 6).then_some(7));
+        let diff = diff_trees(&old, &new, |f| (f.0[0] != 6).then(|| place(f, 7)));
         assert_eq!(
             summary(&diff),
             [
@@ -341,7 +365,7 @@ mod tests {
     fn repeated_paths_compare_the_first_entry() {
         let old = vec![file("f", &[1]), file("f", &[2])];
         let new = vec![file("f", &[1])];
-        let diff = diff_trees(&old, &new, |_| Some(1));
+        let diff = diff_trees(&old, &new, |f| Some(place(f, 1)));
         assert!(diff.changes.is_empty());
         assert_eq!(diff.duplicate_paths, 1);
         assert_eq!(

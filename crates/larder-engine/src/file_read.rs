@@ -29,7 +29,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use larder_crypto::ChunkOpener;
 use larder_hash::Fingerprint;
 use larder_store::{
-    error_chain, ChunkEncoding, ChunkSeal, ContainerTable, Repository, StoreError, StoredChunk,
+    error_chain, position, stored_form, ChunkEncoding, ChunkSeal, ContainerTable, Repository,
+    StoreError, StoredChunk,
     TreeEntry,
 };
 use rayon::prelude::*;
@@ -79,7 +80,8 @@ pub struct FileLayout {
 struct ChunkSpot {
     /// Index into [`FileLayout::containers`].
     container: u32,
-    /// Its row in its container's table (what opens a sealed chunk).
+    /// The table row its stored bytes are sealed at: its own, or its unit's first
+    /// member's.
     index: u32,
     offset: u32,
     stored_len: u32,
@@ -214,20 +216,16 @@ impl ChunkCache {
             let table = self
                 .table(loc.container)
                 .map_err(|e| what(error_chain(&e)))?;
-            let (index, row) = table
-                .entries
-                .binary_search_by_key(&loc.offset, |e| e.offset)
-                .ok()
-                .map(|i| (i as u32, table.entries[i]))
-                .filter(|(_, e)| e.stored_len == loc.length && e.fingerprint == *fp)
+            let i = position(&table.entries, loc.offset, fp)
+                .filter(|&i| table.entries[i].stored_len == loc.length)
                 .ok_or_else(|| {
                     what(format!(
                         "it is not in the table of container {:016x}",
                         loc.container
                     ))
                 })?;
-            let encoding = row
-                .encoding()
+            let row = table.entries[i];
+            let (encoding, index) = stored_form(&table.entries, i)
                 .ok_or_else(|| what(format!("it has unknown flags {}", row.flags)))?;
             let container = *ids.entry(loc.container).or_insert_with(|| {
                 file.containers.push(ContainerRef {
@@ -390,8 +388,10 @@ fn read_chunks(
     );
     let data = repo.read_container_ranges(container.id, &ranges)?;
     let codec = repo.codec();
+    // Runs of spots go to one thread each: a unit's members decode it once there.
     Ok(spots
         .par_iter()
+        .with_min_len(8)
         .map(|c| {
             let k = ranges.partition_point(|r| r.start <= u64::from(c.offset)) - 1;
             let at = (u64::from(c.offset) - ranges[k].start) as usize;

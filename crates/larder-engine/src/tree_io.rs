@@ -7,8 +7,8 @@ use std::sync::Arc;
 use larder_hash::Fingerprint;
 use larder_index::ChunkLocation;
 use larder_store::{
-    ChunkSeal, ContainerTable, ParsedContainer, Repository, StoreError, StoredChunk, TreeDecoder,
-    TreeEntry,
+    position, stored_form, ChunkSeal, ContainerTable, ParsedContainer, Repository, StoreError,
+    StoredChunk, TreeDecoder, TreeEntry,
 };
 
 use crate::error::Result;
@@ -103,8 +103,9 @@ impl<'r> ChunkReader<'r> {
         let container = self.container(loc.container)?;
         let name = format!("{:016x}", loc.container);
         let entry = container
-            .entry_at(loc.offset)
-            .filter(|e| e.stored_len == loc.length && e.fingerprint == *fp)
+            .position(loc.offset, fp)
+            .map(|i| &container.entries[i])
+            .filter(|e| e.stored_len == loc.length)
             .ok_or_else(|| corrupt(&name, format!("chunk {fp} is not in its table")))?;
         container.read_chunk(entry, &self.repo.codec(), out)?;
         Ok(())
@@ -175,24 +176,20 @@ impl ChunkReader<'_> {
     fn decode_part(&self, fp: &Fingerprint, loc: &ChunkLocation, out: &mut Vec<u8>) -> Result<()> {
         let name = format!("{:016x}", loc.container);
         let parts = &self.parts[&loc.container];
-        // A table lists its chunks in file order: sorted by offset.
         let entries = &parts.table.entries;
-        let index = entries
-            .binary_search_by_key(&loc.offset, |e| e.offset)
-            .ok()
-            .filter(|&i| entries[i].stored_len == loc.length && entries[i].fingerprint == *fp)
+        let index = position(entries, loc.offset, fp)
+            .filter(|&i| entries[i].stored_len == loc.length)
             .ok_or_else(|| corrupt(&name, format!("chunk {fp} is not in its table")))?;
         let entry = &entries[index];
         let bytes = parts
             .bytes(loc)
             .ok_or_else(|| corrupt(&name, format!("chunk {fp} was not read")))?;
-        let encoding = entry
-            .encoding()
+        let (encoding, seal_index) = stored_form(entries, index)
             .ok_or_else(|| corrupt(&name, format!("chunk {fp} has an unknown encoding")))?;
         let codec = self.repo.codec();
         let seal = codec.keys().map(|_| ChunkSeal {
             opener: parts.table.opener.as_ref(),
-            index: index as u32,
+            index: seal_index,
         });
         let chunk = StoredChunk {
             fingerprint: *fp,

@@ -83,6 +83,6 @@ pub(super) fn store_stream(
         new: new.len() as u64,
         fps,
     };
-    writer.store(&mut new, &[data])?;
+    writer.store(&new, &[data])?;
     Ok(stored)
 }

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use larder_hash::Fingerprint;
 use larder_store::{
-    Backend, ChunkCodec, ChunkEncoding, ChunkEntry, ContainerBuilder, FileKind, Repository,
-    SegmentContainer,
+    Backend, ChunkCodec, ChunkEntry, ContainerBuilder, FileKind, Repository, SegmentContainer,
+    UNIT_RAW_TARGET,
 };
 use rayon::prelude::*;
 
@@ -76,51 +76,100 @@ impl<'r> ContainerWriter<'r> {
         }
     }
 
-    /// Compresses `chunks` (if compression is on; on the compression threads), then
-    /// appends them in order. `data[p]` is the bytes of piece `p`.
-    pub fn store(&mut self, chunks: &mut [NewChunk], data: &[&[u8]]) -> Result<()> {
-        if let Some(threads) = self.compress_threads {
-            let started = Instant::now();
-            let codec = &self.codec;
-            // Each chunk is timed on its thread, so the sum is CPU time across threads.
-            self.compress_time += threads.install(|| {
-                chunks
-                    .par_iter_mut()
-                    .map(|c| {
-                        let started = Instant::now();
-                        c.compressed = codec.compress(&data[c.piece][c.start..][..c.len])?;
-                        Ok::<_, EngineError>(started.elapsed())
-                    })
-                    .try_reduce(|| Duration::ZERO, |a, b| Ok(a + b))
-            })?;
-            self.compress_wall += started.elapsed();
-        }
-        for c in chunks.iter() {
-            let raw_len = c.len as u32;
-            match &c.compressed {
-                Some(frame) => self.append(c.fp, frame, raw_len, ChunkEncoding::Zstd)?,
+    /// Compresses `chunks` (if compression is on; on the compression threads), in
+    /// units of consecutive chunks when the repository uses them, then appends them in
+    /// order. `data[p]` is the bytes of piece `p`. Without compression threads a chunk
+    /// that comes with its frame (`copy` keeping a source frame) is appended as it is.
+    pub fn store(&mut self, chunks: &[NewChunk], data: &[&[u8]]) -> Result<()> {
+        let raw = |c: &NewChunk| &data[c.piece][c.start..][..c.len];
+        let mut frames = Vec::new();
+        let units = match self.compress_threads {
+            Some(threads) => {
+                let per_unit = self.codec.compression().unit_chunks();
+                let units = unit_bounds(chunks.iter().map(|c| c.len), per_unit);
+                let started = Instant::now();
+                let codec = &self.codec;
+                // Each unit is timed on its thread, so the sum is CPU time across threads.
+                let compressed = threads.install(|| {
+                    units
+                        .par_iter()
+                        .map(|u| {
+                            let started = Instant::now();
+                            let frame = match &chunks[u.clone()] {
+                                [one] => codec.compress(raw(one))?,
+                                many => {
+                                    let raws: Vec<&[u8]> = many.iter().map(raw).collect();
+                                    codec.compress_unit(&raws)?
+                                }
+                            };
+                            Ok::<_, EngineError>((frame, started.elapsed()))
+                        })
+                        .collect::<Result<Vec<_>>>()
+                })?;
+                self.compress_wall += started.elapsed();
+                for (frame, spent) in compressed {
+                    self.compress_time += spent;
+                    frames.push(frame);
+                }
+                units
+            }
+            None => {
+                frames.resize(chunks.len(), None);
+                (0..chunks.len()).map(|i| i..i + 1).collect()
+            }
+        };
+        for (unit, frame) in units.into_iter().zip(frames) {
+            let members = &chunks[unit];
+            match frame {
+                Some(frame) if members.len() > 1 => self.append_unit(&frame, members)?,
+                Some(frame) => self.append(members[0].fp, &frame, members[0].len as u32, true)?,
+                // A unit that does not compress: its chunks are stored raw.
                 None => {
-                    let raw = &data[c.piece][c.start..][..c.len];
-                    self.append(c.fp, raw, raw_len, ChunkEncoding::Raw)?
+                    for c in members {
+                        match &c.compressed {
+                            Some(frame) => self.append(c.fp, frame, c.len as u32, true)?,
+                            None => self.append(c.fp, raw(c), c.len as u32, false)?,
+                        }
+                    }
                 }
             }
         }
         Ok(())
     }
 
-    /// Appends one chunk's stored bytes to the open container, or to a new one if
-    /// they would take a non-empty container past `container_size`.
+    /// Appends a unit's frame and its members' entries, as [`Self::append`] does a
+    /// chunk.
+    fn append_unit(&mut self, frame: &[u8], members: &[NewChunk]) -> Result<()> {
+        let builder = self.builder_for(frame.len())?;
+        let list: Vec<_> = members.iter().map(|c| (c.fp, c.len as u32)).collect();
+        builder.push_unit(frame, &list);
+        self.bytes_stored += frame.len() as u64;
+        Ok(())
+    }
+
+    /// Appends one chunk's stored bytes (`compressed`: a zstd frame of it) to the open
+    /// container.
     fn append(
         &mut self,
         fp: Fingerprint,
         stored: &[u8],
         raw_len: u32,
-        encoding: ChunkEncoding,
+        compressed: bool,
     ) -> Result<()> {
+        let builder = self.builder_for(stored.len())?;
+        builder.push_stored(fp, stored, raw_len, compressed);
+        self.bytes_stored += stored.len() as u64;
+        Ok(())
+    }
+
+    /// The open container if `stored_len` more bytes fit in it, else a new one (the
+    /// open one sealed): bytes that would take a non-empty container past
+    /// `container_size` go to the next.
+    fn builder_for(&mut self, stored_len: usize) -> Result<&mut ContainerBuilder> {
         let fits = self
             .open
             .as_ref()
-            .is_some_and(|b| b.fits(stored.len(), self.container_size));
+            .is_some_and(|b| b.fits(stored_len, self.container_size));
         if !fits {
             self.seal()?;
             let id = self.repo.allocate_container_id();
@@ -135,11 +184,7 @@ impl<'r> ContainerWriter<'r> {
                 self.container_size,
             ));
         }
-        if let Some(b) = self.open.as_mut() {
-            b.push_stored(fp, stored, raw_len, encoding);
-            self.bytes_stored += stored.len() as u64;
-        }
-        Ok(())
+        Ok(self.open.as_mut().expect("opened above"))
     }
 
     /// Hands the open container, if it holds anything, to the syncers.
@@ -165,14 +210,35 @@ pub(super) fn run(
     gate: &SerialGate,
 ) -> Result<Duration> {
     let mut busy = Duration::ZERO;
-    for mut batch in rx {
+    for batch in rx {
         let span = gate.begin();
         let data: Vec<&[u8]> = batch.buffers.iter().map(Vec::as_slice).collect();
-        writer.store(&mut batch.chunks, &data)?;
+        writer.store(&batch.chunks, &data)?;
         recycle(pool, batch.buffers);
         busy += span.end();
     }
     Ok(busy)
+}
+
+/// Cuts chunks of raw lengths `lens` into compression units of consecutive chunks:
+/// each at most `per_unit` chunks, and closed before its raw bytes would pass
+/// [`UNIT_RAW_TARGET`] (a larger chunk is a unit alone).
+fn unit_bounds(lens: impl Iterator<Item = usize>, per_unit: usize) -> Vec<std::ops::Range<usize>> {
+    let mut units: Vec<std::ops::Range<usize>> = Vec::new();
+    let mut raw = 0;
+    for (i, len) in lens.enumerate() {
+        match units.last_mut() {
+            Some(u) if u.len() < per_unit && raw + len <= UNIT_RAW_TARGET => {
+                u.end = i + 1;
+                raw += len;
+            }
+            _ => {
+                units.push(i..i + 1);
+                raw = len;
+            }
+        }
+    }
+    units
 }
 
 /// What a syncer wrote, its busy time, its error, and the containers it acknowledged
@@ -242,4 +308,21 @@ pub(crate) fn spawn_syncers<'s>(
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn units_hold_consecutive_chunks_up_to_their_count_and_raw_size() {
+        let lens = [10, 10, 10, 10, 10];
+        assert_eq!(unit_bounds(lens.into_iter(), 1), [0..1, 1..2, 2..3, 3..4, 4..5]);
+        assert_eq!(unit_bounds(lens.into_iter(), 2), [0..2, 2..4, 4..5]);
+        assert_eq!(unit_bounds(lens.into_iter(), 8), [0..5]);
+        let big = UNIT_RAW_TARGET;
+        let lens = [100, big, 100, big - 100, 1, big + 1];
+        assert_eq!(unit_bounds(lens.into_iter(), 8), [0..1, 1..2, 2..4, 4..5, 5..6]);
+        assert!(unit_bounds(std::iter::empty(), 8).is_empty());
+    }
 }

@@ -10,7 +10,9 @@ use std::collections::BTreeMap;
 use crossbeam_channel::bounded;
 use larder_hash::Fingerprint;
 use larder_index::ChunkLocation;
-use larder_store::{ChunkEncoding, Repository, SegmentContainer, StoreError, TreeEntry, TreeRef};
+use larder_store::{
+    stored_form, ChunkEncoding, Repository, SegmentContainer, StoreError, TreeEntry, TreeRef,
+};
 use rayon::prelude::*;
 
 use super::Sent;
@@ -131,16 +133,19 @@ fn write_chunks(
             Fingerprint::default(),
         );
         let max_chunk = dst.config().chunker.max_chunk_size();
-        // The chunks come compressed already: the writer only places and seals them.
-        let mut writer = ContainerWriter::new(dst, None, max_chunk, sync_tx, reuse_rx);
+        // The chunks come compressed already, and the writer only places and seals
+        // them, unless the destination compresses in units: then the writer makes them.
+        let units = dst.config().compression.unit_chunks() > 1;
+        let compress = units.then_some(threads);
+        let mut writer = ContainerWriter::new(dst, compress, max_chunk, sync_tx, reuse_rx);
         let mut raw = 0;
         let result = by_container.into_iter().try_for_each(|(id, chunks)| {
             let stored: u64 = chunks.iter().map(|(loc, _)| u64::from(loc.length)).sum();
-            let (mut new, data) = recode(src, dst, id, &chunks, threads)?;
+            let (new, data) = recode(src, dst, id, &chunks, threads)?;
             raw += data.iter().map(|d| d.len() as u64).sum::<u64>();
             progress.advance(stored);
             let data: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
-            writer.store(&mut new, &data)
+            writer.store(&new, &data)
         });
         let result = result.and_then(|()| writer.seal());
         let stored = writer.bytes_stored;
@@ -164,26 +169,29 @@ fn recode(
     let container = src.load_container(id)?;
     let (from, to) = (src.codec(), dst.codec());
     // The same compression makes the same frames: the source's are kept, not remade.
+    // A destination with compression units makes its units in the writer.
     let same_frames = src.config().compression == dst.config().compression;
+    let in_units = dst.config().compression.unit_chunks() > 1;
     let one = |piece: usize, &(loc, fp): &(ChunkLocation, Fingerprint)| -> Result<_> {
-        let entry = container
-            .entry_at(loc.offset)
-            .filter(|e| e.stored_len == loc.length && e.fingerprint == fp)
+        let i = container
+            .position(loc.offset, &fp)
+            .filter(|&i| container.entries[i].stored_len == loc.length)
             .ok_or_else(|| StoreError::Corrupt {
                 what: "container",
                 name: format!("{id:016x}"),
                 reason: format!("chunk {fp} is not in its table"),
             })?;
         let mut raw = Vec::new();
-        container.read_chunk(entry, &from, &mut raw)?;
-        let compressed = match (same_frames, entry.encoding()) {
-            (true, Some(ChunkEncoding::Zstd)) => {
+        container.read_chunk(&container.entries[i], &from, &mut raw)?;
+        let compressed = match (in_units, same_frames, stored_form(&container.entries, i)) {
+            (true, _, _) => None,
+            (false, true, Some((ChunkEncoding::Zstd, _))) => {
                 let mut frame = Vec::new();
-                container.encoded_chunk(entry, &mut frame)?;
+                container.encoded_chunk(i, &mut frame)?;
                 Some(frame)
             }
-            (true, _) => None,
-            (false, _) => to.compress(&raw)?,
+            (false, true, Some((ChunkEncoding::Raw, _))) => None,
+            (false, _, _) => to.compress(&raw)?,
         };
         let chunk = NewChunk {
             piece,
