@@ -30,8 +30,10 @@ struct Chunk {
     /// Stored length.
     len: usize,
     raw_len: usize,
-    /// 0 raw, 1 zstd.
+    /// 0 raw, 1 zstd, 2 a compression unit's member.
     flags: u8,
+    /// A member's offset in its unit's raw bytes.
+    unit_offset: usize,
 }
 
 /// A container file, parsed per docs/design/format.md.
@@ -68,6 +70,7 @@ impl Container {
                 len: le_u32(&e[36..]) as usize,
                 raw_len: le_u32(&e[40..]) as usize,
                 flags: e[44],
+                unit_offset: le_u32(&[e[45], e[46], e[47], 0]) as usize,
             })
             .collect();
         let name = path.file_stem().unwrap().to_str().unwrap().to_string();
@@ -85,14 +88,57 @@ impl Container {
         match chunk.flags {
             0 => stored.to_vec(),
             1 => zstd::bulk::decompress(stored, chunk.raw_len).expect("a zstd frame"),
+            2 => {
+                let unit = decode_unit(stored, self.unit_len(chunk)).expect("a zstd frame");
+                unit[chunk.unit_offset..chunk.unit_offset + chunk.raw_len].to_vec()
+            }
             f => panic!("unknown flags {f}"),
         }
+    }
+
+    /// The members of `chunk`'s unit (just `chunk` when it is stored alone).
+    fn unit_of(&self, chunk: &Chunk) -> Vec<&Chunk> {
+        match chunk.flags {
+            2 => self
+                .chunks
+                .iter()
+                .filter(|c| c.flags == 2 && c.offset == chunk.offset)
+                .collect(),
+            _ => vec![self.chunks.iter().find(|c| c.fp == chunk.fp).unwrap()],
+        }
+    }
+
+    /// Raw bytes of `chunk`'s unit: its members' raw lengths summed.
+    fn unit_len(&self, chunk: &Chunk) -> usize {
+        self.unit_of(chunk).iter().map(|c| c.raw_len).sum()
+    }
+
+    /// The chunks larder finds damaged when this container's bytes become `damaged`,
+    /// by a change inside the stored bytes of `chunk`: the chunk, if it is stored
+    /// alone; if it is a unit's member, every member when the unit no longer decodes
+    /// (as larder decodes: one whole frame, its header's unused bit clear, exactly the
+    /// unit's raw length), else the members whose bytes changed.
+    fn damaged_by(&self, chunk: &Chunk, damaged: &[u8]) -> BTreeSet<Fp> {
+        let members = self.unit_of(chunk);
+        if chunk.flags != 2 {
+            return BTreeSet::from([chunk.fp]);
+        }
+        let stored = &damaged[chunk.offset..chunk.offset + chunk.len];
+        let Some(unit) = decode_unit(stored, self.unit_len(chunk)) else {
+            return members.iter().map(|m| m.fp).collect();
+        };
+        members
+            .iter()
+            .filter(|m| unit[m.unit_offset..m.unit_offset + m.raw_len] != self.raw(m)[..])
+            .map(|m| m.fp)
+            .collect()
     }
 
     fn footer(&self) -> usize {
         self.bytes.len() - TRAILER_LEN
     }
 
+    /// The first chunk whose stored bytes hold `pos`.
     fn chunk_at(&self, pos: usize) -> Option<&Chunk> {
         self.chunks
             .iter()
@@ -100,13 +146,17 @@ impl Container {
     }
 
     /// Positions spread over every region: header, chunk data (including the middle
-    /// of the first chunks), table, footer, checksum and end magic.
+    /// of the first stored units), table, footer, checksum and end magic.
     fn interesting_positions(&self) -> Vec<usize> {
         let (t, f, n) = (self.table_offset, self.footer(), self.chunks.len());
         let mut p = vec![0, 7, 8, 11, 12, 13, 15, 16, 23, 24, 31];
         p.extend([HEADER_LEN, t - 1]);
         p.extend((1..12).map(|i| HEADER_LEN + (t - HEADER_LEN) * i / 12));
-        p.extend(self.chunks.iter().take(6).map(|c| c.offset + c.len / 2));
+        // The middles of the first six stored units (a unit's members share its bytes).
+        let mut units: Vec<(usize, usize)> =
+            self.chunks.iter().map(|c| (c.offset, c.len)).collect();
+        units.dedup();
+        p.extend(units.iter().take(6).map(|(offset, len)| offset + len / 2));
         p.extend([t, t + 31, t + 32, t + 36, t + 40, t + 44, t + 45]);
         p.extend([t + ENTRY_LEN * (n / 2) + 5, f - 1]);
         p.extend([f, f + 8, f + 12, f + 15]);
@@ -116,6 +166,22 @@ impl Container {
         p.dedup();
         p
     }
+}
+
+/// A unit's frame decoded as larder decodes it (docs/design/format.md, "Container"):
+/// `None` unless it is one whole zstd frame, with its header's unused bit clear, that
+/// decodes to exactly `unit_len` bytes.
+fn decode_unit(stored: &[u8], unit_len: usize) -> Option<Vec<u8>> {
+    let whole = zstd::zstd_safe::find_frame_compressed_size(stored).ok()? == stored.len();
+    if !whole || stored.get(4).is_none_or(|d| d & 0x10 != 0) {
+        return None;
+    }
+    let mut out = vec![0; unit_len];
+    let n = zstd::bulk::Decompressor::new()
+        .ok()?
+        .decompress_to_buffer(stored, &mut out)
+        .ok()?;
+    (n == unit_len).then_some(out)
 }
 
 /// A file of the snapshot: its path as stored and its recipe.
@@ -209,13 +275,15 @@ impl Fixture {
         Self::with_files(pseudo_random, 4_500_000)
     }
 
-    /// Files of compressible text: file chunks are stored as zstd frames.
+    /// Files of compressible text: file chunks are stored in compression units (the
+    /// default), each unit one zstd frame.
     fn compressible() -> Self {
         let fx = Self::with_files(pseudo_text, 24_000_000);
         let data = fx.data_container();
+        // A batch's last unit may hold one chunk, stored as its own frame.
         assert!(
-            data.chunks.iter().all(|c| c.flags == 1),
-            "text chunks are compressed"
+            data.chunks.iter().all(|c| c.flags != 0) && data.chunks.iter().any(|c| c.flags == 2),
+            "text chunks are compressed in units"
         );
         fx
     }
@@ -486,7 +554,7 @@ fn flipped_bytes_are_found_and_traced(fx: &Fixture) {
 
         let out = check_at(fx, &copy, true);
         let (bad, whole) = match c.chunk_at(*pos) {
-            Some(chunk) => (BTreeSet::from([chunk.fp]), false),
+            Some(chunk) => (c.damaged_by(chunk, &bytes), false),
             None => (c.chunks.iter().map(|e| e.fp).collect(), true),
         };
         let expected = fx.expected_damage(c, &bad, whole);
@@ -611,7 +679,7 @@ fn restore_of_damaged_chunks_is_reported(fx: &Fixture) {
         let mut bytes = c.bytes.clone();
         bytes[chunk.offset + chunk.len - 1] ^= 0x01;
         replace_file(&container_path(&copy, c), &bytes);
-        let affected = fx.affected_files(&BTreeSet::from([chunk.fp]));
+        let affected = fx.affected_files(&c.damaged_by(&chunk, &bytes));
         assert!(!affected.is_empty());
         assert_restore_reports(fx, &copy, c, &affected, tag);
     }

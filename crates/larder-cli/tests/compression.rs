@@ -1,5 +1,6 @@
-//! Per-chunk compression end to end: round trips with compression on and off, at
-//! several levels and with every chunker; what is stored compressed and what raw;
+//! Compression end to end: round trips with compression on and off, at several levels,
+//! in units and chunk by chunk, and with every chunker; what is stored compressed and
+//! what raw;
 //! container fill by stored bytes; repositories without compression (format
 //! version 1, including one written by larder before compression existed, in
 //! testdata/repo-v1) still read and stay version 1; config validation; the reported
@@ -132,14 +133,34 @@ fn every_chunker_round_trips_with_compression_on_and_off() {
         assert_eq!(f(&summary, "compression_ratio"), 1.0);
 
         let (repo, summary) = round_trip(&["--chunker", chunker]);
+        assert_eq!(config(&repo)["version"], 4, "{chunker}");
+        assert_eq!(
+            config(&repo)["compression"],
+            serde_json::json!({ "kind": "zstd", "level": 3, "unit_chunks": 8 })
+        );
+        assert!(
+            all_entries(&repo.path).iter().any(|e| e.3 == 2),
+            "{chunker}: nothing was compressed in units"
+        );
+        assert!(
+            f(&summary, "compression_ratio") > 1.5,
+            "{chunker}: {summary}"
+        );
+
+        let (repo, summary) = round_trip(&["--chunker", chunker, "--compression", "zstd:3:1"]);
         assert_eq!(config(&repo)["version"], 2, "{chunker}");
         assert_eq!(
             config(&repo)["compression"],
             serde_json::json!({ "kind": "zstd", "level": 3 })
         );
+        let entries = all_entries(&repo.path);
         assert!(
-            all_entries(&repo.path).iter().any(|e| e.3 == 1),
+            entries.iter().any(|e| e.3 == 1),
             "{chunker}: nothing was compressed"
+        );
+        assert!(
+            entries.iter().all(|e| e.3 < 2),
+            "{chunker}: a unit without units"
         );
         assert!(
             f(&summary, "compression_ratio") > 1.5,
@@ -186,12 +207,23 @@ fn incompressible_chunks_are_stored_raw_and_compressible_ones_as_frames() {
 
     fs::write(src.join("text.txt"), pseudo_text(8, 600_000)).unwrap();
     let summary = repo.backup(&[&src]);
-    let frames: Vec<_> = all_entries(&repo.path)
-        .into_iter()
-        .filter(|e| e.3 == 1)
-        .collect();
-    assert!(frames.iter().all(|&(_, stored, raw, _)| stored < raw));
-    let frame_raw: usize = frames.iter().map(|e| e.2).sum();
+    let entries = all_entries(&repo.path);
+    let frames: Vec<_> = entries.iter().filter(|e| e.3 == 1).collect();
+    assert!(frames.iter().all(|&&(_, stored, raw, _)| stored < raw));
+    // A unit's members share its offset and stored length, and follow each other.
+    let mut units: Vec<(usize, usize, usize)> = Vec::new();
+    for &(offset, stored, raw, _) in entries.iter().filter(|e| e.3 == 2) {
+        match units.last_mut() {
+            Some(u) if u.0 == offset && u.1 == stored => u.2 += raw,
+            _ => units.push((offset, stored, raw)),
+        }
+    }
+    assert!(
+        units.iter().all(|&(_, stored, raw)| stored < raw),
+        "{units:?}"
+    );
+    let frame_raw: usize =
+        frames.iter().map(|e| e.2).sum::<usize>() + units.iter().map(|u| u.2).sum::<usize>();
     assert!(frame_raw >= 600_000, "text was stored raw");
     assert!(f(&summary, "compression_ratio") > 2.0, "{summary}");
 }
@@ -318,12 +350,14 @@ fn init_validates_the_compression_argument() {
         "zstd:-1",
         "zstd:fast",
         "gzip:3",
+        "zstd:3:0",
+        "zstd:3:256",
         "",
     ] {
         let (repo, out) = Repo::init_plain_with(&["--compression", bad]);
         out.expect_code(2).expect_stderr(&[
             "invalid compression",
-            "none, zstd or zstd:LEVEL",
+            "none, zstd, zstd:LEVEL or zstd:LEVEL:UNIT",
             "1 to 19",
         ]);
         assert!(!repo.path.exists(), "{bad}: a repository was created");
@@ -332,11 +366,17 @@ fn init_validates_the_compression_argument() {
     out.expect_ok();
     assert_eq!(
         out.json()["config"]["compression"],
+        serde_json::json!({ "kind": "zstd", "level": 19, "unit_chunks": 8 })
+    );
+    let (_, out) = Repo::init_plain_with(&["--compression", "zstd:19:1", "--json"]);
+    out.expect_ok();
+    assert_eq!(
+        out.json()["config"]["compression"],
         serde_json::json!({ "kind": "zstd", "level": 19 })
     );
     let (_, out) = Repo::init_plain_with(&["--compression", "zstd:7"]);
     out.expect_ok();
-    assert!(out.stdout.contains("compression zstd:7"), "{out}");
+    assert!(out.stdout.contains("compression zstd:7:8"), "{out}");
 }
 
 #[test]
@@ -369,8 +409,15 @@ fn a_config_with_impossible_compression_is_refused() {
             "format version 3 is for encrypted repositories",
         ),
         (
-            with(4, serde_json::json!({ "kind": "zstd", "level": 3 })),
-            "repository format version 4 is not supported",
+            with(
+                2,
+                serde_json::json!({ "kind": "zstd", "level": 3, "unit_chunks": 8 }),
+            ),
+            "format version 2 cannot use compression zstd:3:8; it needs version 4",
+        ),
+        (
+            with(5, serde_json::json!({ "kind": "zstd", "level": 3 })),
+            "repository format version 5 is not supported",
         ),
     ];
     for (cfg, needle) in cases {

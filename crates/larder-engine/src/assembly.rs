@@ -140,9 +140,7 @@ impl RestorePlan {
                         let (entry, encoding, index) = position(&table.entries, offset, fp)
                             .map(|i| (table.entries[i], stored_form(&table.entries, i)))
                             .filter(|(e, _)| e.stored_len == stored_len)
-                            .ok_or_else(|| {
-                                damaged(id, format!("chunk {fp} is not in its table"))
-                            })
+                            .ok_or_else(|| damaged(id, format!("chunk {fp} is not in its table")))
                             .and_then(|(e, form)| {
                                 let (encoding, index) = form.ok_or_else(|| {
                                     damaged(id, format!("chunk {fp} has unknown flags {}", e.flags))

@@ -103,7 +103,9 @@ pub fn diff_snapshots<'a>(
     let index = repo.index();
     // A length the index cannot give (a disk index I/O error) is shown as unknown,
     // as for a chunk missing from the index.
-    diff_trees(&old.entries, &new.entries, |fp| index.get(fp).ok().flatten())
+    diff_trees(&old.entries, &new.entries, |fp| {
+        index.get(fp).ok().flatten()
+    })
 }
 
 /// Compares two trees; `chunk_place` gives where a chunk is stored, if known (the

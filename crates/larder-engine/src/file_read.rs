@@ -30,8 +30,7 @@ use larder_crypto::ChunkOpener;
 use larder_hash::Fingerprint;
 use larder_store::{
     error_chain, position, stored_form, ChunkEncoding, ChunkSeal, ContainerTable, Repository,
-    StoreError, StoredChunk,
-    TreeEntry,
+    StoreError, StoredChunk, TreeEntry,
 };
 use rayon::prelude::*;
 

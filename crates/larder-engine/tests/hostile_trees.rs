@@ -9,6 +9,7 @@ use larder_engine::{
     SnapshotTree,
 };
 use larder_hash::Fingerprint;
+use larder_index::ChunkLocation;
 use larder_store::{EntryKind, Snapshot, SnapshotSummary, TreeEntry, TreeRef};
 use proptest::prelude::*;
 
@@ -125,7 +126,7 @@ proptest! {
         old in prop::collection::vec(entry(), 0..12),
         new in prop::collection::vec(entry(), 0..12),
     ) {
-        let diff = diff_trees(&old, &new, |fp| (fp.0[0] != 3).then_some(u64::MAX / 2));
+        let diff = diff_trees(&old, &new, |fp| (fp.0[0] != 3).then(|| place(fp, u32::MAX)));
         let old_paths: BTreeSet<&[u8]> = old.iter().map(|e| e.path.as_slice()).collect();
         let new_paths: BTreeSet<&[u8]> = new.iter().map(|e| e.path.as_slice()).collect();
         let mut counts = [0u64; 3];
@@ -152,8 +153,17 @@ proptest! {
         let duplicates = (old.len() - old_paths.len()) + (new.len() - new_paths.len());
         prop_assert_eq!(diff.duplicate_paths, duplicates as u64);
 
-        let same = diff_trees(&old, &old, |_| Some(1));
+        let same = diff_trees(&old, &old, |fp| Some(place(fp, 1)));
         prop_assert!(same.changes.is_empty());
         prop_assert_eq!((same.bytes_added, same.bytes_removed), (0, 0));
+    }
+}
+
+/// Where a diff test stores chunk `fp`: alone, at a place of its own.
+fn place(fp: &Fingerprint, length: u32) -> ChunkLocation {
+    ChunkLocation {
+        container: u64::from_le_bytes(fp.0[..8].try_into().expect("8 bytes")),
+        offset: u32::from_le_bytes(fp.0[8..12].try_into().expect("4 bytes")),
+        length,
     }
 }

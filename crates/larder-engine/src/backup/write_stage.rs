@@ -317,12 +317,18 @@ mod tests {
     #[test]
     fn units_hold_consecutive_chunks_up_to_their_count_and_raw_size() {
         let lens = [10, 10, 10, 10, 10];
-        assert_eq!(unit_bounds(lens.into_iter(), 1), [0..1, 1..2, 2..3, 3..4, 4..5]);
+        assert_eq!(
+            unit_bounds(lens.into_iter(), 1),
+            [0..1, 1..2, 2..3, 3..4, 4..5]
+        );
         assert_eq!(unit_bounds(lens.into_iter(), 2), [0..2, 2..4, 4..5]);
-        assert_eq!(unit_bounds(lens.into_iter(), 8), [0..5]);
+        assert_eq!(unit_bounds(lens.into_iter(), 8), vec![0..5]);
         let big = UNIT_RAW_TARGET;
         let lens = [100, big, 100, big - 100, 1, big + 1];
-        assert_eq!(unit_bounds(lens.into_iter(), 8), [0..1, 1..2, 2..4, 4..5, 5..6]);
+        assert_eq!(
+            unit_bounds(lens.into_iter(), 8),
+            [0..1, 1..2, 2..4, 4..5, 5..6]
+        );
         assert!(unit_bounds(std::iter::empty(), 8).is_empty());
     }
 }

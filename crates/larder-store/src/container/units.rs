@@ -98,7 +98,7 @@ fn check_unit(entries: &[ChunkEntry], tag: u32) -> Result<usize, String> {
         }
         raw_end += u64::from(e.raw_len);
     }
-    let frame = first.stored_len.checked_sub(tag).unwrap_or(0);
+    let frame = first.stored_len.saturating_sub(tag);
     if frame == 0 || u64::from(frame) >= raw_end || raw_end > u64::from(MAX_COMPRESSED_RAW_LEN) {
         return Err(format!(
             "stored length {} does not fit {raw_end} raw bytes",
