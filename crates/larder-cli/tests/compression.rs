@@ -136,7 +136,7 @@ fn every_chunker_round_trips_with_compression_on_and_off() {
         assert_eq!(config(&repo)["version"], 4, "{chunker}");
         assert_eq!(
             config(&repo)["compression"],
-            serde_json::json!({ "kind": "zstd", "level": 3, "unit_chunks": 8 })
+            serde_json::json!({ "kind": "zstd", "level": 3, "unit_chunks": 16 })
         );
         assert!(
             all_entries(&repo.path).iter().any(|e| e.3 == 2),
@@ -366,7 +366,7 @@ fn init_validates_the_compression_argument() {
     out.expect_ok();
     assert_eq!(
         out.json()["config"]["compression"],
-        serde_json::json!({ "kind": "zstd", "level": 19, "unit_chunks": 8 })
+        serde_json::json!({ "kind": "zstd", "level": 19, "unit_chunks": 16 })
     );
     let (_, out) = Repo::init_plain_with(&["--compression", "zstd:19:1", "--json"]);
     out.expect_ok();
@@ -376,7 +376,7 @@ fn init_validates_the_compression_argument() {
     );
     let (_, out) = Repo::init_plain_with(&["--compression", "zstd:7"]);
     out.expect_ok();
-    assert!(out.stdout.contains("compression zstd:7:8"), "{out}");
+    assert!(out.stdout.contains("compression zstd:7:16"), "{out}");
 }
 
 #[test]

@@ -390,7 +390,7 @@ fn read_chunks(
     // Runs of spots go to one thread each: a unit's members decode it once there.
     Ok(spots
         .par_iter()
-        .with_min_len(8)
+        .with_min_len(16)
         .map(|c| {
             let k = ranges.partition_point(|r| r.start <= u64::from(c.offset)) - 1;
             let at = (u64::from(c.offset) - ranges[k].start) as usize;

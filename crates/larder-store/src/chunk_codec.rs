@@ -23,11 +23,61 @@ thread_local! {
     static DECODER: RefCell<ChunkDecoder> = RefCell::new(ChunkDecoder::new());
     /// This thread's buffer for opening sealed chunks.
     static OPENED: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
-    /// This thread's last decoded compression unit: reading a unit's members one after
-    /// another decodes it once.
-    static UNIT: RefCell<DecodedUnit> = const { RefCell::new(DecodedUnit::EMPTY) };
+    /// This thread's last decoded compression units: reading a unit's members one
+    /// after another, or interleaved with a few other units' members, decodes it once.
+    static UNITS: RefCell<UnitCache> = const { RefCell::new(UnitCache::EMPTY) };
     /// This thread's buffer for the raw bytes of a unit being compressed.
     static UNIT_RAW: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Units a thread keeps decoded.
+const UNIT_CACHE: usize = 4;
+
+/// The last [`UNIT_CACHE`] units a thread decoded, replaced oldest first.
+struct UnitCache {
+    units: [DecodedUnit; UNIT_CACHE],
+    /// The slot the next decoded unit takes.
+    next: usize,
+}
+
+impl UnitCache {
+    const EMPTY: Self = Self {
+        units: [const { DecodedUnit::EMPTY }; UNIT_CACHE],
+        next: 0,
+    };
+
+    /// The decoded unit of member `chunk` at `place`: a held one, or decoded now into
+    /// the oldest slot.
+    fn unit(
+        &mut self,
+        chunk: &StoredChunk<'_>,
+        place: &UnitPlace,
+    ) -> std::result::Result<&[u8], String> {
+        if let Some(i) = self.units.iter().position(|u| u.holds(chunk, place)) {
+            return Ok(&self.units[i].raw);
+        }
+        let slot = self.next;
+        self.next = (slot + 1) % UNIT_CACHE;
+        let unit = &mut self.units[slot];
+        unit.raw.clear();
+        let mut raw = std::mem::take(&mut unit.raw);
+        raw.resize(place.unit_len as usize, 0);
+        // The unit is sealed with its first member's fingerprint.
+        let sealed_as = StoredChunk {
+            fingerprint: place.first,
+            ..*chunk
+        };
+        with_opened(sealed_as, |stored| {
+            DECODER.with_borrow_mut(|d| d.decode_to_slice(chunk.encoding, stored, &mut raw))
+        })
+        .map_err(|reason| format!("its unit does not decode: {reason}"))?;
+        unit.stored.clear();
+        unit.stored.extend_from_slice(chunk.bytes);
+        unit.seal_index = chunk.seal.map(|s| s.index);
+        unit.first = place.first;
+        unit.raw = raw;
+        Ok(&unit.raw)
+    }
 }
 
 /// A decoded unit and what it was decoded from. Whatever it holds, every member taken
@@ -287,8 +337,8 @@ fn with_opened<T>(
 }
 
 /// Copies member `chunk` at `place` into `out` (exactly its raw length) from its unit,
-/// decoding the unit first unless this thread's last decoded unit is it. Does not
-/// verify the member.
+/// decoding the unit first unless this thread holds it decoded. Does not verify the
+/// member.
 fn take_member(
     chunk: StoredChunk<'_>,
     place: &UnitPlace,
@@ -299,27 +349,9 @@ fn take_member(
     if end > place.unit_len as usize || place.unit_len > MAX_COMPRESSED_RAW_LEN {
         return Err("it lies outside its unit".into());
     }
-    UNIT.with_borrow_mut(|unit| {
-        if !unit.holds(&chunk, place) {
-            unit.raw.clear();
-            let mut raw = std::mem::take(&mut unit.raw);
-            raw.resize(place.unit_len as usize, 0);
-            // The unit is sealed with its first member's fingerprint.
-            let sealed_as = StoredChunk {
-                fingerprint: place.first,
-                ..chunk
-            };
-            with_opened(sealed_as, |stored| {
-                DECODER.with_borrow_mut(|d| d.decode_to_slice(chunk.encoding, stored, &mut raw))
-            })
-            .map_err(|reason| format!("its unit does not decode: {reason}"))?;
-            unit.stored.clear();
-            unit.stored.extend_from_slice(chunk.bytes);
-            unit.seal_index = chunk.seal.map(|s| s.index);
-            unit.first = place.first;
-            unit.raw = raw;
-        }
-        out.copy_from_slice(&unit.raw[start..end]);
+    UNITS.with_borrow_mut(|units| {
+        let raw = units.unit(&chunk, place)?;
+        out.copy_from_slice(&raw[start..end]);
         Ok(())
     })
 }

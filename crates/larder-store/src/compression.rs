@@ -22,7 +22,7 @@ const FRAME_HEADER_UNUSED_BIT: u8 = 0x10;
 const FRAME_HEADER_DESCRIPTOR: usize = 4;
 
 /// Consecutive new chunks `larder init` compresses together as one zstd frame.
-pub const DEFAULT_UNIT_CHUNKS: u32 = 8;
+pub const DEFAULT_UNIT_CHUNKS: u32 = 16;
 
 /// The most chunks one compression unit may hold.
 pub const MAX_UNIT_CHUNKS: u32 = 255;
@@ -425,7 +425,7 @@ mod tests {
         assert_eq!(json, r#"{"kind":"zstd","level":5}"#);
         assert_eq!(serde_json::from_str::<Compression>(&json).unwrap(), single);
         let json = serde_json::to_string(&Compression::DEFAULT).unwrap();
-        assert_eq!(json, r#"{"kind":"zstd","level":3,"unit_chunks":8}"#);
+        assert_eq!(json, r#"{"kind":"zstd","level":3,"unit_chunks":16}"#);
         assert_eq!(Compression::DEFAULT.format_version(), 4);
         assert_eq!(single.format_version(), 2);
         assert_eq!(

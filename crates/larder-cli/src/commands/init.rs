@@ -45,7 +45,7 @@ pub struct InitArgs {
     /// Fingerprint: blake3, sha256 or sha1 (sha1 only to reproduce the papers)
     #[arg(long, default_value = "blake3")]
     hash: String,
-    /// How new chunks are stored: zstd (level 3, units of 8 chunks), zstd:LEVEL (1 to
+    /// How new chunks are stored: zstd (level 3, units of 16 chunks), zstd:LEVEL (1 to
     /// 19), zstd:LEVEL:UNIT (UNIT consecutive new chunks compressed together, 1 to 255;
     /// 1 compresses each alone) or none
     #[arg(long, default_value = "zstd")]
