@@ -41,8 +41,8 @@ pub use keyed::{
 };
 pub use masks::{select_masks, MASKS};
 pub use parallel::{
-    chunk_block_sequential, default_segment_size, dirty_chunks, BlockChunks, ParallelChunker,
-    ParallelStats,
+    chunk_block_sequential, cut_limit, default_segment_size, dirty_chunks, BlockChunks,
+    ParallelChunker, ParallelStats,
 };
 pub use rabin::{RabinCdc, RABIN_POLYNOMIAL, RABIN_RESIDUE, RABIN_WINDOW};
 

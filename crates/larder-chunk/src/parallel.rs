@@ -106,10 +106,11 @@ pub fn default_segment_size(max_size: usize) -> NonZeroUsize {
     NonZeroUsize::new(size).unwrap_or(NonZeroUsize::MIN)
 }
 
-/// First position of `data` at which no chunk may start: a chunk is cut only when at
-/// least `max_size` bytes follow its start or the stream has ended (the contract of
-/// [`Chunker::next_chunk_len`]).
-fn cut_limit(data_len: usize, max_size: usize, is_last: bool) -> usize {
+/// First position of a block of `data_len` bytes at which no chunk may start: a chunk
+/// is cut only when at least `max_size` bytes follow its start or the stream has ended
+/// (`is_last`; the contract of [`Chunker::next_chunk_len`]). A device that chunks a
+/// block as a whole stream keeps the chunks starting before it.
+pub fn cut_limit(data_len: usize, max_size: usize, is_last: bool) -> usize {
     if is_last {
         data_len
     } else {

@@ -15,6 +15,7 @@
 //! whatever the input size.
 
 mod commit;
+mod device;
 mod disk_stage;
 mod fingerprint_stage;
 mod gate;
@@ -35,6 +36,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use larder_store::{Compression, EntryKind, RepoIndex, Repository, TreeEntry};
 
+#[cfg(feature = "gpu")]
+pub use device::GpuChunkDevice;
+pub use device::{check_usable as check_device, ChunkDevice};
 pub use previous::{Parents, SkipRules, RACY_WINDOW};
 pub use remote::{RemoteAnswers, RemoteIndex, RemoteLookup, RemoteReply};
 pub use summary::{BackupSummary, StageTimes};
@@ -93,6 +97,10 @@ pub struct BackupOptions {
     /// Write a checkpoint at least this often, and after each twentieth of the bytes
     /// to read (at least 64 MiB apart); `None`: no checkpoints.
     pub checkpoint_interval: Option<Duration>,
+    /// Chunks and fingerprints large files on this device (the GPU) instead of the
+    /// CPU, with the same results; `None`: the CPU. Only a plaintext FastCDC 2020
+    /// repository can use one ([`check_device`]).
+    pub device: Option<Arc<Mutex<Box<dyn ChunkDevice>>>>,
 }
 
 impl Default for BackupOptions {
@@ -112,6 +120,7 @@ impl Default for BackupOptions {
             skip: SkipRules::default(),
             xattrs: true,
             checkpoint_interval: Some(Duration::from_secs(300)),
+            device: None,
         }
     }
 }
@@ -143,6 +152,9 @@ pub fn backup(
                 .into(),
             retryable: false,
         });
+    }
+    if opts.device.is_some() {
+        device::check_usable(repo.config())?;
     }
     let started = Instant::now();
     let began = SystemTime::now();
@@ -208,6 +220,9 @@ pub fn backup_stdin(
     name: &str,
     opts: &BackupOptions,
 ) -> Result<BackupSummary> {
+    if opts.device.is_some() {
+        device::check_usable(repo.config())?;
+    }
     let started = Instant::now();
     let began = SystemTime::now();
     let path = name.trim_start_matches('/');
@@ -254,6 +269,7 @@ pub fn backup_stdin(
         remote: opts.remote.clone(),
         hostname: opts.hostname.clone(),
         username: opts.username.clone(),
+        device: opts.device.clone(),
         ..BackupOptions::default()
     };
     run(
@@ -376,6 +392,7 @@ fn run(
         progress: opts.progress.as_ref(),
         warnings: &warnings,
         remote: opts.remote.clone(),
+        device: opts.device.as_deref(),
     };
     // A write-only key writes no checkpoints: it could never read one back to resume.
     let checkpoint_interval = opts.checkpoint_interval.filter(|_| !write_only(repo));

@@ -24,6 +24,9 @@ pub enum EngineError {
     /// A remote index (a cluster's owners) failed a lookup or an acknowledgement.
     #[error("the cluster's index: {message}")]
     Remote { message: String, retryable: bool },
+    /// The device asked to chunk and fingerprint (the GPU) cannot be used.
+    #[error("{0}")]
+    Device(String),
     #[error("invalid pattern {pattern:?}: {reason}")]
     InvalidPattern { pattern: String, reason: String },
     #[error("invalid snapshot path {path:?}: {reason}")]

@@ -200,12 +200,23 @@ impl<'d, D: Device> ChunkerHasher<'d, D> {
 
     /// Ends the stream; returns its last chunks and the time spent per stage.
     pub fn finish(mut self) -> Result<(Vec<GpuChunk>, StageTimes), Error> {
+        let done = self.end_stream()?;
+        Ok((done, self.times))
+    }
+
+    /// Ends the stream and returns its last chunks, keeping the slots (pinned and
+    /// device buffers) for the next stream, which starts at the next [`Self::push`] as
+    /// a stream of its own: no byte of this one warms it up.
+    pub fn end_stream(&mut self) -> Result<Vec<GpuChunk>, Error> {
         let mut done = Vec::new();
         while !self.in_flight.is_empty() {
             let last = self.in_flight.len() == 1;
             self.complete_oldest(last, &mut done)?;
         }
-        Ok((done, self.times))
+        self.stream_pos = 0;
+        self.tail.clear();
+        self.carried.clear();
+        Ok(done)
     }
 
     /// Stages `block`, uploads it with its warm-up, and launches its scan.

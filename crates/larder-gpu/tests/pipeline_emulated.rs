@@ -60,3 +60,42 @@ fn zero_runs_tiny_pushes_and_tiny_blocks() {
     };
     check(&EmulatedDevice, &empty);
 }
+
+/// One hasher, several streams one after another (`end_stream` between them): each is
+/// chunked as if it were alone, with its slots reused.
+#[test]
+fn streams_back_to_back_are_each_chunked_alone() {
+    use larder_chunk::CandidateChunker;
+    use larder_gpu::ChunkerHasher;
+
+    let data = noise(3 << 20, 7);
+    let config = GpuConfig {
+        block_size: 1 << 18,
+        stretch: 4096,
+        slots: 4,
+        streams: 3,
+    };
+    let chunker = CandidateChunker::new(2048, 8192, 65536, 2);
+    let mut hasher =
+        ChunkerHasher::new(&EmulatedDevice, chunker, 65536, HashAlgo::Blake3, config).unwrap();
+    // Streams of 1 MiB + 5, an empty one, 100 bytes and the rest, pushed in odd pieces.
+    let bounds = [0, (1 << 20) + 5, (1 << 20) + 5, (1 << 20) + 105, data.len()];
+    for w in bounds.windows(2) {
+        let stream = &data[w[0]..w[1]];
+        let mut got = Vec::new();
+        for part in stream.chunks(300_001) {
+            got.extend(hasher.push(part).unwrap());
+        }
+        got.extend(hasher.end_stream().unwrap());
+        let lengths: Vec<usize> = got.iter().map(|c| c.len).collect();
+        assert_eq!(lengths, chunker.sequential().chunk_lengths(stream), "{w:?}");
+        let mut at = 0;
+        for c in &got {
+            assert_eq!(
+                c.fingerprint,
+                HashAlgo::Blake3.fingerprint(&stream[at..at + c.len])
+            );
+            at += c.len;
+        }
+    }
+}

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{bail, Result};
 use clap::Args;
 use larder_engine::{BackupOptions, BackupSummary, Parents, Progress, SkipRules, Warning};
 use larder_index::disk::DiskIndexMetrics;
@@ -63,7 +63,6 @@ pub struct BackupArgs {
 
 /// Exit code 3 when some paths could not be read (the snapshot holds the rest).
 pub fn run(args: BackupArgs, g: &Globals, out: &Output) -> Result<ExitCode> {
-    device::backup_device(args.device, out)?;
     let exclude = match args.excludes.patterns() {
         Ok(list) => list,
         Err(msg) => return Ok(out.usage(&msg)),
@@ -72,9 +71,13 @@ pub fn run(args: BackupArgs, g: &Globals, out: &Output) -> Result<ExitCode> {
         if !exclude.is_empty() || args.stdin {
             return Ok(out.usage("--exclude and --stdin are not supported through a cluster yet"));
         }
+        if args.device == DeviceArg::Gpu {
+            bail!("--device gpu: a backup through a cluster chunks on its nodes");
+        }
         return remote::backup(&g.cluster, &args.paths, out);
     }
     let mut repo = g.repo.open(LockMode::Exclusive, out)?;
+    let device = device::backup_device(args.device, repo.config(), out)?;
     let bar = Arc::new(Bar::bytes(out));
     let opts = BackupOptions {
         threads: args.threads,
@@ -94,6 +97,7 @@ pub fn run(args: BackupArgs, g: &Globals, out: &Output) -> Result<ExitCode> {
         },
         xattrs: !args.no_xattrs,
         checkpoint_interval: Some(args.checkpoint_interval).filter(|d| !d.is_zero()),
+        device,
         ..BackupOptions::default()
     };
     let summary = if args.stdin {

@@ -16,7 +16,7 @@ use larder_bench::{experiment_key, report, stream};
 use larder_chunk::{ChunkerConfig, ChunkerKind};
 use serde::Serialize;
 
-use super::device::{self, ChunkDevice, DeviceArg};
+use super::device::{self, ChunkOn, DeviceArg};
 use super::exit_code;
 use crate::output::{mb, Output, Render};
 use crate::size;
@@ -131,9 +131,9 @@ pub fn run(args: ChunkArgs, out: &Output) -> Result<ExitCode> {
         experiment_key::use_secret(secret)?;
     }
     match device::chunk_device(args.device, &config, out)? {
-        ChunkDevice::Cpu => on_cpu(&args, &config, out),
+        ChunkOn::Cpu => on_cpu(&args, &config, out),
         #[cfg(feature = "gpu")]
-        ChunkDevice::Gpu => gpu::chunk_files(&args.files, &config, args.cuts, out),
+        ChunkOn::Gpu => gpu::chunk_files(&args.files, &config, args.cuts, out),
     }
 }
 

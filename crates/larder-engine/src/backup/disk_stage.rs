@@ -612,6 +612,7 @@ mod tests {
             pieces: vec![Piece {
                 item: seq as usize,
                 lens: chunks.iter().map(|c| c.len() as u32).collect(),
+                fps: Vec::new(),
                 end: PieceEnd::Done {
                     size: data.len() as u64,
                 },

@@ -1,19 +1,22 @@
 //! Stage 1: reads the files a round takes and cuts them into chunks. Small files are
 //! read whole and chunked in parallel across files; a large file is read block by
 //! block, each block chunked on several threads with exactly the sequential cut points
-//! (docs/design/chunking-parallel.md). Batches leave in stream order.
+//! (docs/design/chunking-parallel.md), or chunked and fingerprinted on a device (the
+//! GPU: docs/design/gpu.md, "Backups on the GPU"). Batches leave in stream order.
 
 use std::fs::{File, Metadata, OpenOptions};
 use std::io::Read;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
-use larder_chunk::{Chunker, ParallelChunker};
+use larder_chunk::{cut_limit, Chunker, ParallelChunker};
 use larder_hash::Fingerprint;
 use rayon::prelude::*;
 
+use super::device::ChunkDevice;
 use super::gate::{BusySpan, SerialGate};
 use crate::block_buf::{block_buffer, read_append};
 use crate::error::Warning;
@@ -84,6 +87,9 @@ pub(crate) struct Piece {
     pub item: usize,
     pub data: Vec<u8>,
     pub lens: Vec<u32>,
+    /// The chunks' fingerprints when a device made them with the cuts; else empty,
+    /// for stage 2 to fill.
+    pub fps: Vec<Fingerprint>,
     pub end: PieceEnd,
 }
 
@@ -93,6 +99,7 @@ impl Piece {
             item,
             data: Vec::new(),
             lens: Vec::new(),
+            fps: Vec::new(),
             end: PieceEnd::Failed(warning),
         }
     }
@@ -158,6 +165,7 @@ fn read_small(item: usize, path: &Path, chunker: &dyn Chunker) -> Piece {
                 item,
                 data,
                 lens,
+                fps: Vec::new(),
                 end: PieceEnd::Done { size },
             }
         }
@@ -197,6 +205,9 @@ pub(super) fn recycle(pool: &Sender<Vec<u8>>, buffers: impl IntoIterator<Item = 
 /// Stage 1's view of the pipeline: its threads, buffers and queue.
 pub(crate) struct Reader<'a, 'g> {
     pub chunker: &'a dyn Chunker,
+    /// Chunks and fingerprints large files' blocks instead of `chunker` and stage 2;
+    /// small files stay on the CPU, where a device's per-call cost would outweigh them.
+    pub device: Option<&'a Mutex<Box<dyn ChunkDevice>>>,
     pub threads: &'a rayon::ThreadPool,
     pub pool: &'a BufferPool,
     pub gate: &'g SerialGate,
@@ -370,10 +381,21 @@ impl<'g> Reader<'_, 'g> {
                     }
                 }
             }
-            let block = chunker.chunk_block(&buf, eof);
-            // A chunk is at most 16 MiB (`ChunkerConfig`'s largest maximum).
-            let lens = block.lengths.iter().map(|&len| len as u32).collect();
-            let pos = block.consumed;
+            let (lens, fps, pos) = match self.device {
+                None => {
+                    let block = chunker.chunk_block(&buf, eof);
+                    // A chunk is at most 16 MiB (`ChunkerConfig`'s largest maximum).
+                    let lens = block.lengths.iter().map(|&len| len as u32).collect();
+                    (lens, Vec::new(), block.consumed)
+                }
+                Some(device) => match on_device(device, &buf, eof, self.chunker.max_size()) {
+                    Ok(cut) => cut,
+                    Err(e) => {
+                        let w = Warning::error(path, format!("the GPU failed: {e}"));
+                        return send(Piece::failed(item, w), span, busy);
+                    }
+                },
+            };
             carry.clear();
             carry.extend_from_slice(&buf[pos..]);
             buf.truncate(pos);
@@ -391,6 +413,7 @@ impl<'g> Reader<'_, 'g> {
                 item,
                 data: buf,
                 lens,
+                fps,
                 end,
             };
             if !send(piece, span, busy) {
@@ -402,4 +425,33 @@ impl<'g> Reader<'_, 'g> {
             span = self.gate.begin();
         }
     }
+}
+
+/// The chunks of block `buf` whose cut is final, cut and fingerprinted by `device`:
+/// it chunks the block as a whole stream (the block starts at a chunk boundary), and
+/// the chunks starting before [`cut_limit`] are kept, exactly those the CPU path cuts.
+/// Returns their lengths, fingerprints and the bytes they cover.
+fn on_device(
+    device: &Mutex<Box<dyn ChunkDevice>>,
+    buf: &[u8],
+    eof: bool,
+    max_size: usize,
+) -> Result<(Vec<u32>, Vec<Fingerprint>, usize), String> {
+    let chunks = device
+        .lock()
+        .map_err(|_| "a stage using the device panicked".to_string())?
+        .chunk_and_hash(buf)?;
+    let limit = cut_limit(buf.len(), max_size, eof);
+    let mut pos = 0;
+    let kept = chunks
+        .iter()
+        .take_while(|(len, _)| {
+            let start = pos;
+            pos += *len as usize;
+            start < limit
+        })
+        .count();
+    let (lens, fps) = chunks[..kept].iter().copied().unzip();
+    let covered = chunks[..kept].iter().map(|&(len, _)| len as usize).sum();
+    Ok((lens, fps, covered))
 }

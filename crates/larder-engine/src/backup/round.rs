@@ -12,6 +12,7 @@ use larder_chunk::Chunker;
 use larder_hash::Fingerprint;
 use larder_store::{ChunkCodec, RepoIndex, Repository, SegmentContainer};
 
+use super::device::ChunkDevice;
 use super::gate::SerialGate;
 use super::index_stage::{self, Indexer, StageOut, WriteBatch};
 use super::read_stage::{Batch, BufferPool, FileToRead, Reader, RoundEnd, BLOCK};
@@ -41,6 +42,8 @@ pub(crate) struct Pipeline<'a> {
     pub progress: &'a dyn Progress,
     pub warnings: &'a Mutex<Vec<Warning>>,
     pub remote: Option<Arc<dyn RemoteIndex>>,
+    /// Chunks and fingerprints large files' blocks instead of the CPU, if set.
+    pub device: Option<&'a Mutex<Box<dyn ChunkDevice>>>,
 }
 
 /// What one round stored.
@@ -139,6 +142,7 @@ impl Pipeline<'_> {
             let chunk = s.spawn(move || {
                 read(&Reader {
                     chunker: self.chunker,
+                    device: self.device,
                     threads: &self.chunk_threads,
                     pool: &pool,
                     gate,

@@ -64,6 +64,7 @@ pub(super) fn send(
         progress,
         warnings: &warnings,
         remote: None,
+        device: None,
     };
     let sizes = items.iter().map(|i| i.entry.size).collect();
     let mut indexer = Indexer::new(dst, sizes, vec![None; items.len()], None);
@@ -179,6 +180,7 @@ fn read_whole(
         item,
         data,
         lens: Vec::new(),
+        fps: Vec::new(),
         end: PieceEnd::Done { size },
     }
 }

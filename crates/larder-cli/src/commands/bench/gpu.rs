@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use clap::Args;
 use larder_chunk::ChunkerConfig;
-use larder_gpu::{Gpu, GpuConfig, StageTimes};
+use larder_gpu::{Device, EmulatedDevice, Gpu, GpuConfig, StageTimes};
 use larder_hash::HashAlgo;
 use serde::Serialize;
 
@@ -48,8 +48,23 @@ pub fn run(args: GpuArgs, out: &Output) -> Result<ExitCode> {
         streams: args.streams,
         ..GpuConfig::default()
     };
-    let config = ChunkerConfig::default();
+    if std::env::var("LARDER_GPU").is_ok_and(|v| v == "emulated") {
+        return measure(&EmulatedDevice, "emulated", &args, algo, gpu_config, out);
+    }
     let gpu = Gpu::open(0)?;
+    measure(&gpu, gpu.name(), &args, algo, gpu_config, out)
+}
+
+/// The runs on `device` (named `name`) and on the CPU, and their table.
+fn measure<D: Device>(
+    device: &D,
+    name: &str,
+    args: &GpuArgs,
+    algo: HashAlgo,
+    gpu_config: GpuConfig,
+    out: &Output,
+) -> Result<ExitCode> {
+    let config = ChunkerConfig::default();
     out.note(&format!("generating {} bytes of noise", args.size));
     let data = noise(args.size);
     let mut gpu_times = Vec::new();
@@ -57,7 +72,7 @@ pub fn run(args: GpuArgs, out: &Output) -> Result<ExitCode> {
     let mut stages = StageTimes::default();
     for _ in 0..args.runs.max(1) {
         let start = Instant::now();
-        let (chunks, times) = run_gpu(&gpu, &config, algo, gpu_config, &data)?;
+        let (chunks, times) = run_gpu(device, &config, algo, gpu_config, &data)?;
         gpu_times.push(start.elapsed());
         stages = times;
         let start = Instant::now();
@@ -69,7 +84,7 @@ pub fn run(args: GpuArgs, out: &Output) -> Result<ExitCode> {
         );
     }
     let measured = Measured {
-        device: gpu.name(),
+        device: name,
         bytes: args.size,
         hash: algo.name(),
         gpu_config,

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use larder_chunk::ChunkerConfig;
-use larder_gpu::{Gpu, GpuChunk, GpuConfig};
+use larder_gpu::{Device, EmulatedDevice, Gpu, GpuChunk, GpuConfig};
 use larder_hash::HashAlgo;
 use serde::Serialize;
 
@@ -21,11 +21,32 @@ pub fn chunk_files(
     cuts: bool,
     out: &Output,
 ) -> Result<ExitCode> {
+    if std::env::var("LARDER_GPU").is_ok_and(|v| v == "emulated") {
+        return chunk_on(&EmulatedDevice, "emulated", files, config, cuts, out);
+    }
     let gpu = Gpu::open(0)?;
+    chunk_on(&gpu, gpu.name(), files, config, cuts, out)
+}
+
+/// `larder chunk` on `device`, named `name` in the output.
+fn chunk_on<D: Device>(
+    device: &D,
+    name: &str,
+    files: &[PathBuf],
+    config: &ChunkerConfig,
+    cuts: bool,
+    out: &Output,
+) -> Result<ExitCode> {
     for file in files {
         let data = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
         let start = Instant::now();
-        let (chunks, _) = run_gpu(&gpu, config, HashAlgo::Blake3, GpuConfig::default(), &data)?;
+        let (chunks, _) = run_gpu(
+            device,
+            config,
+            HashAlgo::Blake3,
+            GpuConfig::default(),
+            &data,
+        )?;
         let seconds = start.elapsed().as_secs_f64();
         out.print(&ChunkedOnGpu {
             path: file,
@@ -33,7 +54,7 @@ pub fn chunk_files(
             chunks: chunks.len(),
             mean_bytes: data.len() as f64 / chunks.len().max(1) as f64,
             gb_per_sec: data.len() as f64 / seconds / 1e9,
-            device: gpu.name(),
+            device: name,
             cuts: cuts.then(|| cut_list(&chunks)),
         })?;
     }

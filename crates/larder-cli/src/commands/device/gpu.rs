@@ -3,11 +3,16 @@
 
 use std::time::{Duration, Instant};
 
+use std::sync::{Arc, Mutex};
+
 use anyhow::Result;
 use larder_chunk::{CandidateChunker, ChunkerConfig, FastCdc2020};
-use larder_gpu::{Gpu, GpuChunk, GpuChunkerHasher, GpuConfig, StageTimes};
+use larder_engine::GpuChunkDevice;
+use larder_gpu::{ChunkerHasher, Device, EmulatedDevice, Gpu, GpuChunk, GpuConfig, StageTimes};
 use larder_hash::HashAlgo;
+use larder_store::RepoConfig;
 
+use super::BackupDevice;
 use crate::output::Output;
 
 fn candidate_chunker(config: &ChunkerConfig) -> CandidateChunker {
@@ -19,16 +24,17 @@ fn candidate_chunker(config: &ChunkerConfig) -> CandidateChunker {
     )
 }
 
-/// Chunks and fingerprints `data` on the GPU, fed in block-sized pushes.
-pub fn run_gpu(
-    gpu: &Gpu,
+/// Chunks and fingerprints `data` on `device` (the GPU, or its emulation), fed in
+/// block-sized pushes.
+pub fn run_gpu<D: Device>(
+    device: &D,
     config: &ChunkerConfig,
     algo: HashAlgo,
     gpu_config: GpuConfig,
     data: &[u8],
 ) -> Result<(Vec<GpuChunk>, StageTimes)> {
-    let mut hasher = GpuChunkerHasher::new(
-        gpu,
+    let mut hasher = ChunkerHasher::new(
+        device,
         candidate_chunker(config),
         config.max_size,
         algo,
@@ -80,16 +86,66 @@ pub fn noise(len: usize) -> Vec<u8> {
     out
 }
 
-/// `--device auto`: the GPU when it opens and chunks plus hashes 64 MiB faster than
-/// the CPU path on all cores (one warm-up run each, then one timed run each).
-pub fn calibrate(config: &ChunkerConfig, out: &Output) -> Result<bool> {
-    let gpu = match Gpu::open(0) {
-        Ok(gpu) => gpu,
-        Err(e) => {
-            out.note(&format!("--device auto: using the CPU ({e})"));
-            return Ok(false);
-        }
+/// `--device auto`: whether the GPU is to chunk (and hash) with `config` on this
+/// machine: when it opens and its calibration finds it faster. A calibration is
+/// remembered per machine (see [`Calibrations`]); a machine without a GPU says nothing.
+pub fn auto_is_gpu(config: &ChunkerConfig, out: &Output) -> Result<bool> {
+    let Ok(gpu) = Gpu::open(0) else {
+        return Ok(false);
     };
+    faster_than_cpu(&gpu, config, out)
+}
+
+/// The GPU of a backup, or with `LARDER_GPU=emulated` its CPU emulation, chunking and
+/// hashing as `config` says. The GPU stays open for the life of the process.
+pub fn backup_device(config: &RepoConfig) -> Result<BackupDevice> {
+    if std::env::var("LARDER_GPU").is_ok_and(|v| v == "emulated") {
+        static EMULATED: EmulatedDevice = EmulatedDevice;
+        return shared(&EMULATED, config);
+    }
+    let gpu: &'static Gpu = Box::leak(Box::new(Gpu::open(0)?));
+    shared(gpu, config)
+}
+
+/// `backup --device auto`: the GPU if it opens and is faster here, else `None`.
+pub fn auto_backup_device(config: &RepoConfig, out: &Output) -> Result<Option<BackupDevice>> {
+    let Ok(gpu) = Gpu::open(0) else {
+        return Ok(None);
+    };
+    if !faster_than_cpu(&gpu, &config.chunker, out)? {
+        return Ok(None);
+    }
+    let gpu: &'static Gpu = Box::leak(Box::new(gpu));
+    shared(gpu, config).map(Some)
+}
+
+fn shared<D>(device: &'static D, config: &RepoConfig) -> Result<BackupDevice>
+where
+    D: larder_gpu::Device + Sync + 'static,
+    D::Slot: Send,
+{
+    let device = GpuChunkDevice::new(device, &config.chunker, config.hash, GpuConfig::default())?;
+    Ok(Arc::new(Mutex::new(Box::new(device))))
+}
+
+/// Whether `gpu` chunks plus hashes 64 MiB faster than the CPU path on all cores (one
+/// warm-up run each, then one timed run each), as remembered for this machine or
+/// measured now (and then remembered).
+fn faster_than_cpu(gpu: &Gpu, config: &ChunkerConfig, out: &Output) -> Result<bool> {
+    let key = Calibrations::key(gpu.name(), config);
+    let mut known = Calibrations::load();
+    if let Some(&on_gpu) = known.0.get(&key) {
+        return Ok(on_gpu);
+    }
+    let on_gpu = calibrate(gpu, config, out)?;
+    known.0.insert(key, on_gpu);
+    known.save();
+    Ok(on_gpu)
+}
+
+/// One calibration: 64 MiB of noise on each device, the note on stderr giving both
+/// times.
+fn calibrate(gpu: &Gpu, config: &ChunkerConfig, out: &Output) -> Result<bool> {
     let data = noise(64 << 20);
     let time = |f: &mut dyn FnMut() -> Result<()>| -> Result<Duration> {
         f()?;
@@ -98,7 +154,7 @@ pub fn calibrate(config: &ChunkerConfig, out: &Output) -> Result<bool> {
         Ok(start.elapsed())
     };
     let gpu_time = time(&mut || {
-        run_gpu(&gpu, config, HashAlgo::Blake3, GpuConfig::default(), &data).map(drop)
+        run_gpu(gpu, config, HashAlgo::Blake3, GpuConfig::default(), &data).map(drop)
     })?;
     let cpu_time = time(&mut || {
         run_cpu(config, HashAlgo::Blake3, &data);
@@ -106,11 +162,60 @@ pub fn calibrate(config: &ChunkerConfig, out: &Output) -> Result<bool> {
     })?;
     let on_gpu = gpu_time < cpu_time;
     out.note(&format!(
-        "--device auto: 64 MiB in {:.1} ms on {} and {:.1} ms on the CPU; using the {}",
+        "--device auto: 64 MiB in {:.1} ms on {} and {:.1} ms on the CPU; using the {} \
+         (remembered for this machine)",
         gpu_time.as_secs_f64() * 1e3,
         gpu.name(),
         cpu_time.as_secs_f64() * 1e3,
         if on_gpu { "GPU" } else { "CPU" }
     ));
     Ok(on_gpu)
+}
+
+/// `--device auto`'s calibrations of this machine, in
+/// `$XDG_CACHE_HOME/larder/device-calibrations.json` (else under `~/.cache`): whether
+/// the GPU was faster, by GPU, CPU, core count and chunk sizes. A file that cannot be
+/// read is treated as empty, and one that cannot be written is left alone: the cost is
+/// calibrating again.
+#[derive(Default, serde::Serialize, serde::Deserialize)]
+struct Calibrations(std::collections::BTreeMap<String, bool>);
+
+impl Calibrations {
+    fn key(gpu: &str, config: &ChunkerConfig) -> String {
+        let cpu = std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|info| {
+                info.lines().find_map(|l| {
+                    l.strip_prefix("model name")
+                        .map(|m| m.trim_start_matches([' ', '\t', ':']).to_string())
+                })
+            })
+            .unwrap_or_default();
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        format!(
+            "{gpu} | {cpu} | {cores} cores | {}/{}/{} level {} | larder {}",
+            config.min_size,
+            config.avg_size,
+            config.max_size,
+            config.level,
+            env!("CARGO_PKG_VERSION")
+        )
+    }
+
+    fn path() -> Option<std::path::PathBuf> {
+        crate::repo_open::cache_dir("device-calibrations.json").ok()
+    }
+
+    fn load() -> Self {
+        Self::path()
+            .and_then(|p| std::fs::read(p).ok())
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+            .unwrap_or_default()
+    }
+
+    fn save(&self) {
+        if let (Some(path), Ok(bytes)) = (Self::path(), serde_json::to_vec_pretty(self)) {
+            let _ = std::fs::write(path, bytes);
+        }
+    }
 }

@@ -1,0 +1,199 @@
+//! Backups with chunking and fingerprinting on a device (docs/design/gpu.md, "Backups
+//! on the GPU"), here the GPU backend's CPU emulation, which runs the very pipeline
+//! code the GPU runs: the containers are byte for byte the CPU path's, the snapshot's
+//! tree is the same, and it restores exactly. A repository the device cannot serve is
+//! refused before anything is read; a device that fails costs the file it was
+//! chunking, with a warning, and nothing else.
+
+use std::fs;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use larder_chunk::{ChunkerConfig, ChunkerKind};
+use larder_engine::{
+    backup, check, restore, BackupOptions, ChunkDevice, EngineError, GpuChunkDevice,
+};
+use larder_gpu::{EmulatedDevice, GpuConfig};
+use larder_hash::{Fingerprint, HashAlgo};
+use larder_store::{LockMode, RepoConfig, Repository};
+
+#[path = "support/bytes.rs"]
+mod seeded;
+use seeded::bytes;
+
+#[path = "support/options.rs"]
+mod options;
+use options::{backup_options, check_options, restore_options};
+
+static EMULATED: EmulatedDevice = EmulatedDevice;
+
+/// Small device blocks and several in flight, so that one 8 MiB block of stage 1 runs
+/// through many of the pipeline's slots, leftovers and carried candidates.
+const GPU_CONFIG: GpuConfig = GpuConfig {
+    block_size: 1 << 20,
+    stretch: 4096,
+    slots: 4,
+    streams: 3,
+};
+
+fn emulated(chunker: &ChunkerConfig) -> Arc<Mutex<Box<dyn ChunkDevice>>> {
+    let device = GpuChunkDevice::new(&EMULATED, chunker, HashAlgo::Blake3, GPU_CONFIG).unwrap();
+    Arc::new(Mutex::new(Box::new(device)))
+}
+
+/// A tree with two files larger than a stage-1 block (text and noise, so that some
+/// units compress and some do not), one just above the small-file limit, small files
+/// and an empty one.
+fn write_source(src: &Path) {
+    fs::create_dir_all(src.join("small")).unwrap();
+    let text: Vec<u8> = (0..600_000)
+        .flat_map(|i| format!("line {i} of a long text, word {}\n", i % 89).into_bytes())
+        .collect();
+    fs::write(src.join("text.txt"), &text).unwrap();
+    let mut noise = bytes(1, 19 << 20);
+    noise[5 << 20..6 << 20].fill(0);
+    fs::write(src.join("noise.bin"), &noise).unwrap();
+    fs::write(src.join("just-large.bin"), bytes(2, (1 << 20) + 3)).unwrap();
+    for i in 0..20 {
+        fs::write(
+            src.join(format!("small/{i}")),
+            bytes(10 + i, 5000 * i as usize),
+        )
+        .unwrap();
+    }
+    fs::write(src.join("empty"), b"").unwrap();
+}
+
+fn init(root: &Path, chunker: ChunkerConfig) {
+    Repository::init(root, &RepoConfig::new(chunker, HashAlgo::Blake3)).unwrap();
+}
+
+fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut out: Vec<_> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            (
+                e.file_name().into_string().unwrap(),
+                fs::read(e.path()).unwrap(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn the_emulated_device_backs_up_byte_for_byte_as_the_cpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    write_source(&src);
+    let chunker = ChunkerConfig::default();
+    let mut trees = Vec::new();
+    for (name, device) in [("cpu", None), ("gpu", Some(emulated(&chunker)))] {
+        let root = dir.path().join(name);
+        init(&root, chunker);
+        let mut repo = Repository::open(&root, LockMode::Exclusive).unwrap();
+        let opts = BackupOptions {
+            device,
+            ..backup_options(2)
+        };
+        let summary = backup(&mut repo, std::slice::from_ref(&src), &opts).unwrap();
+        assert!(summary.warnings.is_empty(), "{:?}", summary.warnings);
+        let (_, snap) = repo.find_snapshot(&summary.snapshot_id).unwrap();
+        trees.push(snap.tree.fingerprints().unwrap());
+        let report = check(&repo, &check_options(true)).unwrap();
+        assert!(report.is_ok(), "{name}: {:?}", report.damage);
+        let target = dir.path().join(format!("restored-{name}"));
+        restore(
+            &repo,
+            &summary.snapshot_id,
+            &target,
+            &restore_options(1 << 20),
+        )
+        .unwrap();
+        let restored = target.join(src.strip_prefix("/").unwrap());
+        assert_eq!(files(&restored), files(&src), "{name}");
+        assert_eq!(files(&restored.join("small")), files(&src.join("small")));
+    }
+    assert_eq!(trees[0], trees[1], "the snapshots' trees differ");
+    let containers = |name: &str| files(&dir.path().join(name).join("containers"));
+    let (cpu, gpu) = (containers("cpu"), containers("gpu"));
+    assert!(cpu.len() > 3, "{} containers", cpu.len());
+    assert!(cpu == gpu, "the containers differ");
+}
+
+#[test]
+fn repositories_the_device_cannot_serve_are_refused_before_reading() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    write_source(&src);
+    for (kind, seed) in [
+        (ChunkerKind::Fastcdc2016, 0),
+        (ChunkerKind::Fastcdc2020, 666),
+    ] {
+        let chunker = ChunkerConfig {
+            kind,
+            seed,
+            ..ChunkerConfig::default()
+        };
+        let root = dir.path().join(format!("{}-{seed}", kind.name()));
+        init(&root, chunker);
+        let mut repo = Repository::open(&root, LockMode::Exclusive).unwrap();
+        let opts = BackupOptions {
+            device: Some(emulated(&ChunkerConfig::default())),
+            ..backup_options(2)
+        };
+        let err = backup(&mut repo, std::slice::from_ref(&src), &opts).unwrap_err();
+        assert!(matches!(err, EngineError::Device(_)), "{err}");
+        assert!(err.to_string().contains("--device cpu"), "{err}");
+        assert!(repo.list_snapshots().unwrap().is_empty());
+    }
+}
+
+/// Fails on its second call.
+struct FailingDevice(usize);
+
+impl ChunkDevice for FailingDevice {
+    fn chunk_and_hash(&mut self, data: &[u8]) -> Result<Vec<(u32, Fingerprint)>, String> {
+        self.0 += 1;
+        if self.0 == 2 {
+            return Err("out of device memory".into());
+        }
+        let lens = larder_chunk::FastCdc2020::new(2048, 8192, 65536, 2).chunk_lengths(data);
+        let mut at = 0;
+        Ok(lens
+            .into_iter()
+            .map(|len| {
+                let fp = HashAlgo::Blake3.fingerprint(&data[at..at + len]);
+                at += len;
+                (len as u32, fp)
+            })
+            .collect())
+    }
+}
+
+#[test]
+fn a_failing_device_costs_the_file_it_was_chunking_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    write_source(&src);
+    let root = dir.path().join("repo");
+    init(&root, ChunkerConfig::default());
+    let mut repo = Repository::open(&root, LockMode::Exclusive).unwrap();
+    let device: Box<dyn ChunkDevice> = Box::new(FailingDevice(0));
+    let opts = BackupOptions {
+        device: Some(Arc::new(Mutex::new(device))),
+        ..backup_options(2)
+    };
+    let summary = backup(&mut repo, std::slice::from_ref(&src), &opts).unwrap();
+    assert_eq!(summary.warnings.len(), 1, "{:?}", summary.warnings);
+    let warning = summary.warnings[0].to_string();
+    assert!(
+        warning.contains("the GPU failed: out of device memory"),
+        "{warning}"
+    );
+    assert!(summary.is_partial());
+    let report = check(&repo, &check_options(true)).unwrap();
+    assert!(report.is_ok(), "{:?}", report.damage);
+}
