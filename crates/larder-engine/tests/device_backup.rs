@@ -7,9 +7,10 @@
 
 use std::fs;
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use larder_chunk::{ChunkerConfig, ChunkerKind};
+use larder_chunk::{Chunker, ChunkerConfig, ChunkerKind};
 use larder_engine::{
     backup, check, restore, BackupOptions, ChunkDevice, EngineError, GpuChunkDevice,
 };
@@ -41,6 +42,16 @@ fn emulated(chunker: &ChunkerConfig) -> Arc<Mutex<Box<dyn ChunkDevice>>> {
     Arc::new(Mutex::new(Box::new(device)))
 }
 
+/// A device that counts the bytes it is given.
+struct Counted(Box<dyn ChunkDevice>, Arc<AtomicUsize>);
+
+impl ChunkDevice for Counted {
+    fn chunk_and_hash(&mut self, data: &[u8]) -> Result<Vec<(u32, Fingerprint)>, String> {
+        self.1.fetch_add(data.len(), Ordering::Relaxed);
+        self.0.chunk_and_hash(data)
+    }
+}
+
 /// A tree with two files larger than a stage-1 block (text and noise, so that some
 /// units compress and some do not), one just above the small-file limit, small files
 /// and an empty one.
@@ -68,11 +79,13 @@ fn init(root: &Path, chunker: ChunkerConfig) {
     Repository::init(root, &RepoConfig::new(chunker, HashAlgo::Blake3)).unwrap();
 }
 
+/// The regular files directly in `dir`, by name, with their bytes.
 fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
     let mut out: Vec<_> = fs::read_dir(dir)
         .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_type().unwrap().is_file())
         .map(|e| {
-            let e = e.unwrap();
             (
                 e.file_name().into_string().unwrap(),
                 fs::read(e.path()).unwrap(),
@@ -85,42 +98,62 @@ fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
 
 #[test]
 fn the_emulated_device_backs_up_byte_for_byte_as_the_cpu() {
-    let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("src");
+    // A snapshot records the metadata of its source's ancestors too, so the source
+    // lies where nothing else is created while the two backups run (other tests
+    // create directories in /tmp), and the repositories elsewhere.
+    let base = Path::new(env!("CARGO_TARGET_TMPDIR")).join("device-backup-identical");
+    let _ = fs::remove_dir_all(&base);
+    let src = base.join("src");
     write_source(&src);
+    let dir = tempfile::tempdir().unwrap();
     let chunker = ChunkerConfig::default();
-    let mut trees = Vec::new();
-    for (name, device) in [("cpu", None), ("gpu", Some(emulated(&chunker)))] {
-        let root = dir.path().join(name);
-        init(&root, chunker);
-        let mut repo = Repository::open(&root, LockMode::Exclusive).unwrap();
+    let given = Arc::new(AtomicUsize::new(0));
+    let device = GpuChunkDevice::new(&EMULATED, &chunker, HashAlgo::Blake3, GPU_CONFIG).unwrap();
+    let counted: Box<dyn ChunkDevice> = Box::new(Counted(Box::new(device), given.clone()));
+    let runs = [("cpu", None), ("gpu", Some(Arc::new(Mutex::new(counted))))];
+    for (name, _) in &runs {
+        init(&dir.path().join(name), chunker);
+    }
+    let mut snapshots = Vec::new();
+    for (name, device) in runs {
+        let mut repo = Repository::open(&dir.path().join(name), LockMode::Exclusive).unwrap();
         let opts = BackupOptions {
             device,
             ..backup_options(2)
         };
         let summary = backup(&mut repo, std::slice::from_ref(&src), &opts).unwrap();
         assert!(summary.warnings.is_empty(), "{:?}", summary.warnings);
-        let (_, snap) = repo.find_snapshot(&summary.snapshot_id).unwrap();
+        snapshots.push((name, summary.snapshot_id));
+    }
+    let mut trees = Vec::new();
+    for (name, id) in &snapshots {
+        let repo = Repository::open(&dir.path().join(name), LockMode::Exclusive).unwrap();
+        let (_, snap) = repo.find_snapshot(id).unwrap();
         trees.push(snap.tree.fingerprints().unwrap());
         let report = check(&repo, &check_options(true)).unwrap();
         assert!(report.is_ok(), "{name}: {:?}", report.damage);
         let target = dir.path().join(format!("restored-{name}"));
-        restore(
-            &repo,
-            &summary.snapshot_id,
-            &target,
-            &restore_options(1 << 20),
-        )
-        .unwrap();
+        restore(&repo, id, &target, &restore_options(1 << 20)).unwrap();
         let restored = target.join(src.strip_prefix("/").unwrap());
         assert_eq!(files(&restored), files(&src), "{name}");
         assert_eq!(files(&restored.join("small")), files(&src.join("small")));
     }
+    // Every byte of the three large files went through the device, the carried
+    // tails of blocks more than once.
+    let large: u64 = ["text.txt", "noise.bin", "just-large.bin"]
+        .iter()
+        .map(|f| fs::metadata(src.join(f)).unwrap().len())
+        .sum();
+    assert!(
+        given.load(Ordering::Relaxed) as u64 > large,
+        "{given:?} of {large}"
+    );
     assert_eq!(trees[0], trees[1], "the snapshots' trees differ");
     let containers = |name: &str| files(&dir.path().join(name).join("containers"));
     let (cpu, gpu) = (containers("cpu"), containers("gpu"));
     assert!(cpu.len() > 3, "{} containers", cpu.len());
     assert!(cpu == gpu, "the containers differ");
+    fs::remove_dir_all(&base).unwrap();
 }
 
 #[test]
@@ -147,7 +180,7 @@ fn repositories_the_device_cannot_serve_are_refused_before_reading() {
         let err = backup(&mut repo, std::slice::from_ref(&src), &opts).unwrap_err();
         assert!(matches!(err, EngineError::Device(_)), "{err}");
         assert!(err.to_string().contains("--device cpu"), "{err}");
-        assert!(repo.list_snapshots().unwrap().is_empty());
+        assert!(repo.snapshots().unwrap().0.is_empty());
     }
 }
 

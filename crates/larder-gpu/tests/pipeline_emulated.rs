@@ -65,7 +65,7 @@ fn zero_runs_tiny_pushes_and_tiny_blocks() {
 /// chunked as if it were alone, with its slots reused.
 #[test]
 fn streams_back_to_back_are_each_chunked_alone() {
-    use larder_chunk::CandidateChunker;
+    use larder_chunk::{CandidateChunker, Chunker};
     use larder_gpu::ChunkerHasher;
 
     let data = noise(3 << 20, 7);

@@ -34,6 +34,7 @@ pub enum ChunkOn {
     Gpu,
 }
 
+#[cfg(not(feature = "gpu"))]
 const NO_GPU_BUILD: &str = "--device gpu: this larder was built without GPU support; rebuild \
      it with `cargo build --release -p larder-cli --features gpu` (needs no CUDA toolkit)";
 
