@@ -3,8 +3,8 @@
 //! block's cut points and fingerprints, and stage 2 keeps them instead of hashing.
 //! Everything else, and every result, is the CPU path's.
 
-use larder_chunk::{ChunkerConfig, ChunkerKind};
-use larder_hash::{Fingerprint, HashAlgo};
+use larder_chunk::ChunkerKind;
+use larder_hash::Fingerprint;
 use larder_store::RepoConfig;
 
 use crate::error::{EngineError, Result};
@@ -55,8 +55,8 @@ where
     /// opened for the life of the process.
     pub fn new(
         device: &'static D,
-        chunker: &ChunkerConfig,
-        algo: HashAlgo,
+        chunker: &larder_chunk::ChunkerConfig,
+        algo: larder_hash::HashAlgo,
         config: larder_gpu::GpuConfig,
     ) -> Result<Self> {
         let candidates = larder_chunk::CandidateChunker::new(
