@@ -29,18 +29,11 @@ const PASSWORD: &[u8] = b"units test password";
 /// Text that compresses, different for every `seed`, with lines repeating across
 /// chunks (what a unit finds and a chunk alone does not).
 fn text(seed: u64, lines: usize) -> Vec<u8> {
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut rng = larder_gen::Xoshiro256::new(seed);
     (0..lines)
         .flat_map(|i| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            format!(
-                "{seed}: line {} of file {seed}, word {}\n",
-                i % 97,
-                state % 50
-            )
-            .into_bytes()
+            let word = rng.next_u64() % 50;
+            format!("{seed}: line {} of file {seed}, word {word}\n", i % 97).into_bytes()
         })
         .collect()
 }
