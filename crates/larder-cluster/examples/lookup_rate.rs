@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use larder_cluster::partition::first_container;
+use larder_cluster::ids::first_container;
 use larder_cluster::partitions::PartitionStore;
 use larder_cluster::rpc::{Answer, GetAnswer, LookupHandler, LookupServer, NodeClient, RpcError};
 use larder_cluster::service::OwnerService;

@@ -22,8 +22,8 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use larder_cluster::balance::plan_moves;
+use larder_cluster::ids::first_container;
 use larder_cluster::model::{NewChunks, Request, Targets};
-use larder_cluster::partition::first_container;
 use larder_cluster::partitions::PartitionStore;
 use larder_cluster::router::{MapView, Router};
 use larder_cluster::rpc::{LookupServer, NodeStats};

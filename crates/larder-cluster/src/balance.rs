@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::partition::{NodeId, PartitionId};
+use crate::ids::{NodeId, PartitionId};
 
 /// The moves that give every partition a live owner and spread them evenly, moving as
 /// few as possible: partitions of nodes not in `live` (and unowned ones) go to the

@@ -1,11 +1,12 @@
 //! The one error type of the cluster crate.
 
 use larder_index::IndexError;
+use larder_store::StoreError;
 
 use crate::coord::CoordError;
 use crate::rpc::RpcError;
 
-use crate::partition::PartitionId;
+use crate::ids::PartitionId;
 
 /// What went wrong in a cluster operation.
 #[derive(Debug, thiserror::Error)]
@@ -28,6 +29,25 @@ pub enum ClusterError {
     /// Bytes of a cluster file that do not decode.
     #[error("corrupt {what}: {reason}")]
     Corrupt { what: String, reason: String },
+    /// A node repository or the shared storage failed; `Io` ones may succeed when
+    /// retried.
+    #[error("{what}: {source}")]
+    Store {
+        what: String,
+        #[source]
+        source: StoreError,
+    },
+    /// One of the node's tasks stopped without finishing (it panicked or was
+    /// cancelled).
+    #[error("{what} stopped: {reason}")]
+    Task { what: String, reason: String },
+    /// etcd holds no cluster under this prefix.
+    #[error("no cluster under {prefix} in etcd: run `larder cluster init` first")]
+    Uninitialised { prefix: String },
+    /// A watch of etcd ended (its connection dropped): the node stops, and starting it
+    /// again resumes.
+    #[error("{0} ended")]
+    WatchEnded(String),
     /// Coordination through etcd failed.
     #[error(transparent)]
     Coord(#[from] CoordError),
@@ -61,10 +81,16 @@ impl ClusterError {
     pub fn is_retryable(&self) -> bool {
         match self {
             ClusterError::Index { source, .. } => source.is_retryable(),
-            ClusterError::Io { .. } | ClusterError::Dropped | ClusterError::NotOwner(_) => true,
+            ClusterError::Io { .. }
+            | ClusterError::Dropped
+            | ClusterError::NotOwner(_)
+            | ClusterError::WatchEnded(_) => true,
+            ClusterError::Store { source, .. } => source.is_retryable(),
             ClusterError::Coord(e) => e.is_retryable(),
             ClusterError::Rpc(e) => e.is_retryable(),
             ClusterError::Corrupt { .. }
+            | ClusterError::Task { .. }
+            | ClusterError::Uninitialised { .. }
             | ClusterError::Key(_)
             | ClusterError::LeaseLost
             | ClusterError::Fenced { .. } => false,

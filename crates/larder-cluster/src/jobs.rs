@@ -18,7 +18,7 @@ use larder_store::{LockMode, SegmentContainer, StoreError};
 use serde_json::json;
 use tokio::runtime::Handle;
 
-use crate::partition::NodeId;
+use crate::ids::NodeId;
 use crate::router::Router;
 use crate::rpc::{Answer, GetAnswer, Job, LookupHandler, RpcError};
 use crate::service::OwnerService;

@@ -6,12 +6,12 @@
 pub mod balance;
 pub mod coord;
 mod error;
+pub mod ids;
 pub mod jobs;
 pub mod key;
 pub mod model;
 pub mod node;
 pub mod owner;
-pub mod partition;
 pub mod partitions;
 pub mod router;
 pub mod rpc;
@@ -20,7 +20,7 @@ pub mod storage;
 pub mod view;
 
 pub use error::{ClusterError, Result};
+pub use ids::{partition_of, NodeId, PartitionId, DEFAULT_PARTITIONS};
 pub use owner::{Owner, OwnerMetrics, Ticket};
-pub use partition::{partition_of, NodeId, PartitionId, DEFAULT_PARTITIONS};
 pub use rpc::Answer;
 pub use storage::SharedStorage;

@@ -24,8 +24,8 @@ use crate::coord::{
     MembershipOptions, PartitionMap, PartitionMapStore,
 };
 use crate::error::{ClusterError, Result};
+use crate::ids::{NodeId, PartitionId};
 use crate::jobs::NodeHandler;
-use crate::partition::{NodeId, PartitionId};
 use crate::partitions::PartitionStore;
 use crate::router::{MapView, Router};
 use crate::rpc::LookupServer;
@@ -171,10 +171,12 @@ impl Node {
     pub async fn start(options: NodeOptions) -> Result<Node> {
         let etcd = Etcd::connect(&options.etcd, &options.prefix, EtcdOptions::default()).await?;
         let maps = PartitionMapStore::new(&etcd);
-        let config = maps.config().await?.ok_or_else(|| ClusterError::Corrupt {
-            what: format!("cluster under {} in etcd", options.prefix),
-            reason: "not initialized: run `larder cluster init` first".into(),
-        })?;
+        let config = maps
+            .config()
+            .await?
+            .ok_or_else(|| ClusterError::Uninitialised {
+                prefix: options.prefix.clone(),
+            })?;
         let keys = options.keys.clone();
         let template = node_repository(&config, keys.as_deref())?;
         let store = PartitionStore::with_storage(
@@ -189,9 +191,9 @@ impl Node {
         options
             .storage
             .ensure_repository(options.id, &template, keys.as_deref())
-            .map_err(|e| ClusterError::Corrupt {
+            .map_err(|source| ClusterError::Store {
                 what: format!("node {}'s repository", options.id),
-                reason: e.to_string(),
+                source,
             })?;
         let view = Arc::new(RwLock::new(MapView {
             owners: vec![0; config.partitions as usize],
@@ -252,9 +254,9 @@ impl Node {
         ));
         tasks.spawn(watch_lease(membership.lost(), service.clone(), stopped));
         let adopted = crate::jobs::adopted_chunks(&options.storage, options.id, keys.as_deref())
-            .map_err(|e| ClusterError::Corrupt {
+            .map_err(|source| ClusterError::Store {
                 what: format!("node {}'s repository", options.id),
-                reason: e.to_string(),
+                source,
             })?;
         if !adopted.is_empty() {
             tasks.spawn(acknowledge_adopted(options.id, router.clone(), adopted));
@@ -286,7 +288,7 @@ impl Node {
                     None => break Ok(()),
                     Some(Ok(Ok(()))) => continue,
                     Some(Ok(Err(e))) => break Err(e),
-                    Some(Err(e)) => break Err(ClusterError::Corrupt { what: "node task".into(), reason: e.to_string() }),
+                    Some(Err(e)) => break Err(ClusterError::Task { what: "a node task".into(), reason: e.to_string() }),
                 },
             }
         };
@@ -312,7 +314,7 @@ impl Node {
             Ok(Ok(_)) => {}
             Ok(Err(e)) => result = Err(e),
             Err(e) => {
-                result = Err(ClusterError::Corrupt {
+                result = Err(ClusterError::Task {
                     what: "the last upload".into(),
                     reason: e.to_string(),
                 })
@@ -385,8 +387,8 @@ async fn apply(me: NodeId, map: &PartitionMap, service: &OwnerService) -> Result
         let started = std::time::Instant::now();
         let replay = tokio::task::spawn_blocking(move || service.take_over(&parts, epoch))
             .await
-            .map_err(|e| ClusterError::Corrupt {
-                what: "takeover".into(),
+            .map_err(|e| ClusterError::Task {
+                what: "the takeover".into(),
                 reason: e.to_string(),
             })??;
         tracing::info!(
@@ -428,12 +430,7 @@ async fn follow_members(
             Some(MemberEvent::Left(id)) => {
                 view.addrs.remove(&id);
             }
-            None => {
-                return Err(ClusterError::Corrupt {
-                    what: "the membership watch".into(),
-                    reason: "it ended".into(),
-                })
-            }
+            None => return Err(ClusterError::WatchEnded("the membership watch".into())),
         }
     }
 }
@@ -477,10 +474,9 @@ async fn lead(
         tokio::select! {
             event = events.recv() => {
                 if event.is_none() {
-                    return Err(ClusterError::Corrupt {
-                        what: "the master's membership watch".into(),
-                        reason: "it ended".into(),
-                    });
+                    return Err(ClusterError::WatchEnded(
+                        "the master's membership watch".into(),
+                    ));
                 }
             }
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
@@ -548,8 +544,8 @@ async fn checkpoint(
             Ok::<_, ClusterError>(())
         })
         .await
-        .map_err(|e| ClusterError::Corrupt {
-            what: "checkpoint".into(),
+        .map_err(|e| ClusterError::Task {
+            what: "a checkpoint".into(),
             reason: e.to_string(),
         })??;
     }

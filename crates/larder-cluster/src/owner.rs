@@ -15,7 +15,7 @@ use larder_index::prefetch::prefetch_value;
 use larder_index::{ChunkLocation, IndexError};
 
 use crate::error::{ClusterError, Result};
-use crate::partition::{partition_of, NodeId, PartitionId};
+use crate::ids::{partition_of, NodeId, PartitionId};
 use crate::partitions::Covered;
 use crate::rpc::{Answer, GetAnswer};
 

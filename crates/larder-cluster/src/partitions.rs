@@ -27,8 +27,8 @@ use larder_store::{read_table, ChunkCodec, Compression, FileKind};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ClusterError, Result};
+use crate::ids::{container_writer, partition_of, NodeId, PartitionId};
 use crate::owner::Ticket;
-use crate::partition::{container_writer, partition_of, NodeId, PartitionId};
 use crate::storage::SharedStorage;
 
 /// The name of a partition's checkpoint record, beside its index files.
@@ -596,18 +596,19 @@ impl PartitionStore {
         let nodes = self
             .storage
             .nodes(false)
-            .map_err(|e| ClusterError::Corrupt {
+            .map_err(|source| ClusterError::Store {
                 what: "the node repositories".into(),
-                reason: larder_store::error_chain(&e),
+                source,
             })?;
         for node in nodes {
             let backend = self.storage.node_backend(node);
-            let names = backend
-                .list(FileKind::Container)
-                .map_err(|e| ClusterError::Corrupt {
-                    what: format!("containers of node {node}"),
-                    reason: e.to_string(),
-                })?;
+            let names =
+                backend
+                    .list(FileKind::Container)
+                    .map_err(|source| ClusterError::Store {
+                        what: format!("containers of node {node}"),
+                        source,
+                    })?;
             let ids = names
                 .iter()
                 .filter_map(|n| u64::from_str_radix(n, 16).ok())

@@ -13,7 +13,7 @@ use larder_index::disk::LruCache;
 use larder_index::ChunkLocation;
 use tokio::task::JoinSet;
 
-use crate::partition::{partition_of, NodeId, PartitionId};
+use crate::ids::{partition_of, NodeId, PartitionId};
 use crate::rpc::{Answer, LookupHandler, NodeClient, RpcError};
 use crate::service::OwnerService;
 

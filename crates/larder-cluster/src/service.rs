@@ -14,8 +14,8 @@ use larder_index::ChunkLocation;
 use tokio::sync::oneshot;
 
 use crate::error::{ClusterError, Result};
+use crate::ids::{partition_of, NodeId, PartitionId};
 use crate::owner::{Owner, OwnerMetrics};
-use crate::partition::{partition_of, NodeId, PartitionId};
 use crate::partitions::{PartitionIndex, PartitionStore, Replay};
 use crate::rpc::{Answer, GetAnswer, LookupHandler, RpcError};
 

@@ -13,7 +13,7 @@ use larder_store::{
     StoreError,
 };
 
-use crate::partition::{first_container, NodeId};
+use crate::ids::{first_container, NodeId};
 
 /// The name of a node repository's config, in its local directory and, on object
 /// storage, as the object `nodes/<id>/config`.

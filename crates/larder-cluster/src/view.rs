@@ -16,7 +16,7 @@ use std::time::Duration;
 use larder_crypto::RepoKeys;
 use larder_store::{Backend, FileKind, LockMode, Repository, StoreError};
 
-use crate::partition::{container_writer, NodeId};
+use crate::ids::{container_writer, NodeId};
 use crate::storage::SharedStorage;
 
 /// The shared storage's node repositories, read-only.

@@ -6,7 +6,7 @@ mod support;
 
 use std::collections::HashMap;
 
-use larder_cluster::partition::first_container;
+use larder_cluster::ids::first_container;
 use larder_cluster::partitions::{Covered, Opened, PartitionStore};
 use larder_cluster::{partition_of, ClusterError, PartitionId};
 use larder_hash::{Fingerprint, HashAlgo};

@@ -17,7 +17,7 @@ use larder_store::{
 
 use super::{Covered, PartitionIndex};
 use crate::error::{ClusterError, Result};
-use crate::partition::PartitionId;
+use crate::ids::PartitionId;
 
 /// What the owner of a partition has put so far under its epoch.
 #[derive(Debug, Clone, Default)]

@@ -1,7 +1,7 @@
 //! Containers written into a cluster's shared storage the way a node's stage 4
 //! writes them, for tests of acknowledgement and replay.
 
-use larder_cluster::partition::first_container;
+use larder_cluster::ids::first_container;
 use larder_cluster::partitions::node_dir;
 use larder_cluster::NodeId;
 use larder_hash::{Fingerprint, HashAlgo};

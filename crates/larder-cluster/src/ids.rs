@@ -1,4 +1,5 @@
-//! Fingerprint partitions and node identities (docs/design/cluster.md, "Partitions").
+//! Node and partition ids: which partition a fingerprint falls in, and which node a
+//! container id names (docs/design/cluster.md, "Partitions").
 
 use larder_hash::Fingerprint;
 
