@@ -200,7 +200,7 @@ fn gc_killed_at_random_moments_loses_nothing() {
     let kills = env_count("LARDER_GC_KILLS", 5);
     let seed = env_count("LARDER_KILL_SEED", DEFAULT_SEED as usize) as u64;
     let started = Instant::now();
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let dir = tempfile::tempdir().unwrap();
     let base = fs::canonicalize(dir.path()).unwrap();
     let (origin, tree, states) = (base.join("origin"), base.join("tree"), base.join("states"));
@@ -330,7 +330,7 @@ fn spawn(cmd: &mut Command) -> Child {
 #[test]
 fn two_backups_and_a_gc_started_together_corrupt_nothing() {
     let rounds = env_count("LARDER_GC_ROUNDS", 3);
-    let mut rng = Rng(DEFAULT_SEED ^ 0xc0c0);
+    let mut rng = Rng::new(DEFAULT_SEED ^ 0xc0c0);
     let dir = tempfile::tempdir().unwrap();
     let base = fs::canonicalize(dir.path()).unwrap();
     let (repo, states) = (base.join("repo"), base.join("states"));

@@ -236,7 +236,7 @@ fn backup_killed_at_random_moments_leaves_every_snapshot_restorable() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(DEFAULT_SEED);
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let dir = tempfile::tempdir().unwrap();
     let base = fs::canonicalize(dir.path()).unwrap();
     let (repo, tree, states) = (base.join("repo"), base.join("tree"), base.join("states"));

@@ -25,6 +25,6 @@ pub use error::GenError;
 pub use extent::{Extent, Source};
 pub use lognormal::{RunStats, TruncatedLogNormal};
 pub use model::{Edits, Fitted, Model, PoolPick, State, Transitions, BLOCK};
-pub use rng::{SplitMix64, Xoshiro256};
+pub use rng::{seeded_bytes, SplitMix64, Xoshiro256};
 pub use stats::{GenerationReport, Moments, Report, RunReport, Summary};
 pub use workload::{Config, Generation, Run, Truth, Workload};

@@ -20,6 +20,19 @@ impl SplitMix64 {
     }
 }
 
+/// `len` pseudo-random bytes from `seed`, the same for the same seed: SplitMix64 from
+/// a scrambled seed, 8 little-endian bytes an output. The one seeded byte generator of
+/// larder's tests (they use it through their own `bytes` or `pseudo_random`).
+pub fn seeded_bytes(seed: u64, len: usize) -> Vec<u8> {
+    let mut rng = SplitMix64::new(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xD1B5_4A32_D192_ED03);
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        out.extend_from_slice(&rng.next_u64().to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
 /// SplitMix64's output function: a bijection of u64 that spreads every input bit.
 #[inline]
 pub fn mix64(x: u64) -> u64 {

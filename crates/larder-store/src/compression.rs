@@ -339,20 +339,10 @@ fn raw_mismatch(stored: usize, raw_len: u32) -> String {
     format!("{stored} stored bytes for a raw chunk of {raw_len}")
 }
 
-/// Incompressible test data: SplitMix64 output.
+/// Incompressible test data.
 #[cfg(test)]
 pub(crate) fn noise(seed: u64, len: usize) -> Vec<u8> {
-    let mut state = seed;
-    let mut out = Vec::with_capacity(len + 8);
-    while out.len() < len {
-        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        out.extend_from_slice(&(z ^ (z >> 31)).to_le_bytes());
-    }
-    out.truncate(len);
-    out
+    larder_gen::seeded_bytes(seed, len)
 }
 
 #[cfg(test)]

@@ -1,15 +1,16 @@
 //! A small seeded generator for the kill tests, so that trees and kill moments repeat.
 
-/// splitmix64: a small seeded generator, so that trees and kill moments repeat.
-pub struct Rng(pub u64);
+/// SplitMix64 (larder-gen's): a small seeded generator, so that trees and kill moments
+/// repeat.
+pub struct Rng(pub larder_gen::SplitMix64);
 
 impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Self(larder_gen::SplitMix64::new(seed))
+    }
+
     pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     pub fn below(&mut self, n: u64) -> u64 {

@@ -25,17 +25,9 @@ pub fn small_index() -> DiskIndexConfig {
     }
 }
 
-/// Deterministic pseudo-random bytes (xorshift64 from `seed`).
+/// Deterministic pseudo-random bytes, different per seed.
 pub fn bytes(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
-        })
-        .collect()
+    larder_gen::seeded_bytes(seed, len)
 }
 
 /// Runs `job` on `node` and returns its JSON answer.

@@ -7,17 +7,9 @@ use std::io::ErrorKind;
 
 use larder_store::{error_chain, Backend, FileKind, StoreError};
 
-/// Deterministic bytes (xorshift), different per seed.
+/// Deterministic pseudo-random bytes, different per seed.
 pub fn bytes(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    larder_gen::seeded_bytes(seed, len)
 }
 
 pub fn not_found(e: &StoreError) -> bool {
