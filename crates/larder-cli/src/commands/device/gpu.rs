@@ -86,6 +86,37 @@ pub fn noise(len: usize) -> Vec<u8> {
     out
 }
 
+/// How the GPU is fed: its configuration, and the bytes of each stream it is given.
+#[derive(Clone, Copy)]
+struct Shape {
+    gpu: GpuConfig,
+    stream: usize,
+}
+
+/// `larder chunk`: each file one stream, 64 MiB blocks.
+const CHUNK_SHAPE: Shape = Shape {
+    gpu: GpuConfig {
+        block_size: 64 << 20,
+        stretch: 4096,
+        slots: 16,
+        streams: 2,
+    },
+    stream: usize::MAX,
+};
+
+/// A backup: stage 1 gives the device one 8 MiB block at a time, as a stream of its
+/// own; four 2 MiB blocks in flight overlap each one's upload with the others' scans.
+/// A starting point, to be tuned on a GPU (docs/performance.md, "GPU").
+const BACKUP_SHAPE: Shape = Shape {
+    gpu: GpuConfig {
+        block_size: 2 << 20,
+        stretch: 4096,
+        slots: 16,
+        streams: 4,
+    },
+    stream: 8 << 20,
+};
+
 /// `--device auto`: whether the GPU is to chunk (and hash) with `config` on this
 /// machine: when it opens and its calibration finds it faster. A calibration is
 /// remembered per machine (see [`Calibrations`]); a machine without a GPU says nothing.
@@ -93,7 +124,7 @@ pub fn auto_is_gpu(config: &ChunkerConfig, out: &Output) -> Result<bool> {
     let Ok(gpu) = Gpu::open(0) else {
         return Ok(false);
     };
-    faster_than_cpu(&gpu, config, out)
+    faster_than_cpu(&gpu, config, CHUNK_SHAPE, out)
 }
 
 /// The GPU of a backup, or with `LARDER_GPU=emulated` its CPU emulation, chunking and
@@ -112,7 +143,7 @@ pub fn auto_backup_device(config: &RepoConfig, out: &Output) -> Result<Option<Ba
     let Ok(gpu) = Gpu::open(0) else {
         return Ok(None);
     };
-    if !faster_than_cpu(&gpu, &config.chunker, out)? {
+    if !faster_than_cpu(&gpu, &config.chunker, BACKUP_SHAPE, out)? {
         return Ok(None);
     }
     let gpu: &'static Gpu = Box::leak(Box::new(gpu));
@@ -124,20 +155,20 @@ where
     D: larder_gpu::Device + Sync + 'static,
     D::Slot: Send,
 {
-    let device = GpuChunkDevice::new(device, &config.chunker, config.hash, GpuConfig::default())?;
+    let device = GpuChunkDevice::new(device, &config.chunker, config.hash, BACKUP_SHAPE.gpu)?;
     Ok(Arc::new(Mutex::new(Box::new(device))))
 }
 
-/// Whether `gpu` chunks plus hashes 64 MiB faster than the CPU path on all cores (one
-/// warm-up run each, then one timed run each), as remembered for this machine or
-/// measured now (and then remembered).
-fn faster_than_cpu(gpu: &Gpu, config: &ChunkerConfig, out: &Output) -> Result<bool> {
-    let key = Calibrations::key(gpu.name(), config);
+/// Whether `gpu`, fed as `shape` says, chunks plus hashes 64 MiB faster than the CPU
+/// path on all cores (one warm-up run each, then one timed run each), as remembered
+/// for this machine or measured now (and then remembered).
+fn faster_than_cpu(gpu: &Gpu, config: &ChunkerConfig, shape: Shape, out: &Output) -> Result<bool> {
+    let key = Calibrations::key(gpu.name(), config, shape);
     let mut known = Calibrations::load();
     if let Some(&on_gpu) = known.0.get(&key) {
         return Ok(on_gpu);
     }
-    let on_gpu = calibrate(gpu, config, out)?;
+    let on_gpu = calibrate(gpu, config, shape, out)?;
     known.0.insert(key, on_gpu);
     known.save();
     Ok(on_gpu)
@@ -145,7 +176,7 @@ fn faster_than_cpu(gpu: &Gpu, config: &ChunkerConfig, out: &Output) -> Result<bo
 
 /// One calibration: 64 MiB of noise on each device, the note on stderr giving both
 /// times.
-fn calibrate(gpu: &Gpu, config: &ChunkerConfig, out: &Output) -> Result<bool> {
+fn calibrate(gpu: &Gpu, config: &ChunkerConfig, shape: Shape, out: &Output) -> Result<bool> {
     let data = noise(64 << 20);
     let time = |f: &mut dyn FnMut() -> Result<()>| -> Result<Duration> {
         f()?;
@@ -154,7 +185,21 @@ fn calibrate(gpu: &Gpu, config: &ChunkerConfig, out: &Output) -> Result<bool> {
         Ok(start.elapsed())
     };
     let gpu_time = time(&mut || {
-        run_gpu(gpu, config, HashAlgo::Blake3, GpuConfig::default(), &data).map(drop)
+        let candidates = candidate_chunker(config);
+        let mut hasher = ChunkerHasher::new(
+            gpu,
+            candidates,
+            config.max_size,
+            HashAlgo::Blake3,
+            shape.gpu,
+        )?;
+        for stream in data.chunks(shape.stream) {
+            for block in stream.chunks(shape.gpu.block_size) {
+                hasher.push(block)?;
+            }
+            hasher.end_stream()?;
+        }
+        Ok(())
     })?;
     let cpu_time = time(&mut || {
         run_cpu(config, HashAlgo::Blake3, &data);
@@ -181,7 +226,7 @@ fn calibrate(gpu: &Gpu, config: &ChunkerConfig, out: &Output) -> Result<bool> {
 struct Calibrations(std::collections::BTreeMap<String, bool>);
 
 impl Calibrations {
-    fn key(gpu: &str, config: &ChunkerConfig) -> String {
+    fn key(gpu: &str, config: &ChunkerConfig, shape: Shape) -> String {
         let cpu = std::fs::read_to_string("/proc/cpuinfo")
             .ok()
             .and_then(|info| {
@@ -192,12 +237,17 @@ impl Calibrations {
             })
             .unwrap_or_default();
         let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        let g = shape.gpu;
         format!(
-            "{gpu} | {cpu} | {cores} cores | {}/{}/{} level {} | larder {}",
+            "{gpu} | {cpu} | {cores} cores | {}/{}/{} level {} | streams of {} in blocks \
+             of {} x {} | larder {}",
             config.min_size,
             config.avg_size,
             config.max_size,
             config.level,
+            shape.stream.min(64 << 20),
+            g.block_size,
+            g.streams,
             env!("CARGO_PKG_VERSION")
         )
     }
