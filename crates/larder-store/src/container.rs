@@ -420,6 +420,15 @@ impl TableLocation {
     }
 }
 
+/// The file size of an encrypted container holding `data` bytes of sealed stored units
+/// and `entries` table entries, padded to its size class for `container_size`.
+pub(crate) fn sealed_container_len(data: usize, entries: usize, container_size: usize) -> usize {
+    padded_len(
+        sealed::Sealing::unpadded_len(sealed::HEADER_LEN + data, entries),
+        container_size,
+    )
+}
+
 /// Bytes at the end of a container that locate its table: the footer.
 pub const CONTAINER_TAIL_LEN: usize = FOOTER_LEN;
 

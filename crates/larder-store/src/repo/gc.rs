@@ -27,8 +27,8 @@ use crate::backend::FileKind;
 use crate::chunk_codec::ChunkCodec;
 use crate::compression::FLAGS_ZSTD;
 use crate::container::{
-    stored_shares, unit_span, ChunkEntry, ContainerBuilder, ParsedContainer, CONTAINER_OVERHEAD,
-    ENTRY_LEN,
+    sealed_container_len, stored_shares, unit_span, ChunkEntry, ContainerBuilder, ParsedContainer,
+    CONTAINER_OVERHEAD, ENTRY_LEN,
 };
 use crate::error::{error_chain, Result, StoreError};
 use crate::gc_plan::GcPlan;
@@ -184,28 +184,39 @@ impl Repository {
     }
 
     /// The repacked chunks in container and table order (stream order survives),
-    /// packed into new containers by stored bytes as a backup fills them.
-    fn pack(&self, fates: &BTreeMap<u64, Fate>) -> Vec<Vec<(u64, ChunkEntry)>> {
+    /// packed into new containers by stored bytes as a backup fills them; with each
+    /// new container's stored bytes (its entries' shares).
+    fn pack(&self, fates: &BTreeMap<u64, Fate>) -> (Vec<Vec<(u64, ChunkEntry)>>, Vec<u64>) {
         let mut groups: Vec<Vec<(u64, ChunkEntry)>> = Vec::new();
-        let mut filled = 0;
+        let mut filled: Vec<u64> = Vec::new();
         for (&id, fate) in fates {
             let Fate::Repack(entries) = fate else {
                 continue;
             };
-            for (e, share) in entries {
-                let len = *share as usize;
-                if groups.is_empty() || filled + len > self.config.container_size {
+            for &(e, share) in entries {
+                let full = filled
+                    .last()
+                    .is_none_or(|&f| f + share > self.config.container_size as u64);
+                if full {
                     groups.push(Vec::new());
-                    filled = 0;
+                    filled.push(0);
                 }
-                filled += len;
-                groups
-                    .last_mut()
-                    .expect("a group was pushed")
-                    .push((id, *e));
+                *filled.last_mut().expect("a group was pushed") += share;
+                groups.last_mut().expect("a group was pushed").push((id, e));
             }
         }
-        groups
+        (groups, filled)
+    }
+
+    /// The file size of a new container of `data` stored bytes and `entries` table
+    /// entries: padded to its size class in an encrypted repository (crypto.md).
+    fn container_len(&self, data: u64, entries: usize) -> u64 {
+        match self.config.encryption {
+            None => data + (ENTRY_LEN * entries + CONTAINER_OVERHEAD) as u64,
+            Some(_) => {
+                sealed_container_len(data as usize, entries, self.config.container_size) as u64
+            }
+        }
     }
 
     /// Deletes what no snapshot uses: `live` holds every fingerprint the snapshots
@@ -231,7 +242,7 @@ impl Repository {
             ..GcReport::default()
         };
         let fates = self.decide_fates(&tables, live, opts.repack_threshold, &mut report)?;
-        let groups = self.pack(&fates);
+        let (groups, group_bytes) = self.pack(&fates);
         let old_segments: Vec<String> = self.segments.clone();
         let delete: Vec<u64> = fates
             .iter()
@@ -243,16 +254,11 @@ impl Repository {
             .filter(|(_, f)| matches!(f, Fate::Keep))
             .map(|(id, _)| tables[id].len() as u64)
             .sum();
-        let new_data: u64 = fates
-            .values()
-            .filter_map(|f| match f {
-                Fate::Repack(entries) => Some(entries),
-                _ => None,
-            })
-            .flatten()
-            .map(|(_, share)| share + ENTRY_LEN as u64)
+        let new_containers_len: u64 = groups
+            .iter()
+            .zip(&group_bytes)
+            .map(|(g, &bytes)| self.container_len(bytes, g.len()))
             .sum();
-        let new_containers_len = new_data + (CONTAINER_OVERHEAD as u64) * groups.len() as u64;
         let new_entries: u64 = groups.iter().map(|g| g.len() as u64).sum();
         let new_segment_len = SEGMENT_BASE
             + SEGMENT_PER_CONTAINER * (report.containers_kept + groups.len()) as u64
