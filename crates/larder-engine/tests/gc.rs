@@ -16,7 +16,9 @@ use larder_chunk::ChunkerConfig;
 use larder_engine::{backup, check, forget, gc, mark, restore, DEFAULT_RESTORE_CACHE};
 use larder_hash::HashAlgo;
 use larder_index::ChunkLocation;
-use larder_store::{decode_segment, GcOptions, GcReport, LockMode, RepoConfig, Repository};
+use larder_store::{
+    decode_segment, stored_shares, GcOptions, GcReport, LockMode, RepoConfig, Repository,
+};
 
 #[path = "support/bytes.rs"]
 mod seeded;
@@ -229,9 +231,10 @@ fn live_fractions(root: &Path) -> BTreeMap<u64, (u64, u64)> {
         let path = entry.unwrap().path();
         let name = path.file_stem().unwrap().to_str().unwrap().to_owned();
         for c in decode_segment(&fs::read(&path).unwrap(), &name, repo.algo()).unwrap() {
+            // A compression unit's members share its stored bytes by raw length.
             let (mut live_bytes, mut total) = (0, 0);
-            for e in &c.entries {
-                total += u64::from(e.stored_len);
+            for (e, share) in c.entries.iter().zip(stored_shares(&c.entries)) {
+                total += share;
                 let here = ChunkLocation {
                     container: c.id,
                     offset: e.offset,
@@ -240,7 +243,7 @@ fn live_fractions(root: &Path) -> BTreeMap<u64, (u64, u64)> {
                 if live.contains(&e.fingerprint)
                     && repo.index().get(&e.fingerprint).unwrap() == Some(here)
                 {
-                    live_bytes += u64::from(e.stored_len);
+                    live_bytes += share;
                 }
             }
             out.insert(c.id, (live_bytes, total));
