@@ -259,15 +259,17 @@ impl ContainerBuilder {
         }
     }
 
-    /// Whether a chunk of `stored_len` stored bytes may join this container without
-    /// taking it past `container_size`: counting the chunk data for a plaintext
-    /// container, and the whole file (tags, table, footer) for an encrypted one.
-    pub fn fits(&self, stored_len: usize, container_size: usize) -> bool {
+    /// Whether a stored unit of `stored_len` bytes and `entries` table entries (1 for a
+    /// chunk alone, a unit's member count) may join this container without taking it
+    /// past `container_size`: counting the data for a plaintext container, and the
+    /// whole file (tags, table, footer) for an encrypted one, which would otherwise be
+    /// padded to the next power of two.
+    pub fn fits(&self, stored_len: usize, entries: usize, container_size: usize) -> bool {
         let after = match self.sealing {
             None => self.buf.len() + stored_len,
             Some(_) => sealed::Sealing::unpadded_len(
                 self.buf.len() + stored_len + sealed::TAG_LEN,
-                self.entries.len() + 1,
+                self.entries.len() + entries,
             ),
         };
         self.is_empty() || after <= container_size

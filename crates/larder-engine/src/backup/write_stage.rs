@@ -140,7 +140,7 @@ impl<'r> ContainerWriter<'r> {
     /// Appends a unit's frame and its members' entries, as [`Self::append`] does a
     /// chunk.
     fn append_unit(&mut self, frame: &[u8], members: &[NewChunk]) -> Result<()> {
-        let builder = self.builder_for(frame.len())?;
+        let builder = self.builder_for(frame.len(), members.len())?;
         let list: Vec<_> = members.iter().map(|c| (c.fp, c.len as u32)).collect();
         builder.push_unit(frame, &list);
         self.bytes_stored += frame.len() as u64;
@@ -156,20 +156,20 @@ impl<'r> ContainerWriter<'r> {
         raw_len: u32,
         compressed: bool,
     ) -> Result<()> {
-        let builder = self.builder_for(stored.len())?;
+        let builder = self.builder_for(stored.len(), 1)?;
         builder.push_stored(fp, stored, raw_len, compressed);
         self.bytes_stored += stored.len() as u64;
         Ok(())
     }
 
-    /// The open container if `stored_len` more bytes fit in it, else a new one (the
-    /// open one sealed): bytes that would take a non-empty container past
-    /// `container_size` go to the next.
-    fn builder_for(&mut self, stored_len: usize) -> Result<&mut ContainerBuilder> {
+    /// The open container if `stored_len` more bytes with `entries` table entries fit
+    /// in it, else a new one (the open one sealed): bytes that would take a non-empty
+    /// container past `container_size` go to the next.
+    fn builder_for(&mut self, stored_len: usize, entries: usize) -> Result<&mut ContainerBuilder> {
         let fits = self
             .open
             .as_ref()
-            .is_some_and(|b| b.fits(stored_len, self.container_size));
+            .is_some_and(|b| b.fits(stored_len, entries, self.container_size));
         if !fits {
             self.seal()?;
             let id = self.repo.allocate_container_id();
