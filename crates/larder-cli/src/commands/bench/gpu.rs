@@ -48,7 +48,7 @@ pub fn run(args: GpuArgs, out: &Output) -> Result<ExitCode> {
         streams: args.streams,
         ..GpuConfig::default()
     };
-    if std::env::var("LARDER_GPU").is_ok_and(|v| v == "emulated") {
+    if crate::commands::device::gpu::emulated() {
         return measure(&EmulatedDevice, "emulated", &args, algo, gpu_config, out);
     }
     let gpu = Gpu::open(0)?;

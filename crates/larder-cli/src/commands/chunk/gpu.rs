@@ -21,7 +21,7 @@ pub fn chunk_files(
     cuts: bool,
     out: &Output,
 ) -> Result<ExitCode> {
-    if std::env::var("LARDER_GPU").is_ok_and(|v| v == "emulated") {
+    if crate::commands::device::gpu::emulated() {
         return chunk_on(&EmulatedDevice, "emulated", files, config, cuts, out);
     }
     let gpu = Gpu::open(0)?;

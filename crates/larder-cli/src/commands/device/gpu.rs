@@ -86,6 +86,12 @@ pub fn noise(len: usize) -> Vec<u8> {
     out
 }
 
+/// Whether `LARDER_GPU=emulated` asks for the GPU backend's CPU emulation in the
+/// GPU's place (docs/design/gpu.md, "Choosing the device").
+pub fn emulated() -> bool {
+    std::env::var("LARDER_GPU").is_ok_and(|v| v == "emulated")
+}
+
 /// How the GPU is fed: its configuration, and the bytes of each stream it is given.
 #[derive(Clone, Copy)]
 struct Shape {
@@ -93,16 +99,13 @@ struct Shape {
     stream: usize,
 }
 
-/// `larder chunk`: each file one stream, 64 MiB blocks.
-const CHUNK_SHAPE: Shape = Shape {
-    gpu: GpuConfig {
-        block_size: 64 << 20,
-        stretch: 4096,
-        slots: 16,
-        streams: 2,
-    },
-    stream: usize::MAX,
-};
+/// `larder chunk`: each file one stream, in the blocks of [`GpuConfig::default`].
+fn chunk_shape() -> Shape {
+    Shape {
+        gpu: GpuConfig::default(),
+        stream: usize::MAX,
+    }
+}
 
 /// A backup: stage 1 gives the device one 8 MiB block at a time, as a stream of its
 /// own; four 2 MiB blocks in flight overlap each one's upload with the others' scans.
@@ -124,13 +127,13 @@ pub fn auto_is_gpu(config: &ChunkerConfig, out: &Output) -> Result<bool> {
     let Ok(gpu) = Gpu::open(0) else {
         return Ok(false);
     };
-    faster_than_cpu(&gpu, config, CHUNK_SHAPE, out)
+    faster_than_cpu(&gpu, config, chunk_shape(), out)
 }
 
 /// The GPU of a backup, or with `LARDER_GPU=emulated` its CPU emulation, chunking and
 /// hashing as `config` says. The GPU stays open for the life of the process.
 pub fn backup_device(config: &RepoConfig) -> Result<BackupDevice> {
-    if std::env::var("LARDER_GPU").is_ok_and(|v| v == "emulated") {
+    if emulated() {
         static EMULATED: EmulatedDevice = EmulatedDevice;
         return shared(&EMULATED, config);
     }
