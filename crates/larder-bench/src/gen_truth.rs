@@ -1,7 +1,7 @@
-//! larder's dedup ratio against the workload generator's ground truth (issue 5,
-//! acceptance 2): generation 1 and generations 2 to 5 of `larder-gen` (one client,
-//! the default model: shifting edits), each backed up as one snapshot into one
-//! repository, beside what the generator knows is new.
+//! larder's dedup ratio against the workload generator's ground truth: generation 1
+//! and generations 2 to 5 of `larder-gen` (one client, the default model: shifting
+//! edits), each backed up as one snapshot into one repository, beside what the
+//! generator knows is new.
 //!
 //! The difference has one cause: a chunk holding any new byte is new. The generator's
 //! extents say which bytes of a generation repeat bytes written before (*copied*); so

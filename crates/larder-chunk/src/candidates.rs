@@ -1,7 +1,7 @@
 //! FastCDC 2020 in two passes: a data-parallel scan for candidate cut points, then the
 //! sequential selection of the true cut points among them.
 //!
-//! This is the form a wide device computes FastCDC in (the GPU backend of issue 8
+//! This is the form a wide device computes FastCDC in (larder-gpu
 //! scans on the device and selects on the host), and the portable twin such a device
 //! path is checked against. It gives exactly [`FastCdc2020`]'s cut points:
 //!

@@ -1,4 +1,4 @@
-//! Issue 7, acceptance 2 at the index level, with real processes: a 3-member etcd, a
+//! The cluster's exactness at the index level, with real processes: a 3-member etcd, a
 //! cluster of 256 partitions made by `larder cluster init`, and 4 `larder node`
 //! processes. Two routers in the test (one as node 1, one as node 3, outside the node
 //! processes, following the map and members in etcd) look fingerprints up and store

@@ -1,4 +1,4 @@
-//! The lookup rate one node serves on loopback (issue 7, acceptance 3: at least 1
+//! The lookup rate one node serves on loopback (the target: at least 1
 //! million fingerprints per second). A server runs on its own runtime, as another
 //! process would, over one of two handlers (`--handler`):
 //!

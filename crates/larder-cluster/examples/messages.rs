@@ -1,5 +1,5 @@
-//! Messages per node per request against the paper's model (issue 7, acceptance 3;
-//! the paper's equation (1) and Fig. 4, `larder_cluster::model`). For each cluster
+//! Messages per node per request against the paper's model (the
+//! paper's equation (1) and Fig. 4, `larder_cluster::model`). For each cluster
 //! size, in-process nodes (an `OwnerService` over per-partition disk indexes and its
 //! `LookupServer` on loopback each, the partitions spread by `plan_moves`) and one
 //! `Router` per node answering its own partitions in process. Every node in turn

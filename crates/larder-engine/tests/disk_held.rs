@@ -208,7 +208,7 @@ fn gen_generations(dir: &Path, size: u64, count: u32) -> Vec<std::path::PathBuf>
     paths
 }
 
-/// Issue 20: inside a backup, the lazy lookup at `--index-memory 1MiB` saved few lookup
+/// Inside a backup, the lazy lookup at `--index-memory 1MiB` saved few lookup
 /// I/Os, since stage 3's share of the budget (256 KiB) held less than one batch and
 /// every batch made it look the whole lazy buffer up. Generations of the generator's
 /// model, 2 KiB chunks, the index many times the budget: the lazy backup stores exactly

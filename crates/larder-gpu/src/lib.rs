@@ -1,4 +1,4 @@
-//! The GPU backend (issue 8, docs/design/gpu.md): FastCDC 2020's candidate scan and
+//! The GPU backend (docs/design/gpu.md): FastCDC 2020's candidate scan and
 //! batched chunk fingerprints on an NVIDIA GPU, in one pass over the data.
 //!
 //! The device scans each block for candidate cut points ([`larder_chunk::Candidate`]),

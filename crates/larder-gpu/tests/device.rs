@@ -1,4 +1,4 @@
-//! Differential tests of the GPU pipeline against the CPU path (issue 8, acceptance 1):
+//! Differential tests of the GPU pipeline against the CPU path:
 //! cut points and fingerprints over 1,000 cases of chunk sizes, levels, input lengths,
 //! block sizes, stretches, slots, streams, push sizes and hashes, on random data and,
 //! when `LARDER_GPU_REAL_DATA` names a file, on slices of it for every other case.
