@@ -1,9 +1,9 @@
 //! FastCDC 2020 in two passes: a data-parallel scan for candidate cut points, then the
 //! sequential selection of the true cut points among them.
 //!
-//! This is the form a wide device computes FastCDC in (larder-gpu
-//! scans on the device and selects on the host), and the portable twin such a device
-//! path is checked against. It gives exactly [`FastCdc2020`]'s cut points:
+//! This is the form a wide device computes FastCDC in (larder-gpu scans on the device
+//! and selects on the host), and the portable twin such a device path is checked
+//! against. It gives exactly [`FastCdc2020`]'s cut points:
 //!
 //! - Both masks have bits only below bit 48 ([`crate::MASKS`]), and the 2016 Gear hash
 //!   shifts one bit per byte, so the judged bits at byte `p` depend only on the
