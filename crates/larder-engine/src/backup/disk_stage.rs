@@ -384,6 +384,7 @@ impl Waiting {
         let mut out = WriteBatch {
             buffers: Vec::new(),
             chunks: Vec::new(),
+            seal: false,
         };
         let mut fps = held.fps.into_iter().zip(new).enumerate();
         for info in &pieces {

@@ -51,6 +51,9 @@ pub(super) struct Asked {
 pub(super) struct WriteBatch {
     pub buffers: Vec<Vec<u8>>,
     pub chunks: Vec<NewChunk>,
+    /// Seal the open container once these chunks are in it: a backup waiting long on a
+    /// remote index has its new chunks written and acknowledged (`remote_stage`).
+    pub seal: bool,
 }
 
 /// Stage 3's state for the whole backup: this round's new chunks, and every file's
@@ -234,7 +237,11 @@ impl Indexer {
             });
             buffers.push(piece.data);
         }
-        WriteBatch { buffers, chunks }
+        WriteBatch {
+            buffers,
+            chunks,
+            seal: false,
+        }
     }
 
     /// Counts the chunks of one piece, taking their fingerprints and whether each is
@@ -299,6 +306,17 @@ impl StageOut<'_> {
         } else {
             self.tx.send(out).is_ok()
         }
+    }
+
+    /// Asks stage 4 to seal its open container after the chunks sent so far; `false`
+    /// once stage 4 has stopped. Called outside a busy span, as `send`.
+    pub fn seal(&self) -> bool {
+        let seal = WriteBatch {
+            buffers: Vec::new(),
+            chunks: Vec::new(),
+            seal: true,
+        };
+        self.tx.send(seal).is_ok()
     }
 }
 

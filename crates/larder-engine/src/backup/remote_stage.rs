@@ -8,9 +8,9 @@
 //! first copy's answer was in.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use crossbeam_channel::{select, Receiver};
+use crossbeam_channel::{select, Receiver, RecvTimeoutError};
 use larder_index::CuckooIndex;
 
 use super::gate::SerialGate;
@@ -23,6 +23,14 @@ use crate::error::Result;
 /// stage 3 until its answers come; one at a time left the owners idle while a batch
 /// was chunked, hashed and written, and the node waiting on a round trip per block.
 pub(super) const LOOKUPS_AHEAD: usize = 4;
+
+/// How long stage 3 waits on a lookup, with nothing else to do, before it asks stage 4
+/// to seal the open container. A fingerprint another backup holds the lock on is
+/// answered only once that backup acknowledges it, and a backup acknowledges a chunk
+/// only once its container is sealed and written: two backups each holding a chunk the
+/// other waits for in an open container would wait until the locks expired (the
+/// owner's `--lock-timeout`, 30 s).
+const SEAL_AFTER: Duration = Duration::from_millis(50);
 
 /// A batch whose lookup is in flight.
 struct Asking {
@@ -55,6 +63,9 @@ pub(super) fn run(
     let mut next = 0u64;
     let mut asking: VecDeque<Asking> = VecDeque::new();
     let mut open = true;
+    // Whether stage 4 was sent new chunks since its open container was last sealed
+    // at this stage's request.
+    let mut unsealed = false;
     loop {
         while asking.len() < ahead {
             let Some(batch) = reorder.remove(&next) else {
@@ -85,11 +96,10 @@ pub(super) fn run(
         let event = if open && asking.len() < ahead {
             next_event(rx, oldest)
         } else {
-            // Nothing else to do: waiting on its own lookups is stage 3's work.
-            let span = gate.begin();
-            let answers = oldest.lookup.receiver().recv();
-            busy += span.end();
-            Event::Answered(answers.unwrap_or_else(|_| Err(dropped())))
+            match wait_oldest(oldest, &mut unsealed, out, gate, &mut busy) {
+                Some(answers) => Event::Answered(answers),
+                None => return Ok(busy),
+            }
         };
         match event {
             Event::Batch(Some(batch)) => {
@@ -102,12 +112,43 @@ pub(super) fn run(
                 let new = indexer.answered(&batch.fps, asked, answers)?;
                 let write = indexer.emit(batch, &new, out.progress, out.warnings);
                 busy += span.end();
+                unsealed |= !write.chunks.is_empty();
                 if !out.send(write) {
                     return Ok(busy);
                 }
             }
         }
     }
+}
+
+/// Waits for the oldest lookup's answers with nothing else to do: stage 3's work, its
+/// time counted busy. Past [`SEAL_AFTER`], stage 4 is first asked to seal its open
+/// container when it holds chunks sent since it was last asked. `None` once stage 4
+/// has stopped.
+fn wait_oldest(
+    oldest: &Asking,
+    unsealed: &mut bool,
+    out: &StageOut<'_>,
+    gate: &SerialGate,
+    busy: &mut Duration,
+) -> Option<RemoteAnswers> {
+    let span = gate.begin();
+    let answers = oldest.lookup.receiver().recv_timeout(SEAL_AFTER);
+    *busy += span.end();
+    match answers {
+        Ok(answers) => return Some(answers),
+        Err(RecvTimeoutError::Disconnected) => return Some(Err(dropped())),
+        Err(RecvTimeoutError::Timeout) => {}
+    }
+    if *unsealed && !out.seal() {
+        return None;
+    }
+    *unsealed = false;
+    // Outside the gate: in serial mode stage 4 needs it to seal.
+    let waited = Instant::now();
+    let answers = oldest.lookup.receiver().recv();
+    *busy += waited.elapsed();
+    Some(answers.unwrap_or_else(|_| Err(dropped())))
 }
 
 /// Waits for a batch from stage 2 or the answers of the oldest lookup, whichever comes

@@ -214,6 +214,9 @@ pub(super) fn run(
         let span = gate.begin();
         let data: Vec<&[u8]> = batch.buffers.iter().map(Vec::as_slice).collect();
         writer.store(&batch.chunks, &data)?;
+        if batch.seal {
+            writer.seal()?;
+        }
         recycle(pool, batch.buffers);
         busy += span.end();
     }
