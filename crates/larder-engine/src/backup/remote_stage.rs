@@ -45,6 +45,8 @@ enum Event {
     Batch(Option<Batch>),
     /// The answers of the oldest lookup in flight.
     Answered(RemoteAnswers),
+    /// Neither, for [`SEAL_AFTER`].
+    Waited,
 }
 
 /// Runs stage 3 over the batches of `rx`, asking `remote` ahead.
@@ -106,6 +108,13 @@ pub(super) fn run(
                 reorder.insert(batch.seq, batch);
             }
             Event::Batch(None) => open = false,
+            // Stage 2 may be short of buffers that stage 4 holds.
+            Event::Waited => {
+                if unsealed && !out.seal() {
+                    return Ok(busy);
+                }
+                unsealed = false;
+            }
             Event::Answered(answers) => {
                 let Asking { batch, asked, .. } = asking.pop_front().expect("the oldest");
                 let span = gate.begin();
@@ -152,12 +161,13 @@ fn wait_oldest(
 }
 
 /// Waits for a batch from stage 2 or the answers of the oldest lookup, whichever comes
-/// first.
+/// first, for at most [`SEAL_AFTER`].
 fn next_event(rx: &Receiver<Batch>, oldest: &Asking) -> Event {
     select! {
         recv(rx) -> batch => Event::Batch(batch.ok()),
         recv(oldest.lookup.receiver()) -> answers => {
             Event::Answered(answers.unwrap_or_else(|_| Err(dropped())))
         }
+        default(SEAL_AFTER) => Event::Waited,
     }
 }
