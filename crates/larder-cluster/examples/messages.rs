@@ -1,14 +1,14 @@
-//! Messages per node per request against the paper's model (the
-//! paper's equation (1) and Fig. 4, `larder_cluster::model`). For each cluster
-//! size, in-process nodes (an `OwnerService` over per-partition disk indexes and its
-//! `LookupServer` on loopback each, the partitions spread by `plan_moves`) and one
-//! `Router` per node answering its own partitions in process. Every node in turn
-//! writes requests of `c` = request size / chunk size chunks, each new with
-//! probability `--new` (else a copy of a chunk stored before, as in a second backup
-//! generation), and acknowledges the `New` ones: its own partitions' in process, the
-//! others' with one Ack per owner. Counts per request the lookup messages, their
-//! responses and the Ack messages (the model's three phases), checks the totals
-//! against the owners' server counters, and prints a Markdown table measured vs model.
+//! Messages per node per request against the paper's model (its equation (1) and
+//! Fig. 4, `larder_cluster::model`). For each cluster size, in-process nodes (an
+//! `OwnerService` over per-partition disk indexes and its `LookupServer` on loopback
+//! each, the partitions spread by `plan_moves`) and one `Router` per node answering its
+//! own partitions in process. Every node in turn writes requests of `c` = request size
+//! / chunk size chunks, each new with probability `--new` (else a copy of a chunk
+//! stored before, as in a second backup generation), and acknowledges the `New` ones:
+//! its own partitions' in process, the others' with one Ack per owner. Counts per
+//! request the lookup messages, their responses and the Ack messages (the model's three
+//! phases), checks the totals against the owners' server counters, and prints a
+//! Markdown table measured vs model.
 //!
 //! ```sh
 //! cargo run --release -p larder-cluster --example messages -- \

@@ -72,7 +72,7 @@ fn measure<D: Device>(
     let mut stages = StageTimes::default();
     for _ in 0..args.runs.max(1) {
         let start = Instant::now();
-        let (chunks, times) = run_gpu(device, &config, algo, gpu_config, &data)?;
+        let (chunks, times) = run_gpu(device, &config, algo, gpu_config, usize::MAX, &data)?;
         gpu_times.push(start.elapsed());
         stages = times;
         let start = Instant::now();

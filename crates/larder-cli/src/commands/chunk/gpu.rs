@@ -45,6 +45,7 @@ fn chunk_on<D: Device>(
             config,
             HashAlgo::Blake3,
             GpuConfig::default(),
+            usize::MAX,
             &data,
         )?;
         let seconds = start.elapsed().as_secs_f64();

@@ -24,13 +24,15 @@ fn candidate_chunker(config: &ChunkerConfig) -> CandidateChunker {
     )
 }
 
-/// Chunks and fingerprints `data` on `device` (the GPU, or its emulation), fed in
-/// block-sized pushes.
+/// Chunks and fingerprints `data` on `device` (the GPU, or its emulation), fed as
+/// streams of `stream` bytes, each a stream of its own (`usize::MAX`: one stream), in
+/// pushes of `gpu_config`'s blocks.
 pub fn run_gpu<D: Device>(
     device: &D,
     config: &ChunkerConfig,
     algo: HashAlgo,
     gpu_config: GpuConfig,
+    stream: usize,
     data: &[u8],
 ) -> Result<(Vec<GpuChunk>, StageTimes)> {
     let mut hasher = ChunkerHasher::new(
@@ -41,8 +43,9 @@ pub fn run_gpu<D: Device>(
         gpu_config,
     )?;
     let mut chunks = Vec::new();
-    for block in data.chunks(gpu_config.block_size) {
-        chunks.extend(hasher.push(block)?);
+    for part in data.chunks(stream) {
+        chunks.extend(hasher.push(part)?);
+        chunks.extend(hasher.end_stream()?);
     }
     let (last, times) = hasher.finish()?;
     chunks.extend(last);
@@ -188,21 +191,15 @@ fn calibrate(gpu: &Gpu, config: &ChunkerConfig, shape: Shape, out: &Output) -> R
         Ok(start.elapsed())
     };
     let gpu_time = time(&mut || {
-        let candidates = candidate_chunker(config);
-        let mut hasher = ChunkerHasher::new(
+        run_gpu(
             gpu,
-            candidates,
-            config.max_size,
+            config,
             HashAlgo::Blake3,
             shape.gpu,
-        )?;
-        for stream in data.chunks(shape.stream) {
-            for block in stream.chunks(shape.gpu.block_size) {
-                hasher.push(block)?;
-            }
-            hasher.end_stream()?;
-        }
-        Ok(())
+            shape.stream,
+            &data,
+        )
+        .map(drop)
     })?;
     let cpu_time = time(&mut || {
         run_cpu(config, HashAlgo::Blake3, &data);
