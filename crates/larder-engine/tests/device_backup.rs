@@ -1,22 +1,24 @@
 //! Backups with chunking and fingerprinting on a device (docs/design/gpu.md, "Backups
 //! on the GPU"), here the GPU backend's CPU emulation, which runs the very pipeline
-//! code the GPU runs: the containers are byte for byte the CPU path's, the snapshot's
-//! tree is the same, and it restores exactly. A repository the device cannot serve is
-//! refused before anything is read; a device that fails costs the file it was
-//! chunking, with a warning, and nothing else.
+//! code the GPU runs: it stores the CPU path's data chunks in the same containers,
+//! the snapshot's tree is the same, and it restores exactly. A repository the device
+//! cannot serve is refused before anything is read; a device that fails costs the
+//! file it was chunking, with a warning, and nothing else.
 
 use std::fs;
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use larder_chunk::{Chunker, ChunkerConfig, ChunkerKind};
 use larder_engine::{
-    backup, check, restore, BackupOptions, ChunkDevice, EngineError, GpuChunkDevice,
+    backup, check, load_tree, restore, BackupOptions, ChunkDevice, ChunkReader, EngineError,
+    GpuChunkDevice,
 };
 use larder_gpu::{EmulatedDevice, GpuConfig};
 use larder_hash::{Fingerprint, HashAlgo};
-use larder_store::{LockMode, RepoConfig, Repository};
+use larder_store::{LockMode, RepoConfig, Repository, TreeEntry};
 
 #[path = "support/bytes.rs"]
 mod seeded;
@@ -24,6 +26,10 @@ use seeded::bytes;
 
 #[path = "support/options.rs"]
 mod options;
+
+#[path = "support/chunks.rs"]
+mod chunks;
+use chunks::data_chunks;
 use options::{backup_options, check_options, restore_options};
 
 static EMULATED: EmulatedDevice = EmulatedDevice;
@@ -98,14 +104,9 @@ fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
 
 #[test]
 fn the_emulated_device_backs_up_byte_for_byte_as_the_cpu() {
-    // A snapshot records the metadata of its source's ancestors too, so the source
-    // lies where nothing else is created while the two backups run (other tests
-    // create directories in /tmp), and the repositories elsewhere.
-    let base = Path::new(env!("CARGO_TARGET_TMPDIR")).join("device-backup-identical");
-    let _ = fs::remove_dir_all(&base);
-    let src = base.join("src");
-    write_source(&src);
     let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    write_source(&src);
     let chunker = ChunkerConfig::default();
     let given = Arc::new(AtomicUsize::new(0));
     let device = GpuChunkDevice::new(&EMULATED, &chunker, HashAlgo::Blake3, GPU_CONFIG).unwrap();
@@ -125,11 +126,11 @@ fn the_emulated_device_backs_up_byte_for_byte_as_the_cpu() {
         assert!(summary.warnings.is_empty(), "{:?}", summary.warnings);
         snapshots.push((name, summary.snapshot_id));
     }
-    let mut trees = Vec::new();
+    let (mut trees, mut stored) = (Vec::new(), Vec::new());
     for (name, id) in &snapshots {
         let repo = Repository::open(&dir.path().join(name), LockMode::Exclusive).unwrap();
-        let (_, snap) = repo.find_snapshot(id).unwrap();
-        trees.push(snap.tree.fingerprints().unwrap());
+        trees.push(entries_below(&repo, id, &src));
+        stored.push(data_chunks(&repo));
         let report = check(&repo, &check_options(true)).unwrap();
         assert!(report.is_ok(), "{name}: {:?}", report.damage);
         let target = dir.path().join(format!("restored-{name}"));
@@ -148,12 +149,24 @@ fn the_emulated_device_backs_up_byte_for_byte_as_the_cpu() {
         given.load(Ordering::Relaxed) as u64 > large,
         "{given:?} of {large}"
     );
-    assert_eq!(trees[0], trees[1], "the snapshots' trees differ");
-    let containers = |name: &str| files(&dir.path().join(name).join("containers"));
-    let (cpu, gpu) = (containers("cpu"), containers("gpu"));
-    assert!(cpu.len() > 3, "{} containers", cpu.len());
-    assert!(cpu == gpu, "the containers differ");
-    fs::remove_dir_all(&base).unwrap();
+    assert!(trees[0] == trees[1], "the snapshots' trees differ");
+    assert!(stored[0].len() > 3, "{} containers", stored[0].len());
+    assert!(stored[0] == stored[1], "the stored data differs");
+}
+
+/// The entries of snapshot `id` at and below `src`: the tree without `src`'s
+/// ancestors, whose recorded times change whenever another test creates or removes a
+/// directory beside them.
+fn entries_below(repo: &Repository, id: &str, src: &Path) -> Vec<TreeEntry> {
+    let (_, snap) = repo.find_snapshot(id).unwrap();
+    let fps = snap.tree.fingerprints().unwrap();
+    let prefix = src.strip_prefix("/").unwrap().as_os_str().as_bytes();
+    let below = |path: &[u8]| {
+        path.strip_prefix(prefix)
+            .is_some_and(|rest| rest.is_empty() || rest[0] == b'/')
+    };
+    let entries = load_tree(&mut ChunkReader::new(repo), &fps).unwrap();
+    entries.into_iter().filter(|e| below(&e.path)).collect()
 }
 
 #[test]

@@ -22,6 +22,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+mod chunks;
+pub use chunks::*;
+
 pub const LARDER: &str = env!("CARGO_BIN_EXE_larder");
 
 /// The password every run gets (`LARDER_PASSWORD`): repositories are encrypted by
