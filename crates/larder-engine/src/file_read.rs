@@ -34,7 +34,7 @@ use larder_store::{
 };
 use rayon::prelude::*;
 
-use crate::browse::display_path;
+use crate::names::display_path;
 use crate::error::{EngineError, Result};
 use lru::Lru;
 
