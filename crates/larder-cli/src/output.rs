@@ -17,7 +17,7 @@ use std::io::{self, BufWriter, Write};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use larder_engine::{escape_controls, Warning};
+use larder_engine::{escape_controls, escape_name, Warning};
 use serde::Serialize;
 use serde_json::json;
 
@@ -61,6 +61,12 @@ pub struct Output {
 /// Megabytes (10^6 bytes) with one decimal, as most texts show sizes.
 pub fn mb(bytes: u64) -> String {
     format!("{:.1} MB", bytes as f64 / 1e6)
+}
+
+/// A name or other text from storage or the file system, escaped for a line of text
+/// (`escape_name`).
+pub fn shown(text: &str) -> String {
+    escape_name(text.as_bytes())
 }
 
 /// Seconds rounded to 0.1 ms, as every JSON shows durations.

@@ -12,9 +12,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use larder_store::LockMode;
-use serde_json::Value;
 use support::{
-    open_store, restored, snapshot_path, run_command, Output, Repo, TreeBuilder, RUN_TIMEOUT,
+    open_store, restored, run_command, snapshot_path, Output, Repo, TreeBuilder, RUN_TIMEOUT,
 };
 
 /// A name that would forge a line starting with `FORGED` if printed raw.
@@ -87,9 +86,15 @@ fn hostile_names_never_reach_a_terminal_raw() {
     let target = repo.dir("target");
     run(&["restore".as_ref(), "latest".as_ref(), target.as_os_str()]).expect_ok();
     let back = restored(&target, &src);
-    for name in HOSTILE.iter().chain([&b"dir\n\x1b[1mFORGED/inner\r"[..]].iter()) {
+    for name in HOSTILE
+        .iter()
+        .chain([&b"dir\n\x1b[1mFORGED/inner\r"[..]].iter())
+    {
         let name = OsStr::from_bytes(name);
-        assert_eq!(fs::read(back.join(name)).unwrap(), fs::read(src.join(name)).unwrap());
+        assert_eq!(
+            fs::read(back.join(name)).unwrap(),
+            fs::read(src.join(name)).unwrap()
+        );
     }
     // Again, without --overwrite: a warning names every file.
     let again = run(&["restore".as_ref(), "latest".as_ref(), target.as_os_str()]);
@@ -99,7 +104,10 @@ fn hostile_names_never_reach_a_terminal_raw() {
     // Errors naming a path.
     let missing = OsStr::from_bytes(b"/nothing\x1b[2J\nFORGED here");
     run(&["ls".as_ref(), "latest".as_ref(), missing]).expect_code(1);
-    let gone = repo.scratch.path().join(OsStr::from_bytes(b"gone\x1b[2J\nFORGED"));
+    let gone = repo
+        .scratch
+        .path()
+        .join(OsStr::from_bytes(b"gone\x1b[2J\nFORGED"));
     run(&["backup".as_ref(), gone.as_os_str()]);
 
     // A second backup whose new file and tree land in a container of their own; with
@@ -328,7 +336,10 @@ fn the_user_name_comes_from_the_password_database() {
     let mut cmd = repo.command(["backup".as_ref(), src.as_os_str()]);
     cmd.env_remove("USER").env_remove("LOGNAME");
     run_command(cmd, RUN_TIMEOUT).expect_ok();
-    let id = std::process::Command::new("id").arg("-un").output().unwrap();
+    let id = std::process::Command::new("id")
+        .arg("-un")
+        .output()
+        .unwrap();
     let expected = String::from_utf8(id.stdout).unwrap().trim().to_string();
     assert!(!expected.is_empty());
     assert_eq!(repo.snapshots()[0]["snapshot"]["username"], expected);

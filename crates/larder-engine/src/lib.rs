@@ -48,7 +48,7 @@ pub use forget::{
     RetentionPolicy,
 };
 pub use gc::{gc, gc_preview, mark, GcSummary};
-pub use meta::read_xattrs;
+pub use meta::{read_xattrs, user_name};
 pub use names::{display_path, escape_controls, escape_name, BytesField};
 pub use pattern::{parse_pattern_file, Pattern, PatternList};
 pub use restore::{restore, RestoreOptions, RestoreSummary, DEFAULT_RESTORE_CACHE};

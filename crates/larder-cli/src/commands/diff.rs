@@ -8,7 +8,8 @@ use anyhow::Result;
 use clap::Args;
 use larder_bench::plot::format_size;
 use larder_engine::{
-    diff_snapshots, display_path, BytesField, Change, ChangeKind, ChangedField, SnapshotTree, TreeDiff,
+    diff_snapshots, display_path, BytesField, Change, ChangeKind, ChangedField, SnapshotTree,
+    TreeDiff,
 };
 use larder_store::{EntryKind, LockMode};
 use serde::Serialize;

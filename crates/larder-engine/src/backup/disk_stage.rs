@@ -550,6 +550,7 @@ mod tests {
             zero_chunk: Fingerprint([0; 32]),
             recipes: Vec::new(),
             sizes: Vec::new(),
+            chunks_new_by_item: Vec::new(),
             chunks: 0,
             chunks_new: 0,
             bytes_new: 0,
