@@ -264,6 +264,48 @@ mod tests {
         assert_eq!(printed(&both, &sample), "{\"apple\":\"a\",\"zebra\":1}\n");
     }
 
+    /// A warning names its path escaped in text and exactly in JSON, whatever its
+    /// bytes: a path that is not UTF-8 once made the whole `--json` output an error.
+    #[test]
+    fn warnings_show_hostile_paths_escaped_and_serialize_them_exactly() {
+        use std::os::unix::ffi::OsStrExt;
+        let w = Warning {
+            path: std::ffi::OsStr::from_bytes(b"/a\n\x1b[2J\xff").into(),
+            message: "skipped".into(),
+            is_error: false,
+        };
+        assert_eq!(w.to_string(), "/a\\x0a\\x1b[2J\\xff: skipped");
+        assert_eq!(
+            serde_json::to_value(&w).unwrap(),
+            json!({
+                "path": "/a\n\x1b[2J\u{fffd}",
+                "path_hex": "2f610a1b5b324aff",
+                "message": "skipped",
+                "is_error": false,
+            })
+        );
+    }
+
+    /// The log's lines: controls escaped, each event's final newline kept.
+    #[test]
+    fn log_lines_escape_controls_but_keep_their_end() {
+        let mut sink = SafeLines(Vec::new());
+        sink.write_all(b"WARN caching /x\x1b[2J\nFORGED\n").unwrap();
+        sink.write_all(b"no end\r").unwrap();
+        assert_eq!(
+            String::from_utf8(sink.0).unwrap(),
+            "WARN caching /x\\x1b[2J\\x0aFORGED\nno end\\x0d"
+        );
+    }
+
+    #[test]
+    fn error_objects_carry_their_exit_code() {
+        assert_eq!(
+            error_json("bad", 2).to_string(),
+            r#"{"error":"bad","exit_code":2}"#
+        );
+    }
+
     #[test]
     fn quiet_silences_text_unless_the_result_was_asked_for() {
         let sample = Sample {
