@@ -136,7 +136,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
-        Err(e) => return command_line_error(&e),
+        Err(e) => return command_line_error(e),
     };
     // Log lines may name hostile paths and objects: written through `SafeLines`, and
     // without colours, whose escape sequences it would show.
@@ -159,23 +159,35 @@ fn main() -> ExitCode {
 /// What clap found wrong with the command line, or the help or version it was asked
 /// for (stdout, exit code 0). An error is a usage error (exit code 2): clap's message
 /// on stderr, and under `--json` one JSON object on stdout too.
-fn command_line_error(e: &clap::Error) -> ExitCode {
+fn command_line_error(e: clap::Error) -> ExitCode {
     if !e.use_stderr() {
         // Help and version: clap prints them on stdout and exits 0.
         e.exit();
     }
-    let rendered = e.render().to_string();
+    let rendered = shown_error(e).render().to_string();
     if json_requested(std::env::args_os().skip(1)) {
-        let first = rendered.lines().next().unwrap_or("invalid command line");
-        let message = first.strip_prefix("error: ").unwrap_or(first);
-        println!("{}", error_json(message, 2));
+        // The message is the first paragraph (a list of missing arguments included).
+        let first = rendered.split("\n\n").next().unwrap_or_default();
+        let first = first.strip_prefix("error: ").unwrap_or(first);
+        let message: Vec<&str> = first.lines().map(str::trim).collect();
+        println!("{}", error_json(&message.join(" "), 2));
     }
-    // Clap's lines as they are, each made safe: an argument echoed back may hold
-    // escapes.
     for line in rendered.trim_end().lines() {
         eprintln!("{}", escape_controls(line.as_bytes()));
     }
     ExitCode::from(2)
+}
+
+/// `e` as clap renders it for the command line with every argument escaped
+/// (`escape_controls`), so that an argument it echoes back can neither forge a line
+/// nor send escapes; `e` itself where that line fails otherwise (an argument that was
+/// wrong only for its raw bytes), then written line by line, escaped.
+fn shown_error(e: clap::Error) -> clap::Error {
+    let escaped = std::env::args_os().map(|a| escape_controls(a.as_encoded_bytes()));
+    match Cli::try_parse_from(escaped) {
+        Err(same) if same.kind() == e.kind() => same,
+        _ => e,
+    }
 }
 
 /// Whether `--json` is among larder's own arguments (before a `--`), for a command

@@ -247,6 +247,23 @@ fn usage_errors_under_json_are_one_json_object() {
         assert_eq!(out.stdout.lines().count(), 1, "{out}");
         assert!(!out.stderr.is_empty(), "no message for people\n{out}");
     }
+    // An argument clap echoes back is escaped too.
+    for json in [true, false] {
+        let mut args = vec![OsStr::new("frob\x1b[2J\nFORGED")];
+        if json {
+            args.insert(0, OsStr::new("--json"));
+        }
+        let out = repo.run(&args);
+        out.expect_code(2);
+        assert_terminal_safe(&out);
+        assert!(out.stderr.contains("frob\\x1b[2J\\x0aFORGED"), "{out}");
+        if json {
+            assert!(out.json()["error"]
+                .as_str()
+                .unwrap()
+                .contains("\\x0aFORGED"));
+        }
+    }
     // Help is not an error, and `--json` after `--` is not larder's option.
     repo.run(["--json", "--help"]).expect_ok();
     let out = repo.run(["frobnicate", "--", "--json"]);
