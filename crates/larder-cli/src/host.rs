@@ -8,7 +8,13 @@ pub fn hostname() -> String {
         .unwrap_or_default()
 }
 
-/// The user's name from `USER` (empty if unset).
+/// The name of the effective user in the password database, as restic records it;
+/// `USER` where the database has no entry for it (a container's uid), else empty.
 pub fn username() -> String {
-    std::env::var("USER").unwrap_or_default()
+    // SAFETY: geteuid cannot fail and touches no memory.
+    let uid = unsafe { libc::geteuid() };
+    match larder_engine::user_name(uid) {
+        name if !name.is_empty() => String::from_utf8_lossy(&name).into_owned(),
+        _ => std::env::var("USER").unwrap_or_default(),
+    }
 }

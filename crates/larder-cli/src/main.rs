@@ -2,7 +2,9 @@
 //!
 //! Exit codes: 0 success; 1 failure (nothing was committed, or `check` found damage);
 //! 2 usage error; 3 partial success (a snapshot was saved or a restore finished, but
-//! some files could not be read or restored).
+//! some files could not be read or restored). Under `--json`, a failure or usage error
+//! prints `{"error": MESSAGE, "exit_code": CODE}` on stdout, the command line's own
+//! errors included.
 
 mod commands;
 mod duration;
@@ -14,17 +16,19 @@ mod pattern_args;
 mod repo_open;
 mod size;
 
+use std::ffi::OsString;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
+use larder_engine::escape_controls;
 
 use crate::commands::{
     backup, bench, cat, check, chunk, cluster, copy, diff, forget, gc, gen, index, init, key, ls,
     mount, node, restore, snapshots, stats, unlock, Globals,
 };
-use crate::output::Output;
+use crate::output::{error_json, Output, SafeLines};
 use crate::repo_open::RepoOpener;
 
 #[derive(Parser)]
@@ -130,10 +134,16 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return command_line_error(e),
+    };
+    // Log lines may name hostile paths and objects: written through `SafeLines`, and
+    // without colours, whose escape sequences it would show.
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_env("LARDER_LOG"))
-        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_writer(|| SafeLines(std::io::stderr()))
         .init();
     let out = Output::new(cli.json, cli.quiet);
     match run(cli, &out) {
@@ -144,6 +154,46 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// What clap found wrong with the command line, or the help or version it was asked
+/// for (stdout, exit code 0). An error is a usage error (exit code 2): clap's message
+/// on stderr, and under `--json` one JSON object on stdout too.
+fn command_line_error(e: clap::Error) -> ExitCode {
+    if !e.use_stderr() {
+        // Help and version: clap prints them on stdout and exits 0.
+        e.exit();
+    }
+    let rendered = shown_error(e).render().to_string();
+    if json_requested(std::env::args_os().skip(1)) {
+        // The message is the first paragraph (a list of missing arguments included).
+        let first = rendered.split("\n\n").next().unwrap_or_default();
+        let first = first.strip_prefix("error: ").unwrap_or(first);
+        let message: Vec<&str> = first.lines().map(str::trim).collect();
+        println!("{}", error_json(&message.join(" "), 2));
+    }
+    for line in rendered.trim_end().lines() {
+        eprintln!("{}", escape_controls(line.as_bytes()));
+    }
+    ExitCode::from(2)
+}
+
+/// `e` as clap renders it for the command line with every argument escaped
+/// (`escape_controls`), so that an argument it echoes back can neither forge a line
+/// nor send escapes; `e` itself where that line fails otherwise (an argument that was
+/// wrong only for its raw bytes), then written line by line, escaped.
+fn shown_error(e: clap::Error) -> clap::Error {
+    let escaped = std::env::args_os().map(|a| escape_controls(a.as_encoded_bytes()));
+    match Cli::try_parse_from(escaped) {
+        Err(same) if same.kind() == e.kind() => same,
+        _ => e,
+    }
+}
+
+/// Whether `--json` is among larder's own arguments (before a `--`), for a command
+/// line clap refused before it could say.
+fn json_requested(args: impl Iterator<Item = OsString>) -> bool {
+    args.take_while(|a| a != "--").any(|a| a == "--json")
 }
 
 /// Whether `e` is a write to standard output that found it closed (`larder snapshots
@@ -203,5 +253,19 @@ fn run(cli: Cli, out: &Output) -> Result<ExitCode> {
         Command::Node(args) => node::run(args, &g.repo.password, out),
         Command::Cluster(command) => cluster::run(command, &g.repo.password, out),
         Command::Bench(args) => bench::run(args, out),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_is_requested_only_before_a_double_dash() {
+        let args = |list: &[&str]| list.iter().map(OsString::from).collect::<Vec<_>>();
+        assert!(json_requested(args(&["--json", "frobnicate"]).into_iter()));
+        assert!(json_requested(args(&["restore", "--json"]).into_iter()));
+        assert!(!json_requested(args(&["ls", "--", "--json"]).into_iter()));
+        assert!(!json_requested(args(&["--jsonx"]).into_iter()));
     }
 }

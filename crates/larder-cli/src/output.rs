@@ -1,7 +1,13 @@
 //! What the CLI prints. Every command builds a typed result and hands it to
 //! [`Output::print`]; `Output` alone decides between JSON (`--json`: one object on
 //! stdout), text for people, and no text (`--quiet`). Diagnostics go to stderr in every
-//! mode: errors and warnings always, notes unless `--quiet`.
+//! mode: errors and warnings always, notes and notices unless `--quiet`.
+//!
+//! Names from trees, the file system and storage are hostile (larder_engine's `names`
+//! module): text escapes each name where it is put in (`escape_name`), and every line
+//! written to stderr, the log included, passes [`stderr_line`] or [`SafeLines`], which
+//! escape any control character left (`escape_controls`). An error object under
+//! `--json` is `{"error": MESSAGE, "exit_code": CODE}`.
 
 mod bar;
 pub mod disk_index;
@@ -11,7 +17,7 @@ use std::io::{self, BufWriter, Write};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use larder_engine::Warning;
+use larder_engine::{escape_controls, escape_name, Warning};
 use serde::Serialize;
 use serde_json::json;
 
@@ -46,6 +52,7 @@ pub trait Render: Serialize {
 }
 
 /// `--json` and `--quiet`. Under both, JSON is printed and notes are not.
+#[derive(Clone, Copy)]
 pub struct Output {
     json: bool,
     quiet: bool,
@@ -54,6 +61,12 @@ pub struct Output {
 /// Megabytes (10^6 bytes) with one decimal, as most texts show sizes.
 pub fn mb(bytes: u64) -> String {
     format!("{:.1} MB", bytes as f64 / 1e6)
+}
+
+/// A name or other text from storage or the file system, escaped for a line of text
+/// (`escape_name`).
+pub fn shown(text: &str) -> String {
+    escape_name(text.as_bytes())
 }
 
 /// Seconds rounded to 0.1 ms, as every JSON shows durations.
@@ -72,6 +85,40 @@ pub fn write_failed_paths(w: &mut dyn Write, warnings: &[Warning]) -> io::Result
         )?;
     }
     Ok(())
+}
+
+/// Writes `larder: [LABEL: ]TEXT` on stderr, every control character of `text` (a
+/// raw name in an error message, say) escaped: the one way diagnostics reach stderr.
+pub fn stderr_line(label: Option<&str>, text: &str) {
+    let text = escape_controls(text.as_bytes());
+    match label {
+        Some(label) => eprintln!("larder: {label}: {text}"),
+        None => eprintln!("larder: {text}"),
+    }
+}
+
+/// The JSON object of an error that ended larder with exit code `code`.
+pub fn error_json(message: &str, code: u8) -> serde_json::Value {
+    json!({ "error": message, "exit_code": code })
+}
+
+/// A writer for the log (`LARDER_LOG`): each write, one whole event as the log
+/// formats it, made safe with `escape_controls` but for its final newline.
+pub struct SafeLines<W: Write>(pub W);
+
+impl<W: Write> Write for SafeLines<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let (body, end) = match buf.strip_suffix(b"\n") {
+            Some(body) => (body, "\n"),
+            None => (buf, ""),
+        };
+        write!(self.0, "{}{end}", escape_controls(body))?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.0.flush()
+    }
 }
 
 impl Output {
@@ -100,7 +147,7 @@ impl Output {
             return w.flush();
         }
         for line in result.problems() {
-            eprintln!("larder: {line}");
+            stderr_line(None, &line);
         }
         if !self.quiet || !R::QUIET_SILENCES_TEXT {
             result.write_text(&mut w)?;
@@ -117,20 +164,22 @@ impl Output {
         !self.json && !self.quiet
     }
 
+    /// Reports the error that ends larder with exit code 1.
     pub fn error(&self, e: &anyhow::Error) {
+        let message = format!("{e:#}");
         if self.json {
-            println!("{}", json!({ "error": format!("{e:#}") }));
+            println!("{}", error_json(&message, 1));
         }
-        eprintln!("larder: error: {e:#}");
+        stderr_line(Some("error"), &message);
     }
 
     /// Reports a usage error (bad arguments): nothing was done. Returns exit code 2,
     /// the code clap uses for the errors it catches itself.
     pub fn usage(&self, msg: &str) -> ExitCode {
         if self.json {
-            println!("{}", json!({ "error": msg }));
+            println!("{}", error_json(msg, 2));
         }
-        eprintln!("larder: error: {msg}");
+        stderr_line(Some("error"), msg);
         ExitCode::from(2)
     }
 
@@ -142,16 +191,27 @@ impl Output {
 
     /// Names a problem that did not stop the command (its exit code says so).
     pub fn error_line(&self, msg: &str) {
-        eprintln!("larder: error: {msg}");
+        stderr_line(Some("error"), msg);
     }
 
+    /// `msg` is raw text (names in it need not be escaped, but may be).
     pub fn warn(&self, msg: &str) {
-        eprintln!("larder: warning: {msg}");
+        stderr_line(Some("warning"), msg);
     }
 
     pub fn note(&self, msg: &str) {
         if !self.quiet {
-            eprintln!("larder: {msg}");
+            stderr_line(None, msg);
+        }
+    }
+
+    /// A problem with one path, as a run reports it: an error (the command's exit
+    /// code says so) always, a notice (the result is complete) unless `--quiet`.
+    pub fn path_warning(&self, w: &Warning) {
+        match (w.is_error, self.quiet) {
+            (true, _) => stderr_line(Some("warning"), &w.to_string()),
+            (false, false) => stderr_line(Some("notice"), &w.to_string()),
+            (false, true) => {}
         }
     }
 }
@@ -202,6 +262,48 @@ mod tests {
         // --json wins over --quiet.
         let both = Output::new(true, true);
         assert_eq!(printed(&both, &sample), "{\"apple\":\"a\",\"zebra\":1}\n");
+    }
+
+    /// A warning names its path escaped in text and exactly in JSON, whatever its
+    /// bytes: a path that is not UTF-8 once made the whole `--json` output an error.
+    #[test]
+    fn warnings_show_hostile_paths_escaped_and_serialize_them_exactly() {
+        use std::os::unix::ffi::OsStrExt;
+        let w = Warning {
+            path: std::ffi::OsStr::from_bytes(b"/a\n\x1b[2J\xff").into(),
+            message: "skipped".into(),
+            is_error: false,
+        };
+        assert_eq!(w.to_string(), "/a\\x0a\\x1b[2J\\xff: skipped");
+        assert_eq!(
+            serde_json::to_value(&w).unwrap(),
+            json!({
+                "path": "/a\n\x1b[2J\u{fffd}",
+                "path_hex": "2f610a1b5b324aff",
+                "message": "skipped",
+                "is_error": false,
+            })
+        );
+    }
+
+    /// The log's lines: controls escaped, each event's final newline kept.
+    #[test]
+    fn log_lines_escape_controls_but_keep_their_end() {
+        let mut sink = SafeLines(Vec::new());
+        sink.write_all(b"WARN caching /x\x1b[2J\nFORGED\n").unwrap();
+        sink.write_all(b"no end\r").unwrap();
+        assert_eq!(
+            String::from_utf8(sink.0).unwrap(),
+            "WARN caching /x\\x1b[2J\\x0aFORGED\nno end\\x0d"
+        );
+    }
+
+    #[test]
+    fn error_objects_carry_their_exit_code() {
+        assert_eq!(
+            error_json("bad", 2).to_string(),
+            r#"{"error":"bad","exit_code":2}"#
+        );
     }
 
     #[test]

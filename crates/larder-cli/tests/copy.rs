@@ -14,7 +14,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::{assert_same_tree, pseudo_random, restored, run_command, Repo, TreeBuilder};
+use support::{
+    assert_same_tree, pseudo_random, restored, run_command, snapshot_list, Repo, TreeBuilder,
+};
 
 const DST_PASSWORD: &str = "destination password";
 
@@ -137,10 +139,7 @@ fn copies_between_encrypted_repositories_and_copying_again_copies_nothing() {
     assert_same_tree(&data, &restored(&target, &data));
     run_in(&src, &dst, &["check", "--read-data"], &[]).expect_ok();
     let listed = run_in(&src, &dst, &["--json", "snapshots"], &[]);
-    let Value::Array(snapshots) = listed.json() else {
-        panic!("snapshots --json is not a list\n{listed}");
-    };
-    assert_eq!(snapshots.len(), 2, "{listed}");
+    assert_eq!(snapshot_list(&listed).len(), 2, "{listed}");
 }
 
 #[test]
@@ -205,10 +204,7 @@ fn a_missing_or_wrong_source_password_fails_and_copies_nothing() {
 fn snapshots(repo: &Repo, path: &Path) -> Vec<Value> {
     let listed = run_in(repo, path, &["--json", "snapshots"], &[]);
     listed.expect_ok();
-    match listed.json() {
-        Value::Array(list) => list,
-        other => panic!("snapshots --json gave {other}"),
-    }
+    snapshot_list(&listed)
 }
 
 /// Every snapshot of `dst` restores `data` as the source snapshot it was copied from

@@ -63,8 +63,9 @@ fn run_ok(cmd: &mut Command, what: &str) -> Output {
 
 fn snapshot_ids(repo: &Path) -> Vec<String> {
     let out = run_ok(larder(repo).args(["--json", "snapshots"]), "snapshots");
-    let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    list.as_array()
+    let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    listed["snapshots"]
+        .as_array()
         .unwrap()
         .iter()
         .map(|s| s["id"].as_str().unwrap().to_owned())

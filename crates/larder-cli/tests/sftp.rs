@@ -11,8 +11,8 @@ use std::ffi::OsStr;
 use std::path::Path;
 
 use support::{
-    assert_same_tree, larder_command, restored, run_command, Output, Scratch, TreeBuilder,
-    CHEAP_KDF, RUN_TIMEOUT,
+    assert_same_tree, larder_command, restored, run_command, snapshot_list, Output, Scratch,
+    TreeBuilder, CHEAP_KDF, RUN_TIMEOUT,
 };
 
 /// Runs `larder --repo URL ARGS` reaching `server` through `LARDER_SFTP_ARGS`, with a
@@ -54,8 +54,7 @@ fn every_command_works_over_sftp() {
 
     let listed = run(&["--json", "snapshots"]);
     listed.expect_ok();
-    let snapshots = listed.json();
-    let snapshots = snapshots.as_array().expect("a list of snapshots");
+    let snapshots = snapshot_list(&listed);
     assert_eq!(snapshots.len(), 2, "{listed}");
     let latest = snapshots[1]["id"].as_str().expect("an id").to_string();
 
@@ -68,14 +67,7 @@ fn every_command_works_over_sftp() {
 
     run(&["--json", "forget", "--keep-last", "1"]).expect_ok();
     run(&["--json", "gc"]).expect_ok();
-    assert_eq!(
-        run(&["--json", "snapshots"])
-            .json()
-            .as_array()
-            .unwrap()
-            .len(),
-        1
-    );
+    assert_eq!(snapshot_list(&run(&["--json", "snapshots"])).len(), 1);
     run(&["--json", "check", "--read-data"]).expect_ok();
     let again = scratch.path().join("restore-again");
     run(&["--json", "restore", &latest, path_str(&again)]).expect_ok();

@@ -302,34 +302,29 @@ pub(crate) fn thread_count(threads: usize) -> usize {
     }
 }
 
-/// The previous entries of the files under `roots` (docs/design/nightly.md); what
-/// could not be read is a warning, printed at once.
 /// Whether the repository was opened with a write-only key: its backups cannot read
 /// earlier snapshots (so skip nothing) and write no checkpoints.
 fn write_only(repo: &Repository) -> bool {
     repo.keys().is_some_and(|k| !k.is_full())
 }
 
+/// The previous entries of the files under `roots` (docs/design/nightly.md); what
+/// could not be read goes into `warnings`, which [`backup`] shows once the walk is
+/// done, with the walk's own.
 fn load_previous(
     repo: &Repository,
     roots: &[PathBuf],
     opts: &BackupOptions,
     warnings: &mut Vec<Warning>,
 ) -> Result<Previous> {
-    let mut loading = Vec::new();
-    let previous = Previous::load(
+    Previous::load(
         repo,
         roots,
         &opts.hostname,
         &opts.parents,
         opts.skip.racy_window,
-        &mut loading,
-    )?;
-    for w in &loading {
-        opts.progress.warn(w);
-    }
-    warnings.extend(loading);
-    Ok(previous)
+        warnings,
+    )
 }
 
 /// Decides what to read, runs the rounds and commits each.

@@ -6,12 +6,13 @@
 //! backup writes (docs/design/format.md). Listing shows such a tree as it is; naming
 //! one entry fails with an error where the path is not exactly one entry.
 
-use std::fmt::{self, Write as _};
+use std::fmt;
 use std::io::Write;
 
 use larder_store::{error_chain, EntryKind, Repository, Snapshot, TreeEntry};
 
 use crate::error::{EngineError, Result};
+use crate::names::{display_path, escape_name};
 use crate::tree_io::{load_tree, ChunkReader};
 
 /// A snapshot with its whole tree, read and verified.
@@ -222,41 +223,6 @@ impl fmt::Display for SnapshotPath {
     }
 }
 
-/// A snapshot path as larder shows it: with a leading `/`, the source path it was
-/// backed up from, escaped by [`escape_name`].
-pub fn display_path(path: &[u8]) -> String {
-    let mut out = String::with_capacity(path.len() + 1);
-    out.push('/');
-    out.push_str(&escape_name(path));
-    out
-}
-
-/// `name` made safe to print: `\` becomes `\\`, a control character `\xNN` (ASCII)
-/// or `\u{N}` (other), and a byte that is not part of valid UTF-8 `\xNN`. Names that
-/// need none of this print as they are.
-pub fn escape_name(name: &[u8]) -> String {
-    let mut out = String::with_capacity(name.len());
-    for chunk in name.utf8_chunks() {
-        for c in chunk.valid().chars() {
-            match c {
-                '\\' => out.push_str("\\\\"),
-                // Writing to a String cannot fail.
-                c if c.is_ascii_control() => {
-                    let _ = write!(out, "\\x{:02x}", u32::from(c));
-                }
-                c if c.is_control() => {
-                    let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
-                }
-                c => out.push(c),
-            }
-        }
-        for byte in chunk.invalid() {
-            let _ = write!(out, "\\x{byte:02x}");
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -289,16 +255,5 @@ mod tests {
         assert!(!p.contains(b"home/meat"));
         assert!(!p.contains(b"home"));
         assert!(SnapshotPath::root().contains(b"anything"));
-    }
-
-    #[test]
-    fn names_are_escaped_for_the_terminal() {
-        assert_eq!(escape_name(b"plain name.txt"), "plain name.txt");
-        assert_eq!(escape_name("é".as_bytes()), "é");
-        assert_eq!(escape_name(b"a\\b"), "a\\\\b");
-        assert_eq!(escape_name(b"a\nb\x1b[31m"), "a\\x0ab\\x1b[31m");
-        assert_eq!(escape_name(b"\xff\xfe"), "\\xff\\xfe");
-        assert_eq!(escape_name("\u{85}".as_bytes()), "\\u{85}");
-        assert_eq!(display_path(b"home/me"), "/home/me");
     }
 }

@@ -35,10 +35,12 @@ pub enum Damage {
     Snapshot { reason: String },
     /// A snapshot's tree stream cannot be read.
     Tree { snapshot: String, reason: String },
-    /// A file of a snapshot uses missing or damaged chunks.
+    /// A file of a snapshot uses missing or damaged chunks. Its path as the tree has
+    /// it (no leading `/`); in JSON `path`, and `path_hex` where it is not UTF-8.
     File {
         snapshot: String,
-        path: String,
+        #[serde(flatten, serialize_with = "crate::names::path_fields")]
+        path: Vec<u8>,
         bad_chunks: usize,
     },
 }
@@ -184,7 +186,7 @@ pub fn check(repo: &Repository, opts: &CheckOptions) -> Result<CheckReport> {
                 bad += usize::from(!usable(fp)?);
             }
             if bad > 0 {
-                damaged.insert(String::from_utf8_lossy(&entry.path).into_owned(), bad);
+                damaged.insert(entry.path.clone(), bad);
             }
         }
         for (path, bad_chunks) in damaged {

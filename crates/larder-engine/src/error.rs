@@ -1,9 +1,13 @@
 //! The one error type of the engine, and the warnings that do not stop a run.
 
 use std::fmt;
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
 use larder_store::StoreError;
+use serde::{Serialize, Serializer};
+
+use crate::names::{escape_name, BytesField};
 
 pub type Result<T, E = EngineError> = std::result::Result<T, E>;
 
@@ -83,7 +87,11 @@ impl EngineError {
 
 /// A problem with one path that the run stepped over: an unreadable file, a file that
 /// changed while it was read, a special file that was skipped.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+///
+/// Shown (`Display`) with its path escaped by [`escape_name`]; in JSON, `path` is a
+/// string, with `path_hex` beside it where the path is not UTF-8, then `message` and
+/// `is_error`.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Warning {
     pub path: PathBuf,
     pub message: String,
@@ -110,7 +118,28 @@ impl Warning {
 }
 
 impl fmt::Display for Warning {
+    /// `PATH: MESSAGE`, the path escaped; the message as it is (a line is made safe
+    /// for the terminal where it is written: `escape_controls`).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.path.display(), self.message)
+        let path = escape_name(self.path.as_os_str().as_bytes());
+        write!(f, "{path}: {}", self.message)
+    }
+}
+
+impl Serialize for Warning {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Fields<'a> {
+            #[serde(flatten)]
+            path: BytesField<'a>,
+            message: &'a str,
+            is_error: bool,
+        }
+        Fields {
+            path: BytesField::new("path", self.path.as_os_str().as_bytes()),
+            message: &self.message,
+            is_error: self.is_error,
+        }
+        .serialize(s)
     }
 }

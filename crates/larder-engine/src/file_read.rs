@@ -34,8 +34,8 @@ use larder_store::{
 };
 use rayon::prelude::*;
 
-use crate::browse::display_path;
 use crate::error::{EngineError, Result};
+use crate::names::display_path;
 use lru::Lru;
 
 /// Container tables kept for building layouts. A 4 MiB container of 8 KiB chunks has

@@ -23,6 +23,7 @@ mod file_read;
 mod forget;
 mod gc;
 mod meta;
+mod names;
 mod pattern;
 mod restore;
 mod select;
@@ -36,7 +37,7 @@ pub use backup::{
     backup, backup_stdin, check_device, BackupOptions, BackupSummary, ChunkDevice, Parents,
     RemoteAnswers, RemoteIndex, RemoteLookup, RemoteReply, SkipRules, StageTimes, RACY_WINDOW,
 };
-pub use browse::{display_path, escape_name, SnapshotPath, SnapshotTree};
+pub use browse::{SnapshotPath, SnapshotTree};
 pub use check::{check, CheckOptions, CheckReport, Damage};
 pub use copy::{copy, CopiedSnapshot, CopyOptions, CopySummary, SkipReason, SkippedSnapshot};
 pub use diff::{diff_snapshots, diff_trees, Change, ChangeKind, ChangedField, TreeDiff};
@@ -47,7 +48,8 @@ pub use forget::{
     RetentionPolicy,
 };
 pub use gc::{gc, gc_preview, mark, GcSummary};
-pub use meta::read_xattrs;
+pub use meta::{read_xattrs, user_name};
+pub use names::{display_path, escape_controls, escape_name, BytesField};
 pub use pattern::{parse_pattern_file, Pattern, PatternList};
 pub use restore::{restore, RestoreOptions, RestoreSummary, DEFAULT_RESTORE_CACHE};
 pub use time::{local_offset, parse_utc_rfc3339, utc_rfc3339};

@@ -40,6 +40,12 @@ impl Owners {
     }
 }
 
+/// The name of user `uid` in the password database (`getpwuid_r`); empty when it has
+/// none.
+pub fn user_name(uid: u32) -> Vec<u8> {
+    lookup_name(uid, Kind::User)
+}
+
 #[derive(Clone, Copy)]
 enum Kind {
     User,

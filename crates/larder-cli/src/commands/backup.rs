@@ -56,9 +56,25 @@ pub struct BackupArgs {
     #[arg(long, conflicts_with_all = ["paths", "parent", "force"])]
     stdin: bool,
     /// The name of standard input's file in the snapshot (`cat SNAPSHOT /NAME` writes
-    /// it back)
-    #[arg(long, default_value = "stdin", value_name = "NAME", requires = "stdin")]
+    /// it back): a path of normal components, without `.`, `..` or empty ones
+    #[arg(
+        long,
+        default_value = "stdin",
+        value_name = "NAME",
+        requires = "stdin",
+        value_parser = stdin_filename
+    )]
     stdin_filename: String,
+}
+
+/// A `--stdin-filename` that names a file inside the snapshot (a leading `/` is
+/// allowed); anything else is a usage error, refused before the repository is opened.
+fn stdin_filename(name: &str) -> Result<String, String> {
+    if larder_store::is_safe_relative_path(name.trim_start_matches('/').as_bytes()) {
+        Ok(name.to_string())
+    } else {
+        Err("only normal components are allowed (no `.`, `..` or empty ones)".into())
+    }
 }
 
 /// Exit code 3 when some paths could not be read (the snapshot holds the rest).
@@ -136,6 +152,7 @@ struct Saved<'a> {
     overall_ratio: f64,
     chunks: u64,
     chunks_new: u64,
+    chunks_unused: u64,
     tree_chunks: u64,
     tree_chunks_new: u64,
     containers_written: u64,
@@ -191,6 +208,7 @@ impl<'a> Saved<'a> {
             overall_ratio: s.overall_ratio(),
             chunks: s.chunks,
             chunks_new: s.chunks_new,
+            chunks_unused: s.chunks_unused,
             tree_chunks: s.tree_chunks,
             tree_chunks_new: s.tree_chunks_new,
             containers_written: s.containers_written,
@@ -265,9 +283,13 @@ impl Render for Saved<'_> {
             "  ratios      dedup {:.2}x, compression {:.2}x, overall {:.2}x (input / repository growth)",
             self.dedup_ratio, self.compression_ratio, self.overall_ratio
         )?;
+        let unused = match self.chunks_unused {
+            0 => String::new(),
+            n => format!("; {n} more stored for checkpoints or failed files"),
+        };
         writeln!(
             w,
-            "  chunks      {} ({} new; of them the tree's {}, {} new) in {} new containers",
+            "  chunks      {} ({} new; of them the tree's {}, {} new{unused}) in {} new containers",
             self.chunks,
             self.chunks_new,
             self.tree_chunks,

@@ -57,7 +57,11 @@ pub fn run(args: BenchArgs, out: &Output) -> Result<ExitCode> {
 /// The command line as run, for the reports to name.
 fn command_line() -> String {
     let command: Vec<String> = std::iter::once("larder".to_string())
-        .chain(std::env::args().skip(1))
+        .chain(
+            std::env::args_os()
+                .skip(1)
+                .map(|a| a.to_string_lossy().into_owned()),
+        )
         .collect();
     command.join(" ")
 }

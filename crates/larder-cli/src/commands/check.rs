@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use anyhow::Result;
 use clap::Args;
-use larder_engine::{CheckOptions, CheckReport, Damage, Progress};
+use larder_engine::{escape_name, CheckOptions, CheckReport, Damage, Progress};
 use larder_store::LockMode;
 use serde::Serialize;
 
@@ -105,6 +105,7 @@ fn describe(d: &Damage) -> String {
             path,
             bad_chunks,
         } => {
+            let path = escape_name(path);
             format!("snapshot {snapshot}: file {path} has {bad_chunks} damaged or missing chunk(s)")
         }
     }

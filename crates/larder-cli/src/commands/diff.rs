@@ -8,13 +8,14 @@ use anyhow::Result;
 use clap::Args;
 use larder_bench::plot::format_size;
 use larder_engine::{
-    diff_snapshots, display_path, Change, ChangeKind, ChangedField, SnapshotTree, TreeDiff,
+    diff_snapshots, display_path, BytesField, Change, ChangeKind, ChangedField, SnapshotTree,
+    TreeDiff,
 };
 use larder_store::{EntryKind, LockMode};
 use serde::Serialize;
 
 use super::Globals;
-use crate::output::tree::{kind_name, BytesField};
+use crate::output::tree::kind_name;
 use crate::output::{Output, Render};
 
 #[derive(Args)]
@@ -92,7 +93,7 @@ impl Serialize for ChangeJson<'_> {
         struct Fields {
             change: &'static str,
             #[serde(flatten)]
-            path: BytesField,
+            path: BytesField<'static>,
             /// Absent only for a change without entries, which no diff makes.
             #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
             kind: Option<&'static str>,

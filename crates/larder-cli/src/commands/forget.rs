@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use super::gc::Collected;
 use super::Globals;
-use crate::output::{Output, Render};
+use crate::output::{shown, Output, Render};
 
 #[derive(Args)]
 pub struct ForgetArgs {
@@ -157,15 +157,16 @@ impl<'a> Removed<'a> {
         }
     }
 
-    /// `  ID8  TIME  HOST  PATHS` and `why`.
+    /// `  ID8  TIME  HOST  PATHS` and `why`; what came from storage escaped.
     fn write_line(&self, w: &mut dyn Write, why: &str) -> io::Result<()> {
+        let paths: Vec<String> = self.paths.iter().map(|p| shown(p)).collect();
         writeln!(
             w,
             "  {}  {}  {}  {}{why}",
-            &self.id[..8.min(self.id.len())],
-            self.time.get(..19).unwrap_or(self.time),
-            self.hostname,
-            self.paths.join(" ")
+            shown(self.id.get(..8).unwrap_or(self.id)),
+            shown(self.time.get(..19).unwrap_or(self.time)),
+            shown(self.hostname),
+            paths.join(" ")
         )
     }
 }

@@ -11,7 +11,7 @@ use larder_store::{keys, LockMode, Repository};
 use serde::Serialize;
 
 use super::Globals;
-use crate::output::{Output, Render};
+use crate::output::{shown, Output, Render};
 use crate::password::NewPasswordArgs;
 use crate::repo_open::new_slot;
 
@@ -166,18 +166,19 @@ impl Render for KeyList {
             "  {:<16}  {:<10}  {:<20}  host / user",
             "id", "kind", "created"
         )?;
+        // Slots come from storage: what they hold is escaped, as any name.
         for s in &self.slots {
             let mark = if s.current { "*" } else { " " };
             match &s.damaged {
-                Some(e) => writeln!(w, "{mark} {:<16}  damaged: {e}", s.id)?,
+                Some(e) => writeln!(w, "{mark} {:<16}  damaged: {}", shown(&s.id), shown(e))?,
                 None => writeln!(
                     w,
                     "{mark} {:<16}  {:<10}  {:<20}  {} / {}",
-                    s.id,
+                    shown(&s.id),
                     s.kind.unwrap_or(""),
-                    s.created,
-                    s.hostname,
-                    s.username
+                    shown(&s.created),
+                    shown(&s.hostname),
+                    shown(&s.username)
                 )?,
             }
         }

@@ -8,12 +8,12 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::Args;
-use larder_engine::{display_path, SnapshotPath, SnapshotTree};
+use larder_engine::{display_path, BytesField, SnapshotPath, SnapshotTree};
 use larder_store::LockMode;
 use serde::Serialize;
 
 use super::Globals;
-use crate::output::tree::{long_line, BytesField, EntryJson};
+use crate::output::tree::{long_line, EntryJson};
 use crate::output::{Output, Render};
 
 #[derive(Args)]
@@ -55,7 +55,7 @@ struct Listing<'a> {
     snapshot: &'a str,
     /// The path listed under.
     #[serde(flatten)]
-    path: BytesField,
+    path: BytesField<'a>,
     count: usize,
     entries: Vec<EntryJson<'a>>,
     #[serde(skip)]

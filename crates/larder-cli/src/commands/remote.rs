@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use super::cluster::runtime;
 use super::exit_code;
-use crate::output::{Output, Render};
+use crate::output::{shown, Output, Render};
 
 /// Runs `job` on the first of `nodes` that answers; its JSON summary.
 fn job(nodes: &[String], job: Job) -> Result<Value> {
@@ -74,8 +74,8 @@ pub fn restore(nodes: &[String], snapshot: &str, target: &Path, out: &Output) ->
 
 /// `larder snapshots --cluster`: every node's snapshots.
 pub fn snapshots(nodes: &[String], out: &Output) -> Result<ExitCode> {
-    let list = job(nodes, Job::Snapshots)?;
-    out.print(&RemoteSnapshots(list))?;
+    let snapshots = job(nodes, Job::Snapshots)?;
+    out.print(&RemoteSnapshots { snapshots })?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -115,29 +115,34 @@ impl Render for RemoteRestore {
     }
 }
 
-/// Every node's snapshots: an array of objects.
+/// Every node's snapshots; JSON: `{"snapshots": [...]}`, the array as the node gave
+/// it, as `snapshots` gives one object.
 #[derive(Serialize)]
-#[serde(transparent)]
-struct RemoteSnapshots(Value);
+struct RemoteSnapshots {
+    snapshots: Value,
+}
 
 impl Render for RemoteSnapshots {
     /// What the command exists to show: `--quiet` leaves it, as it always has.
     const QUIET_SILENCES_TEXT: bool = false;
 
     fn write_text(&self, w: &mut dyn Write) -> io::Result<()> {
-        for s in self.0.as_array().into_iter().flatten() {
-            let paths: Vec<&str> = s["paths"]
+        // Every field comes from a node's storage: escaped, as any name.
+        let field = |s: &Value, key: &str| shown(s[key].as_str().unwrap_or("?"));
+        for s in self.snapshots.as_array().into_iter().flatten() {
+            let paths: Vec<String> = s["paths"]
                 .as_array()
                 .into_iter()
                 .flatten()
                 .filter_map(Value::as_str)
+                .map(shown)
                 .collect();
             writeln!(
                 w,
                 "{}  {}  {}  {}",
-                s["id"].as_str().unwrap_or("?").get(..16).unwrap_or("?"),
-                s["time"].as_str().unwrap_or("?"),
-                s["hostname"].as_str().unwrap_or("?"),
+                field(s, "id").get(..16).unwrap_or("?"),
+                field(s, "time"),
+                field(s, "hostname"),
                 paths.join(" ")
             )?;
         }

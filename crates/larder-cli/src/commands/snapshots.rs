@@ -10,7 +10,7 @@ use larder_store::{LockMode, Snapshot};
 use serde::Serialize;
 
 use super::{remote, Globals};
-use crate::output::{mb, Output, Render};
+use crate::output::{mb, shown, Output, Render};
 
 #[derive(Args)]
 pub struct SnapshotsArgs {}
@@ -25,18 +25,22 @@ pub fn run(_args: SnapshotsArgs, g: &Globals, out: &Output) -> Result<ExitCode> 
     for e in &bad {
         out.warn(&larder_store::error_chain(e));
     }
-    let list: Vec<Listed> = snapshots
+    let snapshots: Vec<Listed> = snapshots
         .iter()
         .map(|(id, snapshot)| Listed { id, snapshot })
         .collect();
-    out.print(&SnapshotList(list))?;
+    out.print(&SnapshotList { snapshots })?;
     Ok(ExitCode::SUCCESS)
 }
 
-/// Every readable snapshot, oldest first; JSON: an array.
+/// Every readable snapshot, oldest first; JSON: `{"snapshots": [{"id": ID,
+/// "snapshot": SNAPSHOT}, ...]}`. Host, user and paths are strings as the snapshot
+/// file holds them (a source path that was not UTF-8 was recorded lossily; its exact
+/// bytes are in the tree, as `ls --json` shows them).
 #[derive(Serialize)]
-#[serde(transparent)]
-struct SnapshotList<'a>(Vec<Listed<'a>>);
+struct SnapshotList<'a> {
+    snapshots: Vec<Listed<'a>>,
+}
 
 #[derive(Serialize)]
 struct Listed<'a> {
@@ -51,21 +55,23 @@ impl Render for SnapshotList<'_> {
             "{:<10} {:<20} {:<16} {:>12}  paths",
             "id", "time", "host", "size"
         )?;
-        for Listed { id, snapshot: s } in &self.0 {
+        // Time, host and paths come from storage: each escaped, as any name.
+        for Listed { id, snapshot: s } in &self.snapshots {
             let time = s.time.get(..19).unwrap_or(&s.time).replace('T', " ");
+            let paths: Vec<String> = s.paths.iter().map(|p| shown(p)).collect();
             writeln!(
                 w,
                 "{:<10} {:<20} {:<16} {:>12}  {}{}",
-                &id[..8],
-                time,
-                s.hostname,
+                shown(id.get(..8).unwrap_or(id)),
+                shown(&time),
+                shown(&s.hostname),
                 mb(s.summary.bytes_in),
-                s.paths.join(" "),
+                paths.join(" "),
                 if s.partial { "  (checkpoint)" } else { "" }
             )?;
         }
-        writeln!(w, "{} snapshot(s)", self.0.len())?;
-        let checkpoints = self.0.iter().filter(|l| l.snapshot.partial).count();
+        writeln!(w, "{} snapshot(s)", self.snapshots.len())?;
+        let checkpoints = self.snapshots.iter().filter(|l| l.snapshot.partial).count();
         if checkpoints > 0 {
             writeln!(
                 w,

@@ -11,7 +11,7 @@ use larder_store::{LockHolder, RepoLock};
 use serde::Serialize;
 
 use super::Globals;
-use crate::output::{Output, Render};
+use crate::output::{shown, Output, Render};
 
 #[derive(Args)]
 pub struct UnlockArgs {}
@@ -34,11 +34,14 @@ impl Render for Unlocked<'_> {
         if self.removed.is_empty() {
             return writeln!(w, "the repository is not locked; nothing to remove");
         }
+        // A lock note is another process's (or storage's) text: escaped.
         for h in self.removed {
             writeln!(
                 w,
                 "removed the stale lock of pid {} on {} (`{}`)",
-                h.pid, h.hostname, h.command
+                h.pid,
+                shown(&h.hostname),
+                shown(&h.command)
             )?;
         }
         writeln!(w, "the repository is not locked by a process that is gone")

@@ -8,8 +8,10 @@ use larder_engine::{Progress, Warning};
 use super::Output;
 
 /// A progress bar on stderr when it is a terminal and text is shown; silent otherwise.
+/// Warnings are printed above it, as [`Output::path_warning`] prints them.
 pub struct Bar {
     bar: ProgressBar,
+    out: Output,
 }
 
 impl Bar {
@@ -26,7 +28,7 @@ impl Bar {
         } else {
             ProgressBar::hidden()
         };
-        Self { bar }
+        Self { bar, out: *out }
     }
 
     pub fn finish(&self) {
@@ -44,6 +46,6 @@ impl Progress for Bar {
     }
 
     fn warn(&self, w: &Warning) {
-        self.bar.suspend(|| eprintln!("larder: warning: {w}"));
+        self.bar.suspend(|| self.out.path_warning(w));
     }
 }

@@ -1,11 +1,12 @@
 //! Snapshot entries as `ls` and `diff` show them. Paths show as the source paths they
 //! were backed up from (with a leading `/`); in text, names that could disturb a
 //! terminal are escaped (`larder_engine::escape_name`); in JSON, a name that is not
-//! UTF-8 comes with its exact bytes in hex beside the lossily decoded string.
+//! UTF-8 comes with its exact bytes in hex beside the lossily decoded string
+//! (`larder_engine::BytesField`).
 
-use larder_engine::{display_path, escape_name, utc_rfc3339};
+use larder_engine::{display_path, escape_name, utc_rfc3339, BytesField};
 use larder_store::{EntryKind, TreeEntry};
-use serde::ser::{Serialize, SerializeMap, Serializer};
+use serde::ser::{Serialize, Serializer};
 
 pub fn kind_name(kind: EntryKind) -> &'static str {
     match kind {
@@ -18,59 +19,15 @@ pub fn kind_name(kind: EntryKind) -> &'static str {
     }
 }
 
-/// Bytes under `key` as a string: exact where they are UTF-8; otherwise decoded
-/// lossily, with the exact bytes in hex under `KEY_hex`. Meant for
-/// `#[serde(flatten)]`, as it adds one or two keys.
-pub struct BytesField {
-    key: &'static str,
-    bytes: Vec<u8>,
-}
-
-impl BytesField {
-    pub fn new(key: &'static str, bytes: &[u8]) -> Self {
-        Self {
-            key,
-            bytes: bytes.to_vec(),
-        }
-    }
-
-    /// A path in a snapshot, with the leading `/` it had as a source path.
-    pub fn slash_path(key: &'static str, path: &[u8]) -> Self {
-        let mut bytes = Vec::with_capacity(path.len() + 1);
-        bytes.push(b'/');
-        bytes.extend_from_slice(path);
-        Self { key, bytes }
-    }
-}
-
-impl Serialize for BytesField {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match std::str::from_utf8(&self.bytes) {
-            Ok(text) => {
-                let mut map = s.serialize_map(Some(1))?;
-                map.serialize_entry(self.key, text)?;
-                map.end()
-            }
-            Err(_) => {
-                let mut map = s.serialize_map(Some(2))?;
-                map.serialize_entry(self.key, &String::from_utf8_lossy(&self.bytes))?;
-                let hex: String = self.bytes.iter().map(|b| format!("{b:02x}")).collect();
-                map.serialize_entry(&format!("{}_hex", self.key), &hex)?;
-                map.end()
-            }
-        }
-    }
-}
-
 /// One entry in `ls --json`.
 pub struct EntryJson<'a>(pub &'a TreeEntry);
 
 impl Serialize for EntryJson<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         #[derive(serde::Serialize)]
-        struct Fields {
+        struct Fields<'a> {
             #[serde(flatten)]
-            path: BytesField,
+            path: BytesField<'a>,
             #[serde(rename = "type")]
             kind: &'static str,
             mode: u32,
@@ -84,7 +41,7 @@ impl Serialize for EntryJson<'_> {
             chunks: Option<usize>,
             /// Symlinks only.
             #[serde(flatten)]
-            target: Option<BytesField>,
+            target: Option<BytesField<'a>>,
             /// Device nodes only: the device number.
             #[serde(skip_serializing_if = "Option::is_none")]
             device: Option<u64>,

@@ -424,10 +424,7 @@ impl Repo {
     pub fn snapshots(&self) -> Vec<Value> {
         let out = self.run(["--json", "snapshots"]);
         out.expect_ok();
-        match out.json() {
-            Value::Array(list) => list,
-            other => panic!("snapshots --json gave {other}"),
-        }
+        snapshot_list(&out)
     }
 
     /// `check --json [--read-data]`, whatever its outcome.
@@ -438,6 +435,19 @@ impl Repo {
             args.push("--read-data");
         }
         self.run(args)
+    }
+}
+
+/// The list a successful `snapshots --json` printed (`{"snapshots": [...]}`), oldest
+/// first.
+#[track_caller]
+pub fn snapshot_list(listed: &Output) -> Vec<Value> {
+    match listed.json() {
+        Value::Object(mut object) => match object.remove("snapshots") {
+            Some(Value::Array(list)) => list,
+            _ => panic!("snapshots --json has no snapshots array\n{listed}"),
+        },
+        _ => panic!("snapshots --json is not one object\n{listed}"),
     }
 }
 

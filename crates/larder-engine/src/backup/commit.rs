@@ -3,6 +3,7 @@
 //! backup's own after the last. Once the backup's snapshot is durable, its
 //! checkpoints, and those older killed runs left for the same paths, are removed.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Instant, SystemTime};
@@ -33,9 +34,10 @@ pub(super) struct Committer<'o> {
     bytes_new_stored: u64,
     /// Containers, segments and snapshot files written.
     bytes_stored: u64,
-    tree_chunks_new: u64,
-    /// The backup's own snapshot, once written: id, summary and tree chunk count.
-    done: Option<(String, SnapshotSummary, u64)>,
+    /// The tree chunks this backup stored, every round's.
+    tree_written: HashSet<Fingerprint>,
+    /// The backup's own snapshot, once written: id, summary and its tree's chunks.
+    done: Option<(String, SnapshotSummary, TreeCount)>,
 }
 
 impl<'o> Committer<'o> {
@@ -55,7 +57,7 @@ impl<'o> Committer<'o> {
             containers_written: 0,
             bytes_new_stored: 0,
             bytes_stored: 0,
-            tree_chunks_new: 0,
+            tree_written: HashSet::new(),
             done: None,
         }
     }
@@ -76,7 +78,7 @@ impl<'o> Committer<'o> {
         let started = Instant::now();
         self.containers_written += out.written.len() as u64;
         self.bytes_new_stored += out.bytes_new_stored;
-        self.tree_chunks_new += out.tree.new;
+        self.tree_written.extend(out.tree.new.iter().copied());
         if !out.written.is_empty() {
             self.bytes_stored += out.container_bytes + repo.segment_file_len(&out.written);
         }
@@ -107,8 +109,8 @@ impl<'o> Committer<'o> {
             }
         }
         let prefix = &items[..out.upto];
-        let mut summary = counts(prefix, indexer);
-        summary.chunks += out.tree.fps.len() as u64;
+        let tree = TreeCount::of(&out.tree.fps, &self.tree_written);
+        let mut summary = counts(prefix, indexer, tree);
         summary.errors = lock(warnings).iter().filter(|w| w.is_error).count() as u64;
         summary.files_new = self.decisions.files_new;
         summary.files_changed = self.decisions.files_changed;
@@ -136,7 +138,7 @@ impl<'o> Committer<'o> {
         }
         if complete {
             self.remove_stale_checkpoints(repo, warnings)?;
-            self.done = Some((id, summary, out.tree.fps.len() as u64));
+            self.done = Some((id, summary, tree));
         } else {
             self.checkpoint = Some(id);
             self.checkpoints += 1;
@@ -188,7 +190,7 @@ impl<'o> Committer<'o> {
     /// The backup's summary, once its snapshot is written.
     pub fn summary(self, indexer: &Indexer, warnings: Vec<Warning>) -> BackupSummary {
         let decisions = self.decisions;
-        let (snapshot_id, s, tree_chunks) = self.done.unwrap_or_default();
+        let (snapshot_id, s, tree) = self.done.unwrap_or_default();
         BackupSummary {
             snapshot_id,
             files: s.files,
@@ -205,9 +207,11 @@ impl<'o> Committer<'o> {
             bytes_new_stored: self.bytes_new_stored,
             bytes_stored: self.bytes_stored,
             chunks: s.chunks,
-            chunks_new: indexer.chunks_new,
-            tree_chunks,
-            tree_chunks_new: self.tree_chunks_new,
+            chunks_new: s.chunks_new,
+            // What the snapshot counts new is a part of all that was stored.
+            chunks_unused: indexer.chunks_new.saturating_sub(s.chunks_new),
+            tree_chunks: tree.chunks,
+            tree_chunks_new: tree.new,
             containers_written: self.containers_written,
             checkpoints: self.checkpoints,
             parents: decisions.parents.clone(),
@@ -220,12 +224,35 @@ impl<'o> Committer<'o> {
     }
 }
 
-/// Counts of the entries a snapshot of `items` (a prefix of the walk) holds.
-fn counts(items: &[Item], indexer: &Indexer) -> SnapshotSummary {
+/// A snapshot's tree chunks, and how many distinct ones of them this backup stored
+/// (in this round or an earlier one's checkpoint tree).
+#[derive(Clone, Copy, Default)]
+struct TreeCount {
+    chunks: u64,
+    new: u64,
+}
+
+impl TreeCount {
+    fn of(fps: &[Fingerprint], written: &HashSet<Fingerprint>) -> Self {
+        let new: HashSet<&Fingerprint> = fps.iter().filter(|fp| written.contains(fp)).collect();
+        Self {
+            chunks: fps.len() as u64,
+            new: new.len() as u64,
+        }
+    }
+}
+
+/// Counts of the entries a snapshot of `items` (a prefix of the walk) holds, and of
+/// the chunks of its files and `tree`: `chunks` every reference, `chunks_new` those of
+/// them this backup stored, each once; so `chunks_new <= chunks`. Chunks stored for
+/// what the snapshot does not hold (a file that failed, an earlier checkpoint's tree)
+/// are in neither.
+fn counts(items: &[Item], indexer: &Indexer, tree: TreeCount) -> SnapshotSummary {
     let mut s = SnapshotSummary {
         bytes_read: indexer.bytes_read,
         bytes_new: indexer.bytes_new,
-        chunks_new: indexer.chunks_new,
+        chunks: tree.chunks,
+        chunks_new: tree.new,
         ..SnapshotSummary::default()
     };
     for (i, item) in items.iter().enumerate() {
@@ -235,6 +262,7 @@ fn counts(items: &[Item], indexer: &Indexer) -> SnapshotSummary {
                     s.files += 1;
                     s.bytes_in += indexer.sizes[i];
                     s.chunks += recipe.len() as u64;
+                    s.chunks_new += indexer.chunks_new_by_item[i];
                 }
             }
             EntryKind::Dir => s.dirs += 1,

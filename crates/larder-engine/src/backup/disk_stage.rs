@@ -542,14 +542,16 @@ mod tests {
         HashAlgo::Blake3.fingerprint(&i.to_le_bytes())
     }
 
-    fn indexer() -> Indexer {
+    /// An indexer of a backup of `items` walk items, none read yet.
+    fn indexer(items: usize) -> Indexer {
         Indexer {
             new_chunks: HashSet::with_hasher(FingerprintHasher),
             remote: None,
             in_flight: HashSet::with_hasher(FingerprintHasher),
             zero_chunk: Fingerprint([0; 32]),
-            recipes: Vec::new(),
-            sizes: Vec::new(),
+            recipes: vec![None; items],
+            sizes: vec![0; items],
+            chunks_new_by_item: vec![0; items],
             chunks: 0,
             chunks_new: 0,
             bytes_new: 0,
@@ -671,10 +673,8 @@ mod tests {
             let dir = tempfile::tempdir().unwrap();
             let old = 3_000;
             let mut index = lazy_index(dir.path(), old);
-            let mut indexer = indexer();
             let batches = picks.chunks(batch_len).len();
-            indexer.recipes = vec![None; batches];
-            indexer.sizes = vec![0; batches];
+            let mut indexer = indexer(batches);
             let mut waiting = Waiting::new(limit);
             let warnings = Mutex::new(Vec::new());
             let mut out: Vec<WriteBatch> = Vec::new();
@@ -724,9 +724,7 @@ mod tests {
     fn held_batches_keep_only_what_stage_4_may_need() {
         let dir = tempfile::tempdir().unwrap();
         let mut index = lazy_index(dir.path(), 3_000);
-        let mut indexer = indexer();
-        indexer.recipes = vec![None; 5];
-        indexer.sizes = vec![0; 5];
+        let mut indexer = indexer(5);
         let mut waiting = Waiting::new(1 << 20);
         let warnings = Mutex::new(Vec::new());
         let progress = crate::NoProgress;
@@ -814,9 +812,7 @@ mod tests {
     fn room_is_made_from_the_oldest_batch_first() {
         let dir = tempfile::tempdir().unwrap();
         let mut index = lazy_index_with(dir.path(), 3_000, 0);
-        let mut indexer = indexer();
-        indexer.recipes = vec![None; 3];
-        indexer.sizes = vec![0; 3];
+        let mut indexer = indexer(3);
         let mut waiting = Waiting::new(1 << 20);
         let warnings = Mutex::new(Vec::new());
         let progress = crate::NoProgress;

@@ -79,7 +79,12 @@ pub(crate) struct Indexer {
     pub recipes: Vec<Option<Vec<Fingerprint>>>,
     /// Per walk item: the size of the file as read.
     pub sizes: Vec<u64>,
+    /// Per walk item: how many of the chunks this backup stored were first met in it
+    /// (a subset of its recipe's), so that a snapshot counts as new only the chunks it
+    /// holds ([`super::BackupSummary::chunks_new`]).
+    pub chunks_new_by_item: Vec<u64>,
     pub chunks: u64,
+    /// Every chunk stored so far: file data, failed files' and every round's tree.
     pub chunks_new: u64,
     pub bytes_new: u64,
     /// Bytes of file content read.
@@ -104,6 +109,7 @@ impl Indexer {
                 repo.config().chunker.max_chunk_size(),
             ),
             recipes,
+            chunks_new_by_item: vec![0; sizes.len()],
             sizes,
             chunks: 0,
             chunks_new: 0,
@@ -265,6 +271,7 @@ impl Indexer {
             self.chunks += 1;
             if new {
                 self.chunks_new += 1;
+                self.chunks_new_by_item[piece.item] += 1;
                 self.bytes_new += len as u64;
                 new_chunk(i, start, len, fp);
             }

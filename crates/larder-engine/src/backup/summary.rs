@@ -44,16 +44,24 @@ pub struct BackupSummary {
     /// Bytes of file content read; `bytes_in - bytes_read` were skipped unread.
     pub bytes_read: u64,
     pub bytes_skipped: u64,
-    /// Raw bytes of the new chunks (file data and tree): what is left after dedup.
+    /// Raw bytes of every chunk this backup stored (`chunks_new` and
+    /// `chunks_unused`): what is left after dedup.
     pub bytes_new: u64,
     /// Stored bytes of the new chunks: after compression, without metadata.
     pub bytes_new_stored: u64,
     /// Bytes the repository grew by: containers, index segments and snapshots
     /// (checkpoints included).
     pub bytes_stored: u64,
-    /// Chunks of the snapshot's files and tree, reused or not.
+    /// Chunks of the snapshot's files and tree, reused or not: every reference (a
+    /// chunk two files hold counts twice).
     pub chunks: u64,
+    /// The distinct chunks of the snapshot that this backup stored: those no earlier
+    /// snapshot or backup had stored. Never more than `chunks`.
     pub chunks_new: u64,
+    /// Chunks this backup stored that the snapshot does not hold: the trees of its
+    /// checkpoints (where the final tree differs), and what was read of files that
+    /// failed. They stay until `larder gc`.
+    pub chunks_unused: u64,
     /// Of `chunks` and `chunks_new`, those of the tree stream.
     pub tree_chunks: u64,
     pub tree_chunks_new: u64,

@@ -11,12 +11,12 @@ use super::walk::Item;
 use super::write_stage::ContainerWriter;
 use crate::error::Result;
 
-/// A stream stored by [`store_stream`]: its length, its chunks, and how many of them
-/// were new.
+/// A stream stored by [`store_stream`]: its length, its chunks, and those of them
+/// that were new (stored now).
 pub(crate) struct StoredStream {
     pub size: u64,
     pub fps: Vec<Fingerprint>,
-    pub new: u64,
+    pub new: Vec<Fingerprint>,
 }
 
 /// About what one entry takes in a tree stream, to size its buffer once.
@@ -80,7 +80,7 @@ pub(super) fn store_stream(
     indexer.chunks_new += new.len() as u64;
     let stored = StoredStream {
         size: data.len() as u64,
-        new: new.len() as u64,
+        new: new.iter().map(|c| c.fp).collect(),
         fps,
     };
     writer.store(&new, &[data])?;

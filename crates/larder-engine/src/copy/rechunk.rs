@@ -8,7 +8,9 @@
 //! The round then stores a new tree stream: the source's entries, metadata unchanged,
 //! with the new recipes.
 
+use std::ffi::OsStr;
 use std::io;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -22,7 +24,6 @@ use crate::backup::{
     thread_count, thread_pool, Batch, BlockSource, BusySpan, Indexer, Item, Piece, PieceEnd,
     Pipeline, Reader, SerialGate, StageTimes, GROUP_BYTES, GROUP_FILES, SMALL_FILE,
 };
-use crate::browse::display_path;
 use crate::error::{Result, Warning};
 use crate::tree_io::ChunkReader;
 use crate::Progress;
@@ -39,7 +40,8 @@ pub(super) fn send(
     let items: Vec<Item> = entries
         .into_iter()
         .map(|entry| Item {
-            abs: PathBuf::from(display_path(&entry.path)),
+            // Names the file in warnings, which escape it when shown.
+            abs: PathBuf::from(OsStr::from_bytes(&[b"/", entry.path.as_slice()].concat())),
             entry,
         })
         .collect();

@@ -44,7 +44,11 @@ pub struct LockHolder {
 impl LockHolder {
     /// This process.
     pub fn current() -> Self {
-        let mut command = std::env::args().collect::<Vec<_>>().join(" ");
+        // Lossily: an argument that is not UTF-8 (a path to back up) must not panic.
+        let args: Vec<String> = std::env::args_os()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let mut command = args.join(" ");
         if command.len() > MAX_COMMAND_LEN {
             let mut end = MAX_COMMAND_LEN;
             while !command.is_char_boundary(end) {

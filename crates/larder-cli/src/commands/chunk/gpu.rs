@@ -2,12 +2,14 @@
 //! GPU, one result per file as it is done.
 
 use std::io::{self, Write};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
 use larder_chunk::ChunkerConfig;
+use larder_engine::{escape_name, BytesField};
 use larder_gpu::{Device, EmulatedDevice, Gpu, GpuChunk, GpuConfig};
 use larder_hash::HashAlgo;
 use serde::Serialize;
@@ -50,6 +52,7 @@ fn chunk_on<D: Device>(
         )?;
         let seconds = start.elapsed().as_secs_f64();
         out.print(&ChunkedOnGpu {
+            name: BytesField::new("path", file.as_os_str().as_bytes()),
             path: file,
             bytes: data.len(),
             chunks: chunks.len(),
@@ -62,9 +65,13 @@ fn chunk_on<D: Device>(
     Ok(ExitCode::SUCCESS)
 }
 
-/// One file chunked on the GPU.
+/// One file chunked on the GPU; its path in JSON as `path` (and `path_hex` where it
+/// is not UTF-8), in text escaped.
 #[derive(Serialize)]
 struct ChunkedOnGpu<'a> {
+    #[serde(flatten)]
+    name: BytesField<'a>,
+    #[serde(skip)]
     path: &'a Path,
     bytes: usize,
     chunks: usize,
@@ -107,7 +114,7 @@ impl Render for ChunkedOnGpu<'_> {
             writeln!(
                 w,
                 "{}\t{}\t{}\t{}",
-                self.path.display(),
+                escape_name(self.path.as_os_str().as_bytes()),
                 cut.offset,
                 cut.length,
                 cut.fingerprint

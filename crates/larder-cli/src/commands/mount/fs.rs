@@ -321,7 +321,7 @@ fn reply_sized(reply: ReplyXattr, size: u32, data: &[u8]) {
 /// Says on stderr, as larder's other errors, why a call fails with `EIO`: the
 /// program reading sees only the errno.
 fn io_error(why: &str) -> Errno {
-    eprintln!("larder: error: {why}");
+    crate::output::stderr_line(Some("error"), why);
     Errno::EIO
 }
 
