@@ -22,7 +22,7 @@ use clap::{Parser, Subcommand};
 
 use crate::commands::{
     backup, bench, cat, check, chunk, cluster, copy, diff, forget, gc, gen, index, init, key, ls,
-    mount, node, restore, snapshots, stats, unlock, Globals,
+    mount, node, repair, restore, snapshots, stats, unlock, Globals,
 };
 use crate::output::Output;
 use crate::repo_open::RepoOpener;
@@ -109,6 +109,10 @@ enum Command {
     /// Delete the data no snapshot uses, repacking containers that are mostly dead
     #[command(visible_alias = "prune")]
     Gc(gc::GcArgs),
+    /// Repair damage: salvage intact chunks, remove lost ones from the index (the next
+    /// backup stores them again), and write copies of the snapshots that lost data
+    /// without it, naming every file left out (docs/design/repair.md)
+    Repair(repair::RepairArgs),
     /// An encrypted repository's keys: list, add (also write-only), remove, passwd
     #[command(subcommand)]
     Key(key::KeyCommand),
@@ -196,6 +200,7 @@ fn run(cli: Cli, out: &Output) -> Result<ExitCode> {
         Command::Copy(args) => copy::run(args, &g, out),
         Command::Forget(args) => forget::run(args, &g, out),
         Command::Gc(args) => gc::run(args, &g, out),
+        Command::Repair(args) => repair::run(args, &g, out),
         Command::Key(command) => key::run(command, &g, out),
         Command::Unlock(args) => unlock::run(args, &g, out),
         Command::Chunk(args) => chunk::run(args, out),

@@ -860,13 +860,18 @@ fn a_deleted_index_segment_is_damage_that_repair_fixes() {
     assert_eq!(segs.len(), 1, "one backup writes one segment");
     fs::remove_file(&segs[0]).unwrap();
     let out = fx.repo.check(false);
-    out.expect_code(1)
-        .expect_stderr(&["no index segment names", "larder repair"]);
+    out.expect_code(1);
+    let advice = out.json()["advice"].to_string();
+    assert!(advice.contains("larder repair"), "{out}");
     let mut ids = unindexed(&out.json());
     ids.sort();
     let all: Vec<String> = fx.containers.iter().map(|c| c.name.clone()).collect();
     assert_eq!(ids, all, "{out}");
 
+    fx.repo
+        .run(["check"])
+        .expect_code(1)
+        .expect_stderr(&["no index segment names", "advice: `larder repair`"]);
     fx.repo.run(["repair"]).expect_ok();
     assert_eq!(segment_files(&fx.repo.path).len(), 1);
     checks_clean(&fx);
