@@ -10,6 +10,7 @@
 mod support;
 
 #[path = "support/rng.rs"]
+#[allow(dead_code)]
 mod rng;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -18,7 +19,7 @@ use std::fs;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use larder_engine::{load_tree, ChunkReader};
 use larder_store::{EntryKind, LockMode};
@@ -377,7 +378,8 @@ fn copy_repo(from: &Path, to: &Path) {
     }
 }
 
-/// SIGKILLs `repair` at random moments: whatever it left, the next `repair`
+/// SIGKILLs `repair` at random moments (`LARDER_REPAIR_KILLS`, default 4; every other
+/// one after its plan file appears): whatever it left, the next `repair`
 /// finishes, no snapshot is repaired twice, and after a backup of the same source
 /// `check --read-data` passes and the original restores identical.
 #[test]
@@ -393,7 +395,17 @@ fn a_killed_repair_is_finished_by_the_next() {
         fs::remove_dir_all(&d.repo.path).unwrap();
         copy_repo(&pristine, &d.repo.path);
         let mut child = d.repo.command(["repair"]).spawn().unwrap();
-        std::thread::sleep(took.mul_f64(rng.unit()));
+        // Every other kill lands after the plan file appears: within the writes.
+        if round % 2 == 1 {
+            let plans = d.repo.path.join("gc");
+            let deadline = Instant::now() + took * 4;
+            while Instant::now() < deadline && fs::read_dir(&plans).unwrap().next().is_none() {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            std::thread::sleep(took.mul_f64(rng.unit() / 8.0));
+        } else {
+            std::thread::sleep(took.mul_f64(rng.unit()));
+        }
         let _ = child.kill();
         let status = child.wait().unwrap();
         let killed = status.signal().is_some();

@@ -412,6 +412,8 @@ impl Repository {
     ) -> Result<()> {
         let mut max_id = 0;
         let max_named = self.indexed_containers.last().copied();
+        // An interrupted gc's or repair's containers are no lost segment's.
+        let planned = self.planned_containers()?;
         for name in self.backend.list(FileKind::Container)? {
             let Ok(id) = u64::from_str_radix(&name, 16) else {
                 continue;
@@ -429,7 +431,7 @@ impl Repository {
                     self.add_containers(std::slice::from_ref(&c));
                     index(self, &c)?;
                     self.report.adopted_containers.push(id);
-                    if max_named.is_some_and(|named| id < named) {
+                    if max_named.is_some_and(|named| id < named) && !planned.contains(&id) {
                         self.report.adopted_below_named.push(id);
                     }
                     self.pending.push(c);

@@ -444,6 +444,24 @@ impl Repository {
         Ok(())
     }
 
+    /// Every container the plans of interrupted collections (or repairs) delete or
+    /// write: until the next writer finishes or rolls them back, no segment may name
+    /// them, and that is no damage. Plans that fail verification name nothing.
+    pub(super) fn planned_containers(&self) -> Result<std::collections::BTreeSet<u64>> {
+        let mut out = std::collections::BTreeSet::new();
+        for name in self.backend.list(FileKind::GcPlan)? {
+            let plan = self
+                .backend
+                .read(FileKind::GcPlan, &name)
+                .and_then(|bytes| self.open_file(FileKind::GcPlan, &name, bytes))
+                .and_then(|plain| GcPlan::decode(&plain, &name));
+            if let Ok(plan) = plan {
+                out.extend(plan.delete.iter().chain(&plan.new_containers));
+            }
+        }
+        Ok(out)
+    }
+
     /// Names of the plans of interrupted collections (for `check` to mention).
     pub fn pending_gc_plans(&self) -> Result<Vec<String>> {
         self.backend.list(FileKind::GcPlan)
