@@ -419,3 +419,42 @@ fn a_killed_repair_is_finished_by_the_next() {
         assert_same_tree(&d.src, &restore_files(&d.repo, &d.original, &d.src, &tag));
     }
 }
+
+/// `--container` reads the data of the named containers only (the ids `check`
+/// names), and decides as a repair that reads everything; an id the repository does
+/// not hold is refused before anything is written.
+#[test]
+fn container_option_reads_only_the_named_containers() {
+    let repo = Repo::init_plain(&[]);
+    let src = source(&repo);
+    fs::write(src.join("big.bin"), pseudo_random(5, 9_000_000)).unwrap();
+    let original = snapshot_id(&repo.backup(&[&src]));
+    let big = src.join("big.bin");
+    let (_, _, _, count) = chunk_place(&repo.path, &original, &big, 0);
+    let (container, offset, len, _) = chunk_place(&repo.path, &original, &big, count / 3);
+    overwrite_four_bytes(&repo.path, container, offset + len / 2);
+    let id = format!("{container:016x}");
+
+    let everything = repo.run(["--json", "repair", "--dry-run"]);
+    everything.expect_ok();
+    let everything = everything.json();
+    repo.run(["repair", "--container", "ffffff"])
+        .expect_code(1)
+        .expect_stderr(&["container 0000000000ffffff is not in the repository"]);
+    repo.run(["repair", "--container", "not-hex"])
+        .expect_code(2);
+    let named = repo.run(["--json", "repair", "--container", &format!("{id}.ctr")]);
+    named.expect_code(3);
+    let named = named.json();
+    assert!(
+        named["bytes_read"].as_u64() < everything["bytes_read"].as_u64(),
+        "{named:#}"
+    );
+    assert_eq!(named["containers"], everything["containers"]);
+    assert_eq!(
+        named["snapshots"][0]["files"],
+        everything["snapshots"][0]["files"]
+    );
+    repo.backup(&[&src]);
+    repo.check(true).expect_ok();
+}

@@ -221,6 +221,9 @@ fn damaged_containers(
 /// A repaired snapshot to write: its place in the report's `snapshots`, and itself.
 type Repaired = (usize, Snapshot);
 
+/// A chunk to store, with its raw bytes.
+type RawChunk = (Fingerprint, Vec<u8>);
+
 /// Examines every readable snapshot; for each selected one that loses data and has
 /// no whole repaired copy yet, builds its repaired copy. Returns those and the new
 /// chunks their trees need; fills the report's snapshots.
@@ -230,7 +233,7 @@ fn rewrite_snapshots(
     reader: &mut TreeReader<'_>,
     opts: &RepairOptions,
     report: &mut RepairReport,
-) -> Result<(Vec<Repaired>, Vec<(Fingerprint, Vec<u8>)>)> {
+) -> Result<(Vec<Repaired>, Vec<RawChunk>)> {
     let selected = selected_ids(repo, &opts.snapshots)?;
     let is_selected = |id: &str| selected.as_ref().is_none_or(|s| s.contains(id));
     let (all, unreadable) = repo.snapshots()?;
@@ -301,7 +304,7 @@ fn selected_ids(repo: &Repository, names: &[String]) -> Result<Option<HashSet<St
 /// once.
 #[derive(Default)]
 struct NewChunks {
-    chunks: Vec<(Fingerprint, Vec<u8>)>,
+    chunks: Vec<RawChunk>,
     seen: HashSet<Fingerprint>,
 }
 

@@ -800,11 +800,11 @@ impl Repository {
                 Err(e) => bad.push(unreadable(id, &e)),
             }
         }
-        good.sort_by(|a, b| {
-            let key = |(id, s): &IdentifiedSnapshot| {
-                (s.time.clone(), s.repaired_from.is_some(), id.clone())
-            };
-            key(a).cmp(&key(b))
+        good.sort_by(|(a_id, a), (b_id, b)| {
+            let repaired = |s: &Snapshot| s.repaired_from.is_some();
+            (a.time.cmp(&b.time))
+                .then(repaired(a).cmp(&repaired(b)))
+                .then(a_id.cmp(b_id))
         });
         Ok((good, bad))
     }

@@ -297,6 +297,9 @@ impl Repository {
         if crash.reached() {
             return Ok(false);
         }
+        // Committing under a lock that may have been taken as stale would race
+        // another writer.
+        self.check_lock()?;
         self.write_segment(&plan.name(), &segment)?;
         self.backend.sync(FileKind::IndexSegment)?;
         Ok(true)
