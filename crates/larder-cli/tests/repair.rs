@@ -458,3 +458,35 @@ fn container_option_reads_only_the_named_containers() {
     repo.backup(&[&src]);
     repo.check(true).expect_ok();
 }
+
+/// A container of a format version this larder does not know (a newer larder's, or a
+/// forgery) is not damage to delete: repair stops before writing anything, and the
+/// file stays as it was.
+#[test]
+fn a_container_of_an_unknown_version_is_never_deleted() {
+    let repo = Repo::init_plain(&[]);
+    let src = source(&repo);
+    let id = snapshot_id(&repo.backup(&[&src]));
+    let lost = src.join(OsStr::from_bytes(LOST_NAME));
+    let (container, ..) = chunk_place(&repo.path, &id, &lost, 0);
+    let path = container_path(&repo.path, container);
+    let mut bytes = fs::read(&path).unwrap();
+    // Version 9, with the checksum (header, table, footer) made to match.
+    bytes[8..12].copy_from_slice(&9u32.to_le_bytes());
+    let len = bytes.len();
+    let table = u64::from_le_bytes(bytes[len - 56..len - 48].try_into().unwrap()) as usize;
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(&bytes[..32]);
+    hasher.update(&bytes[table..len - 40]);
+    let sum = *hasher.finalize().as_bytes();
+    bytes[len - 40..len - 8].copy_from_slice(&sum);
+    fs::remove_file(&path).unwrap();
+    fs::write(&path, &bytes).unwrap();
+
+    let out = repo.run(["repair"]);
+    out.expect_code(1)
+        .expect_stderr(&["version 9 is not supported"]);
+    assert!(fs::read(&path).unwrap() == bytes, "the container was changed");
+    assert_eq!(fs::read_dir(repo.path.join("gc")).unwrap().count(), 0);
+    assert_eq!(repo.snapshots().len(), 1);
+}
