@@ -486,7 +486,10 @@ fn a_container_of_an_unknown_version_is_never_deleted() {
     let out = repo.run(["repair"]);
     out.expect_code(1)
         .expect_stderr(&["version 9 is not supported"]);
-    assert!(fs::read(&path).unwrap() == bytes, "the container was changed");
+    assert!(
+        fs::read(&path).unwrap() == bytes,
+        "the container was changed"
+    );
     assert_eq!(fs::read_dir(repo.path.join("gc")).unwrap().count(), 0);
     assert_eq!(repo.snapshots().len(), 1);
 }

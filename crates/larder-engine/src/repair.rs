@@ -238,10 +238,14 @@ fn rewrite_snapshots(
     let is_selected = |id: &str| selected.as_ref().is_none_or(|s| s.contains(id));
     let (all, unreadable) = repo.snapshots()?;
     for e in unreadable {
-        if let StoreError::UnreadableSnapshot { id, reason } = e {
-            if is_selected(&id) {
-                report.unreadable_snapshots.push((id, reason));
+        match e {
+            StoreError::UnreadableSnapshot { id, reason } => {
+                if is_selected(&id) {
+                    report.unreadable_snapshots.push((id, reason));
+                }
             }
+            // A snapshot not read for a passing fault: stop rather than skip it.
+            e => return Err(e.into()),
         }
     }
     let mut losses: Vec<Option<Loss>> = Vec::with_capacity(all.len());

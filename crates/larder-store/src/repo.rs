@@ -787,8 +787,8 @@ impl Repository {
     /// Every readable snapshot, oldest first (of snapshots of the same time, repaired
     /// copies after the others, so that `latest` is a repaired copy rather than its
     /// damaged original), and an [`StoreError::UnreadableSnapshot`] naming each
-    /// unreadable one. A transient error (a dropped connection) fails the whole call
-    /// instead: it says nothing about the snapshot.
+    /// unreadable one (a transient error, a dropped connection, comes as it is: it
+    /// says nothing about the snapshot).
     pub fn snapshots(&self) -> Result<(Vec<IdentifiedSnapshot>, Vec<StoreError>)> {
         self.require_full_key("read snapshots")?;
         let mut good = Vec::new();
@@ -796,7 +796,7 @@ impl Repository {
         for id in self.backend.list(FileKind::Snapshot)? {
             match self.read_snapshot(&id) {
                 Ok(s) => good.push((id, s)),
-                Err(e) if e.is_transient() => return Err(e),
+                Err(e) if e.is_transient() => bad.push(e),
                 Err(e) => bad.push(unreadable(id, &e)),
             }
         }
