@@ -23,6 +23,7 @@ pub mod ls;
 pub mod mount;
 pub mod node;
 pub mod remote;
+pub mod repair;
 pub mod restore;
 pub mod snapshots;
 pub mod stats;

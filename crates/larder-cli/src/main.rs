@@ -26,7 +26,7 @@ use larder_engine::escape_controls;
 
 use crate::commands::{
     backup, bench, cat, check, chunk, cluster, copy, diff, forget, gc, gen, index, init, key, ls,
-    mount, node, restore, snapshots, stats, unlock, Globals,
+    mount, node, repair, restore, snapshots, stats, unlock, Globals,
 };
 use crate::output::{error_json, Output, SafeLines};
 use crate::repo_open::RepoOpener;
@@ -113,6 +113,10 @@ enum Command {
     /// Delete the data no snapshot uses, repacking containers that are mostly dead
     #[command(visible_alias = "prune")]
     Gc(gc::GcArgs),
+    /// Repair damage: salvage intact chunks, remove lost ones from the index (the next
+    /// backup stores them again), and write copies of the snapshots that lost data
+    /// without it, naming every file left out (docs/design/repair.md)
+    Repair(repair::RepairArgs),
     /// An encrypted repository's keys: list, add (also write-only), remove, passwd
     #[command(subcommand)]
     Key(key::KeyCommand),
@@ -246,6 +250,7 @@ fn run(cli: Cli, out: &Output) -> Result<ExitCode> {
         Command::Copy(args) => copy::run(args, &g, out),
         Command::Forget(args) => forget::run(args, &g, out),
         Command::Gc(args) => gc::run(args, &g, out),
+        Command::Repair(args) => repair::run(args, &g, out),
         Command::Key(command) => key::run(command, &g, out),
         Command::Unlock(args) => unlock::run(args, &g, out),
         Command::Chunk(args) => chunk::run(args, out),

@@ -319,12 +319,12 @@ fn default_repo() -> Result<PathBuf> {
 fn report_gc_recovery(report: &OpenReport, out: &Output) {
     for id in &report.finished_gc {
         out.note(&format!(
-            "finished garbage collection {id:016x}, which was interrupted after it committed"
+            "finished garbage collection (or repair) {id:016x}, which was interrupted after it committed"
         ));
     }
     for id in &report.rolled_back_gc {
         out.note(&format!(
-            "rolled back garbage collection {id:016x}, which was interrupted before it committed; nothing was deleted"
+            "rolled back garbage collection (or repair) {id:016x}, which was interrupted before it committed; nothing was deleted"
         ));
     }
     for (name, reason) in &report.bad_gc_plans {
@@ -336,10 +336,16 @@ fn report_gc_recovery(report: &OpenReport, out: &Output) {
 
 /// What opening found and did about the index and the containers.
 fn report_index_recovery(report: &OpenReport, out: &Output) {
-    if !report.adopted_containers.is_empty() {
+    let lost = report.adopted_below_named.len();
+    if report.adopted_containers.len() > lost {
         out.note(&format!(
-            "indexed {} container(s) that no index segment names (left by an interrupted backup); the next backup records them",
-            report.adopted_containers.len()
+            "indexed {} container(s) that no index segment names (left by an interrupted backup, or by a lost segment: `larder check` tells them apart); the next backup records them",
+            report.adopted_containers.len() - lost
+        ));
+    }
+    if lost > 0 && report.bad_segments.is_empty() {
+        out.warn(&format!(
+            "{lost} container(s) that no index segment names lie below named ones: an index segment was deleted or lost; `larder repair` (or `larder index rebuild`) writes it again"
         ));
     }
     for (name, reason) in &report.bad_segments {

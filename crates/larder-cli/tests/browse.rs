@@ -336,6 +336,7 @@ fn craft_snapshot(repo_path: &Path, entries: &[(TreeEntry, &[u8])]) -> String {
         partial: false,
         parents: Vec::new(),
         original: None,
+        repaired_from: None,
     };
     repo.save_snapshot(&snapshot).expect("save snapshot")
 }

@@ -828,3 +828,112 @@ fn check_json_output_is_one_object_even_with_damage() {
     let parsed: Result<Value, _> = serde_json::from_str(&out.stdout);
     assert!(parsed.is_ok(), "stdout is not one JSON object\n{out}");
 }
+
+/// The damage kinds of `check --json`, with `unindexed` containers by id.
+fn unindexed(report: &Value) -> Vec<String> {
+    report["report"]["damage"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["kind"] == "unindexed")
+        .map(|d| d["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn segment_files(repo: &Path) -> Vec<PathBuf> {
+    let mut segs: Vec<PathBuf> = fs::read_dir(repo.join("index"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "idx"))
+        .collect();
+    segs.sort();
+    segs
+}
+
+/// Regression: a deleted index segment was reported as "left by an interrupted
+/// backup" and `check` said "no errors". Its containers hold the snapshot's chunks, so
+/// a segment named them once: that is damage, and `larder repair` writes their index.
+#[test]
+fn a_deleted_index_segment_is_damage_that_repair_fixes() {
+    let fx = Fixture::new();
+    let segs = segment_files(&fx.repo.path);
+    assert_eq!(segs.len(), 1, "one backup writes one segment");
+    fs::remove_file(&segs[0]).unwrap();
+    let out = fx.repo.check(false);
+    out.expect_code(1);
+    let advice = out.json()["advice"].to_string();
+    assert!(advice.contains("larder repair"), "{out}");
+    let mut ids = unindexed(&out.json());
+    ids.sort();
+    let all: Vec<String> = fx.containers.iter().map(|c| c.name.clone()).collect();
+    assert_eq!(ids, all, "{out}");
+
+    fx.repo
+        .run(["check"])
+        .expect_code(1)
+        .expect_stderr(&["no index segment names", "advice: `larder repair`"]);
+    fx.repo.run(["repair"]).expect_ok();
+    assert_eq!(segment_files(&fx.repo.path).len(), 1);
+    checks_clean(&fx);
+}
+
+/// An older segment lost while a newer one names later containers: its containers
+/// are damage even when no snapshot uses them any more (a later writer would have
+/// named them).
+#[test]
+fn containers_below_named_ones_without_a_segment_are_damage() {
+    let fx = Fixture::new();
+    let first = fx.repo.snapshots()[0]["id"].as_str().unwrap().to_string();
+    // Another tree: the second backup uses none of the first one's chunks.
+    let other = fx.repo.dir("other");
+    fs::write(other.join("later"), pseudo_random(20, 200_000)).unwrap();
+    fx.repo.backup(&[&other]);
+    fx.repo.run(["forget", &first]).expect_ok();
+    let segs = segment_files(&fx.repo.path);
+    assert_eq!(segs.len(), 2);
+    fs::remove_file(&segs[0]).unwrap();
+    let out = fx.repo.check(false);
+    out.expect_code(1);
+    assert!(!unindexed(&out.json()).is_empty(), "{out}");
+}
+
+/// What a backup killed between its containers and its segment leaves (containers
+/// above every named one, no snapshot using them) is no damage.
+#[test]
+fn a_killed_backups_containers_are_no_damage() {
+    let fx = Fixture::new();
+    fs::write(fx.src.join("later"), pseudo_random(21, 200_000)).unwrap();
+    let second = fx.repo.backup(&[&fx.src])["snapshot"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let segs = segment_files(&fx.repo.path);
+    fs::remove_file(segs.last().unwrap()).unwrap();
+    let snap = fx
+        .repo
+        .path
+        .join("snapshots")
+        .join(format!("{second}.snap"));
+    fs::remove_file(snap).unwrap();
+    let out = fx.repo.check(true);
+    out.expect_ok()
+        .expect_stderr(&["left by an interrupted backup"]);
+    assert!(unindexed(&out.json()).is_empty(), "{out}");
+}
+
+/// Regression: a tree whose chunk is missing was reported with the advice "run
+/// `larder check`", from `check` itself. Every advice names the command that fixes
+/// the damage.
+#[test]
+fn every_advice_names_the_command_that_fixes_it() {
+    let fx = Fixture::new();
+    let tc = fx.tree_container();
+    fs::remove_file(container_path(&fx.repo.path, tc)).unwrap();
+    let out = fx.repo.run(["check"]);
+    out.expect_code(1)
+        .expect_stderr(&["larder repair", &format!("--container {}", tc.name)]);
+    assert!(
+        !out.stderr.contains("run `larder check`"),
+        "check advises itself:\n{out}"
+    );
+}

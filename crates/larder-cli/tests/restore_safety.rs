@@ -83,6 +83,7 @@ fn craft_snapshot(repo_path: &Path, entries: &[Hostile<'_>]) -> String {
         partial: false,
         parents: Vec::new(),
         original: None,
+        repaired_from: None,
     };
     repo.save_snapshot(&snapshot).expect("save snapshot")
 }

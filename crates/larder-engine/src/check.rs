@@ -3,7 +3,7 @@
 //! Damage found in a container is traced to the snapshots and files that use the
 //! damaged chunks, so the report says what a restore would lose.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 
 use larder_hash::Fingerprint;
@@ -31,8 +31,12 @@ pub enum Damage {
     Container { id: String, reason: String },
     /// Chunks whose data no longer match their fingerprints.
     Chunks { container: String, count: usize },
+    /// A container that no index segment names, though a segment must have: a
+    /// later container is named, or a snapshot uses its chunks (what a killed
+    /// backup leaves has neither; docs/design/repair.md, "`check` and repair").
+    Unindexed { id: String, reason: String },
     /// A snapshot file is unreadable.
-    Snapshot { reason: String },
+    Snapshot { id: String, reason: String },
     /// A snapshot's tree stream cannot be read.
     Tree { snapshot: String, reason: String },
     /// A file of a snapshot uses missing or damaged chunks. Its path as the tree has
@@ -52,6 +56,15 @@ pub struct CheckReport {
     pub chunks: usize,
     pub bytes_read: u64,
     pub damage: Vec<Damage>,
+    /// Snapshots `larder repair` rewrote, and their repaired copies (short ids).
+    pub repaired_copies: Vec<RepairedCopy>,
+}
+
+/// A snapshot and the copy `larder repair` wrote of it without what it lost.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RepairedCopy {
+    pub original: String,
+    pub copy: String,
 }
 
 impl CheckReport {
@@ -137,11 +150,19 @@ pub fn check(repo: &Repository, opts: &CheckOptions) -> Result<CheckReport> {
     }
     let index = repo.index();
     report.chunks = index.len() as usize;
+    let adopted: HashSet<u64> = open.adopted_containers.iter().copied().collect();
+    // Adopted containers whose chunks a snapshot uses.
+    let used = std::cell::RefCell::new(BTreeSet::new());
     // A chunk whose index lookup fails (a disk index I/O error) stops the check: it
     // must not be reported as missing.
     let usable = |fp: &Fingerprint| -> Result<bool> {
         Ok(match index.get(fp)? {
-            Some(loc) => !bad_containers.contains(&loc.container) && !bad_fps.contains(fp),
+            Some(loc) => {
+                if adopted.contains(&loc.container) {
+                    used.borrow_mut().insert(loc.container);
+                }
+                !bad_containers.contains(&loc.container) && !bad_fps.contains(fp)
+            }
             None => false,
         })
     };
@@ -149,11 +170,18 @@ pub fn check(repo: &Repository, opts: &CheckOptions) -> Result<CheckReport> {
     // Every snapshot: its tree, then every file's recipe.
     let (snapshots, unreadable) = repo.snapshots()?;
     for e in unreadable {
-        report.damage.push(Damage::Snapshot {
-            reason: error_chain(&e),
+        report.damage.push(match e {
+            larder_store::StoreError::UnreadableSnapshot { id, reason } => {
+                Damage::Snapshot { id, reason }
+            }
+            e => Damage::Snapshot {
+                id: String::new(),
+                reason: error_chain(&e),
+            },
         });
     }
     report.snapshots = snapshots.len();
+    report.repaired_copies = repaired_copies(&snapshots);
     let mut reader = ChunkReader::new(repo);
     for (id, snap) in &snapshots {
         let short = id[..8].to_string();
@@ -197,5 +225,47 @@ pub fn check(repo: &Repository, opts: &CheckOptions) -> Result<CheckReport> {
             });
         }
     }
+    // A damaged segment explains its containers' being adopted (and is reported).
+    if open.bad_segments.is_empty() {
+        report
+            .damage
+            .extend(lost_segment_damage(repo, &used.into_inner()));
+    }
     Ok(report)
+}
+
+/// The adopted containers that a lost segment must have named: those below a named
+/// container, and those whose chunks a snapshot uses (`used`).
+fn lost_segment_damage(repo: &Repository, used: &BTreeSet<u64>) -> Vec<Damage> {
+    let below: BTreeSet<u64> = repo.report().adopted_below_named.iter().copied().collect();
+    let lost = |reason: &str| {
+        format!("no index segment names it, but {reason}: an index segment was deleted or lost")
+    };
+    let mut out = Vec::new();
+    for id in below.union(used) {
+        let reason = match below.contains(id) {
+            true => lost("later containers are named"),
+            false => lost("snapshots use its chunks"),
+        };
+        out.push(Damage::Unindexed {
+            id: format!("{id:016x}"),
+            reason,
+        });
+    }
+    out
+}
+
+/// The snapshots among `snapshots` that have a repaired copy among them.
+fn repaired_copies(snapshots: &[larder_store::IdentifiedSnapshot]) -> Vec<RepairedCopy> {
+    let ids: HashSet<&str> = snapshots.iter().map(|(id, _)| id.as_str()).collect();
+    snapshots
+        .iter()
+        .filter_map(|(id, s)| {
+            let original = s.repaired_from.as_deref().filter(|o| ids.contains(o))?;
+            Some(RepairedCopy {
+                original: original.get(..8).unwrap_or(original).to_string(),
+                copy: id.get(..8).unwrap_or(id).to_string(),
+            })
+        })
+        .collect()
 }

@@ -60,6 +60,8 @@ pub enum EngineError {
     CopyFailed { snapshot: String, reason: String },
     #[error("gc refused: {0}")]
     GcRefused(String),
+    #[error("repair stopped before writing anything: {0}")]
+    RepairStopped(String),
     #[error("cannot write the content of {path}")]
     Write {
         path: String,

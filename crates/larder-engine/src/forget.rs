@@ -124,6 +124,9 @@ pub struct ForgetDecision {
     pub paths: Vec<String>,
     /// Empty: removed.
     pub reasons: Vec<KeepReason>,
+    /// A snapshot file that cannot be read, named by its id: only its id is known.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub unreadable: bool,
 }
 
 /// Applies `policy` to `snapshots` (oldest first, as [`Repository::snapshots`] gives
@@ -155,6 +158,7 @@ pub fn plan_forget(
                     true => vec![KeepReason::Checkpoint],
                     false => Vec::new(),
                 },
+                unreadable: false,
             }
         })
         .collect();
@@ -180,12 +184,13 @@ pub fn plan_forget(
 }
 
 /// The decisions of `forget` given snapshot names: `named` (full ids) are removed,
-/// every other snapshot is kept. Oldest first, like `snapshots`.
+/// every other snapshot is kept. Oldest first, like `snapshots`; then the named ids
+/// that are not among `snapshots` (files that cannot be read), removed too.
 pub fn plan_forget_named(
     snapshots: &[IdentifiedSnapshot],
     named: &[String],
 ) -> Vec<ForgetDecision> {
-    snapshots
+    let mut decisions: Vec<ForgetDecision> = snapshots
         .iter()
         .map(|(id, s)| ForgetDecision {
             id: id.clone(),
@@ -197,8 +202,22 @@ pub fn plan_forget_named(
             } else {
                 vec![KeepReason::NotNamed]
             },
+            unreadable: false,
         })
-        .collect()
+        .collect();
+    for id in named {
+        if !decisions.iter().any(|d| d.id == *id) {
+            decisions.push(ForgetDecision {
+                id: id.clone(),
+                time: String::new(),
+                hostname: String::new(),
+                paths: Vec::new(),
+                reasons: Vec::new(),
+                unreadable: true,
+            });
+        }
+    }
+    decisions
 }
 
 /// Removes the snapshots `ids` (full ids). Their data stays until `gc`.
@@ -299,6 +318,7 @@ mod tests {
             partial: false,
             parents: Vec::new(),
             original: None,
+            repaired_from: None,
         };
         let snaps: Vec<IdentifiedSnapshot> = vec![
             ("a".into(), snap("2026-11-20T22:30:00Z", "h1")),

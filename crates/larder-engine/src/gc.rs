@@ -33,10 +33,8 @@ fn mark_except(repo: &Repository, forgotten: &[String]) -> Result<(usize, HashSe
     let (mut snapshots, unreadable) = repo.snapshots()?;
     snapshots.retain(|(id, _)| !forgotten.contains(id));
     if let Some(e) = unreadable.first() {
-        return Err(EngineError::GcRefused(format!(
-            "a snapshot cannot be read ({}); remove it with `larder forget` or repair the repository first",
-            error_chain(e)
-        )));
+        // The error names the snapshot and the `larder forget` that removes it.
+        return Err(EngineError::GcRefused(error_chain(e)));
     }
     let mut live = HashSet::new();
     let mut reader = ChunkReader::new(repo);
@@ -50,9 +48,9 @@ fn mark_except(repo: &Repository, forgotten: &[String]) -> Result<(usize, HashSe
                 load_tree(&mut reader, &fps)
             })
             .map_err(|e| {
+                let short = id.get(..8).unwrap_or(id);
                 EngineError::GcRefused(format!(
-                    "the tree of snapshot {} cannot be read ({}); see `larder check`",
-                    &id[..8.min(id.len())],
+                    "the tree of snapshot {short} cannot be read ({}); `larder repair` writes a copy of it without what was lost, after which `larder forget {short}` lets gc run",
                     error_chain(&e)
                 ))
             })?;

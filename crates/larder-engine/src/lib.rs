@@ -5,7 +5,8 @@
 //! several threads and keeps stream order; small files are read and chunked in
 //! parallel across files.
 //!
-//! Besides backup, restore and check: `copy` (snapshots from one repository into
+//! Besides backup, restore and check: `repair` (salvaging damaged containers and
+//! rewriting the snapshots that lost data, docs/design/repair.md); `copy` (snapshots from one repository into
 //! another, docs/design/copy.md); `forget` (retention policies) and `gc`'s mark
 //! (docs/design/gc.md); reading snapshots back (`browse`: `ls` and `cat`; `diff`;
 //! `file_read`: any byte range of one file, for `mount`), and the path patterns that
@@ -25,6 +26,7 @@ mod gc;
 mod meta;
 mod names;
 mod pattern;
+mod repair;
 mod restore;
 mod select;
 mod time;
@@ -38,7 +40,7 @@ pub use backup::{
     RemoteAnswers, RemoteIndex, RemoteLookup, RemoteReply, SkipRules, StageTimes, RACY_WINDOW,
 };
 pub use browse::{SnapshotPath, SnapshotTree};
-pub use check::{check, CheckOptions, CheckReport, Damage};
+pub use check::{check, CheckOptions, CheckReport, Damage, RepairedCopy};
 pub use copy::{copy, CopiedSnapshot, CopyOptions, CopySummary, SkipReason, SkippedSnapshot};
 pub use diff::{diff_snapshots, diff_trees, Change, ChangeKind, ChangedField, TreeDiff};
 pub use error::{EngineError, Result, Warning};
@@ -51,6 +53,9 @@ pub use gc::{gc, gc_preview, mark, GcSummary};
 pub use meta::{read_xattrs, user_name};
 pub use names::{display_path, escape_controls, escape_name, BytesField};
 pub use pattern::{parse_pattern_file, Pattern, PatternList};
+pub use repair::{
+    repair, LostFile, RepairOptions, RepairReport, RepairedContainer, SnapshotLoss, TreeLoss,
+};
 pub use restore::{restore, RestoreOptions, RestoreSummary, DEFAULT_RESTORE_CACHE};
 pub use time::{local_offset, parse_utc_rfc3339, utc_rfc3339};
 pub use tree_io::{load_tree, ChunkReader};

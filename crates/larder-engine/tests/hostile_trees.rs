@@ -70,6 +70,7 @@ fn tree(entries: Vec<TreeEntry>) -> SnapshotTree {
             partial: false,
             parents: Vec::new(),
             original: None,
+            repaired_from: None,
         },
         entries,
     }

@@ -583,6 +583,25 @@ impl ParsedContainer {
         })
     }
 
+    /// Container `id`'s file bytes read against `entries`, the table the index holds
+    /// for it (a segment's copy, verified there), trusting nothing of the file but
+    /// what each chunk's fingerprint verifies: for salvaging the chunks of a damaged
+    /// container that still verify (docs/design/repair.md). `bytes` may be short,
+    /// empty, or hold a damaged table. An encrypted container's chunks open only
+    /// with the data key its header seals: with a damaged header none does.
+    pub fn salvage(bytes: Vec<u8>, id: u64, entries: Vec<ChunkEntry>, codec: &ChunkCodec) -> Self {
+        let sealed = codec
+            .keys()
+            .map(|keys| sealed::header_opener(keys, codec.id_code(), &bytes, id));
+        Self {
+            id,
+            entries,
+            bytes,
+            sealed,
+            padding: 0..0,
+        }
+    }
+
     /// Length of the container file.
     pub fn file_len(&self) -> usize {
         self.bytes.len()

@@ -51,7 +51,9 @@ pub enum StoreError {
     NoSuchSnapshot(String),
     #[error("snapshot prefix {0:?} matches more than one snapshot; give more digits")]
     AmbiguousSnapshot(String),
-    #[error("chunk {0} is not in the index (run `larder check`)")]
+    #[error("snapshot {id} is unreadable ({reason}); `larder forget {short}` removes it", short = id.get(..8).unwrap_or(id))]
+    UnreadableSnapshot { id: String, reason: String },
+    #[error("chunk {0} is missing from the repository (`larder repair` writes the snapshots that use it again without it)")]
     MissingChunk(larder_hash::Fingerprint),
     #[error("invalid repository config: {0}")]
     Config(String),

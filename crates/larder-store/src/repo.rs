@@ -42,6 +42,7 @@ mod gc;
 mod index;
 mod objects;
 mod open;
+mod repair;
 pub use gc::{GcOptions, GcReport};
 use index::Unusable;
 pub use index::{
@@ -49,6 +50,7 @@ pub use index::{
     MIN_INDEX_MEMORY,
 };
 pub use objects::config_is_sealed;
+pub use repair::{ContainerHealth, RepairWork, RepairWriteOptions, RepairWritten};
 
 /// The `config` file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -262,8 +264,14 @@ pub type IdentifiedSnapshot = (String, Snapshot);
 /// What `open` found and repaired.
 #[derive(Debug, Default, Clone)]
 pub struct OpenReport {
-    /// Sealed containers that no segment named (a killed backup's); indexed now.
+    /// Sealed containers that no segment named (a killed backup's, or a lost
+    /// segment's); indexed now.
     pub adopted_containers: Vec<u64>,
+    /// Those of them whose ids lie below a container a segment names. A killed
+    /// backup never leaves one: every commit names the containers adopted at its
+    /// open, and ids only grow. So a segment that named them was lost (or is
+    /// damaged: see `bad_segments`); docs/design/repair.md.
+    pub adopted_below_named: Vec<u64>,
     /// Containers that failed verification while being adopted.
     pub bad_containers: Vec<(u64, String)>,
     /// Segments that failed verification; their containers were read directly.
@@ -403,6 +411,9 @@ impl Repository {
         mut index: impl FnMut(&mut Self, &SegmentContainer) -> Result<()>,
     ) -> Result<()> {
         let mut max_id = 0;
+        let max_named = self.indexed_containers.last().copied();
+        // An interrupted gc's or repair's containers are no lost segment's.
+        let planned = self.planned_containers()?;
         for name in self.backend.list(FileKind::Container)? {
             let Ok(id) = u64::from_str_radix(&name, 16) else {
                 continue;
@@ -420,6 +431,9 @@ impl Repository {
                     self.add_containers(std::slice::from_ref(&c));
                     index(self, &c)?;
                     self.report.adopted_containers.push(id);
+                    if max_named.is_some_and(|named| id < named) && !planned.contains(&id) {
+                        self.report.adopted_below_named.push(id);
+                    }
                     self.pending.push(c);
                 }
                 Err(e) => self.report.bad_containers.push((id, error_chain(&e))),
@@ -493,6 +507,7 @@ impl Repository {
                 self.chunk_bytes = ChunkBytes::default();
                 self.pending.clear();
                 self.report.adopted_containers.clear();
+                self.report.adopted_below_named.clear();
                 return self.load_memory_index();
             }
             Some(state) if !stale => state,
@@ -769,7 +784,11 @@ impl Repository {
         self.backend.sync(FileKind::Snapshot)
     }
 
-    /// Every readable snapshot, oldest first, and the errors of unreadable ones.
+    /// Every readable snapshot, oldest first (of snapshots of the same time, repaired
+    /// copies after the others, so that `latest` is a repaired copy rather than its
+    /// damaged original), and an [`StoreError::UnreadableSnapshot`] naming each
+    /// unreadable one (a transient error, a dropped connection, comes as it is: it
+    /// says nothing about the snapshot).
     pub fn snapshots(&self) -> Result<(Vec<IdentifiedSnapshot>, Vec<StoreError>)> {
         self.require_full_key("read snapshots")?;
         let mut good = Vec::new();
@@ -777,29 +796,68 @@ impl Repository {
         for id in self.backend.list(FileKind::Snapshot)? {
             match self.read_snapshot(&id) {
                 Ok(s) => good.push((id, s)),
-                Err(e) => bad.push(e),
+                Err(e) if e.is_transient() => bad.push(e),
+                Err(e) => bad.push(unreadable(id, &e)),
             }
         }
-        good.sort_by(|a, b| a.1.time.cmp(&b.1.time).then(a.0.cmp(&b.0)));
+        good.sort_by(|(a_id, a), (b_id, b)| {
+            let repaired = |s: &Snapshot| s.repaired_from.is_some();
+            (a.time.cmp(&b.time))
+                .then(repaired(a).cmp(&repaired(b)))
+                .then(a_id.cmp(b_id))
+        });
         Ok((good, bad))
     }
 
-    /// The snapshot named by `latest` (the newest complete one: never a checkpoint)
-    /// or by a unique prefix of its id.
-    pub fn find_snapshot(&self, name: &str) -> Result<IdentifiedSnapshot> {
-        let (all, _) = self.snapshots()?;
+    /// The ids of every snapshot file, readable or not, ascending: the names of the
+    /// files, which a snapshot's id is.
+    pub fn snapshot_ids(&self) -> Result<Vec<String>> {
+        self.backend.list(FileKind::Snapshot)
+    }
+
+    /// The id of the snapshot `name` names: `latest`, the newest complete snapshot that
+    /// can be read (never a checkpoint); otherwise a unique prefix of a snapshot file's
+    /// name, whether or not that file can be read, so that a damaged snapshot can be
+    /// named (to `forget` it, say).
+    pub fn resolve_snapshot(&self, name: &str) -> Result<String> {
         if name == "latest" {
-            return all
-                .into_iter()
-                .rev()
-                .find(|(_, s)| !s.partial)
-                .ok_or_else(|| StoreError::NoSuchSnapshot(name.into()));
+            return Ok(self.find_snapshot(name)?.0);
         }
-        let mut matches = all.into_iter().filter(|(id, _)| id.starts_with(name));
+        let ids = self.snapshot_ids()?;
+        let mut matches = ids.into_iter().filter(|id| id.starts_with(name));
         match (matches.next(), matches.next()) {
             (Some(found), None) if !name.is_empty() => Ok(found),
             (Some(_), Some(_)) => Err(StoreError::AmbiguousSnapshot(name.into())),
             _ => Err(StoreError::NoSuchSnapshot(name.into())),
         }
     }
+
+    /// The snapshot named by `latest` (the newest complete one: never a checkpoint)
+    /// or by a unique prefix of its id; one that cannot be read is an
+    /// [`StoreError::UnreadableSnapshot`] naming it.
+    pub fn find_snapshot(&self, name: &str) -> Result<IdentifiedSnapshot> {
+        if name != "latest" {
+            self.require_full_key("read snapshots")?;
+            let id = self.resolve_snapshot(name)?;
+            return match self.read_snapshot(&id) {
+                Ok(s) => Ok((id, s)),
+                Err(e) if e.is_transient() => Err(e),
+                Err(e) => Err(unreadable(id, &e)),
+            };
+        }
+        let (all, _) = self.snapshots()?;
+        all.into_iter()
+            .rev()
+            .find(|(_, s)| !s.partial)
+            .ok_or_else(|| StoreError::NoSuchSnapshot(name.into()))
+    }
+}
+
+/// Why snapshot `id` cannot be read, naming it (once).
+fn unreadable(id: String, e: &StoreError) -> StoreError {
+    let reason = match e {
+        StoreError::Corrupt { reason, .. } => reason.clone(),
+        e => error_chain(e),
+    };
+    StoreError::UnreadableSnapshot { id, reason }
 }

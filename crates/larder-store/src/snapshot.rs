@@ -81,6 +81,10 @@ pub struct Snapshot {
     /// snapshot a backup made. Informative, and what makes copying again skip it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub original: Option<String>,
+    /// The id of the snapshot `larder repair` rewrote this one from, without the files
+    /// that lost data (docs/design/repair.md). Absent in every other snapshot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repaired_from: Option<String>,
 }
 
 impl Snapshot {
@@ -153,6 +157,7 @@ mod tests {
             partial: true,
             parents: vec!["ab".repeat(32)],
             original: Some("cd".repeat(32)),
+            repaired_from: Some("ef".repeat(32)),
         };
         let (bytes, id) = snap.encode();
         assert_eq!(Snapshot::decode(&bytes, &id).unwrap(), snap);
@@ -169,6 +174,7 @@ mod tests {
         let id = blake3::hash(v1).to_hex();
         let snap = Snapshot::decode(v1, &id).unwrap();
         assert!(!snap.partial && snap.parents.is_empty() && snap.original.is_none());
+        assert!(snap.repaired_from.is_none());
         assert_eq!(snap.summary.bytes_read, 0);
         let v3 = String::from_utf8_lossy(v1).replace(r#""version":1"#, r#""version":3"#);
         let id = blake3::hash(v3.as_bytes()).to_hex();

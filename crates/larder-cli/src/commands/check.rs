@@ -1,5 +1,6 @@
 //! `larder check`: verify the repository; with `--read-data`, every chunk too.
 
+use std::collections::BTreeSet;
 use std::io::{self, Write};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -39,6 +40,7 @@ pub fn run(args: CheckArgs, g: &Globals, out: &Output) -> Result<ExitCode> {
         ok: report.is_ok(),
         read_data: args.read_data,
         report: &report,
+        advice: advice(&report),
     })?;
     Ok(if report.is_ok() {
         ExitCode::SUCCESS
@@ -53,6 +55,8 @@ struct Checked<'a> {
     ok: bool,
     read_data: bool,
     report: &'a CheckReport,
+    /// What fixes the damage found, each line naming its command.
+    advice: Vec<String>,
 }
 
 impl Render for Checked<'_> {
@@ -63,6 +67,7 @@ impl Render for Checked<'_> {
             .iter()
             .map(|d| format!("damage: {}", describe(d)))
             .collect();
+        lines.extend(self.advice.iter().map(|a| format!("advice: {a}")));
         if !self.ok {
             lines.push(format!("error: check found {} problem(s)", r.damage.len()));
         }
@@ -96,7 +101,8 @@ fn describe(d: &Damage) -> String {
         Damage::Chunks { container, count } => {
             format!("container {container}: {count} chunk(s) damaged")
         }
-        Damage::Snapshot { reason } => format!("snapshot unreadable: {reason}"),
+        Damage::Unindexed { id, reason } => format!("container {id}: {reason}"),
+        Damage::Snapshot { id, reason } => format!("snapshot {id} is unreadable: {reason}"),
         Damage::Tree { snapshot, reason } => {
             format!("snapshot {snapshot}: tree unreadable: {reason}")
         }
@@ -109,4 +115,72 @@ fn describe(d: &Damage) -> String {
             format!("snapshot {snapshot}: file {path} has {bad_chunks} damaged or missing chunk(s)")
         }
     }
+}
+
+/// What fixes the damage `r` found, each remedy naming its command (shown after the
+/// damage as `advice: LINE`).
+fn advice(r: &CheckReport) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut containers = BTreeSet::new();
+    let mut index_only = true;
+    for d in &r.damage {
+        match d {
+            Damage::Chunks { container, .. } | Damage::Container { id: container, .. } => {
+                containers.insert(container.as_str());
+                index_only = false;
+            }
+            Damage::Tree { .. } | Damage::File { .. } => index_only = false,
+            Damage::Segment { .. } | Damage::Unindexed { .. } | Damage::Snapshot { .. } => {}
+        }
+    }
+    let repairable = r
+        .damage
+        .iter()
+        .any(|d| !matches!(d, Damage::Snapshot { .. }));
+    if repairable && index_only {
+        lines.push("`larder repair` (or `larder index rebuild`) writes the index again".into());
+    } else if repairable {
+        let only: String = containers
+            .iter()
+            .map(|c| format!(" --container {c}"))
+            .collect();
+        let only = match only.is_empty() {
+            true => String::new(),
+            false => format!("; `larder repair{only}` reads only the damaged containers"),
+        };
+        lines.push(format!(
+            "`larder repair` salvages the intact chunks, removes the damaged ones from \
+             the index so that the next backup stores them again, and writes copies of the \
+             snapshots that lost data without it{only}"
+        ));
+    }
+    for d in &r.damage {
+        if let Damage::Snapshot { id, .. } = d {
+            let short = id.get(..8).unwrap_or(id);
+            lines.push(format!(
+                "`larder forget {short}` removes snapshot {short}, which is unreadable"
+            ));
+        }
+    }
+    let damaged: BTreeSet<&str> = r
+        .damage
+        .iter()
+        .filter_map(|d| match d {
+            Damage::Tree { snapshot, .. } | Damage::File { snapshot, .. } => {
+                Some(snapshot.as_str())
+            }
+            _ => None,
+        })
+        .collect();
+    for c in r
+        .repaired_copies
+        .iter()
+        .filter(|c| damaged.contains(c.original.as_str()))
+    {
+        lines.push(format!(
+            "snapshot {} has a repaired copy, {}: a backup of the same files makes it whole again; `larder forget {}` once what it still holds is not needed",
+            c.original, c.copy, c.original
+        ));
+    }
+    lines
 }

@@ -109,17 +109,25 @@ fn decide(
     out: &Output,
 ) -> Result<Vec<ForgetDecision>> {
     let (snapshots, unreadable) = repo.snapshots()?;
-    for e in &unreadable {
+    for e in unreadable.iter().filter(|e| !names_unreadable(named, e)) {
         out.warn(&larder_store::error_chain(e));
     }
     if named.is_empty() {
         return Ok(plan_forget(&snapshots, policy, local_offset));
     }
+    // By file name, so that a snapshot that cannot be read can be named too.
     let mut ids = Vec::new();
     for name in named {
-        ids.push(repo.find_snapshot(name)?.0);
+        ids.push(repo.resolve_snapshot(name)?);
     }
     Ok(plan_forget_named(&snapshots, &ids))
+}
+
+/// Whether `e` is about a snapshot that one of `named` names: no warning then, it is
+/// being removed.
+fn names_unreadable(named: &[String], e: &larder_store::StoreError) -> bool {
+    matches!(e, larder_store::StoreError::UnreadableSnapshot { id, .. }
+        if named.iter().any(|n| !n.is_empty() && id.starts_with(n.as_str())))
 }
 
 /// The snapshots kept and removed (or, in a dry run, that would be), and the gc after.
@@ -145,6 +153,9 @@ struct Removed<'a> {
     time: &'a str,
     hostname: &'a str,
     paths: &'a [String],
+    /// A snapshot file that cannot be read: only its id is known.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    unreadable: bool,
 }
 
 impl<'a> Removed<'a> {
@@ -154,11 +165,16 @@ impl<'a> Removed<'a> {
             time: &d.time,
             hostname: &d.hostname,
             paths: &d.paths,
+            unreadable: d.unreadable,
         }
     }
 
     /// `  ID8  TIME  HOST  PATHS` and `why`; what came from storage escaped.
     fn write_line(&self, w: &mut dyn Write, why: &str) -> io::Result<()> {
+        if self.unreadable {
+            let short = shown(self.id.get(..8).unwrap_or(self.id));
+            return writeln!(w, "  {short}  (unreadable){why}");
+        }
         let paths: Vec<String> = self.paths.iter().map(|p| shown(p)).collect();
         writeln!(
             w,

@@ -83,7 +83,7 @@ pub fn rebuild(_args: RebuildArgs, g: &Globals, out: &Output) -> Result<ExitCode
     let bad = repo.rebuild_index()?;
     for (id, reason) in &bad {
         out.warn(&format!(
-            "container {id:016x} left out of the index: {reason}"
+            "container {id:016x} left out of the index: {reason}; `larder repair` deletes it and writes copies of the snapshots that used it without what they lost"
         ));
     }
     out.note(&format!(

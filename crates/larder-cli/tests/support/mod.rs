@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 mod chunks;
+#[allow(unused_imports)] // Used by the binaries that compare repositories.
 pub use chunks::*;
 
 pub const LARDER: &str = env!("CARGO_BIN_EXE_larder");

@@ -129,6 +129,7 @@ impl<'o> Committer<'o> {
             partial: !complete,
             parents: self.decisions.parents.clone(),
             original: None,
+            repaired_from: None,
         };
         self.bytes_stored += repo.snapshot_file_len(&snapshot);
         let id = repo.save_snapshot(&snapshot)?;

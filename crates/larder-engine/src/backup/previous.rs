@@ -359,6 +359,7 @@ mod tests {
             partial: false,
             parents: Vec::new(),
             original: None,
+            repaired_from: None,
         }
     }
 

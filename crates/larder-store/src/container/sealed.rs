@@ -229,6 +229,25 @@ impl SealedLocation {
     }
 }
 
+/// What opens container `id`'s chunks, from its header alone (the first
+/// [`HEADER_LEN`] bytes of `file`): `None` if the header does not check or its sealed
+/// data key does not open, or for a write-only key. For salvaging the chunks of a
+/// container whose table or tail is damaged.
+pub(super) fn header_opener(
+    keys: &RepoKeys,
+    id_code: u8,
+    file: &[u8],
+    id: u64,
+) -> Option<ChunkOpener> {
+    let header = file.get(..HEADER_LEN)?;
+    check_header(keys, id_code, header, id).ok()?;
+    let header32: [u8; HEADER32] = header[..HEADER32].try_into().ok()?;
+    let key_block: [u8; 80] = header[32..112].try_into().ok()?;
+    keys.is_full()
+        .then(|| keys.chunk_opener(id, &header32, &key_block).ok())
+        .flatten()
+}
+
 fn check_header(keys: &RepoKeys, id_code: u8, header: &[u8], id: u64) -> Result<()> {
     let bad = |reason: String| StoreError::corrupt("container", container_name(id), reason);
     if &header[..8] != MAGIC {

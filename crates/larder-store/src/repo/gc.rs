@@ -100,11 +100,11 @@ enum Fate {
 }
 
 /// Counts file operations down to the crash point of a test.
-struct CrashPoint(Option<usize>);
+pub(super) struct CrashPoint(pub(super) Option<usize>);
 
 impl CrashPoint {
     /// Whether the process "dies" before the next operation.
-    fn reached(&mut self) -> bool {
+    pub(super) fn reached(&mut self) -> bool {
         match &mut self.0 {
             Some(0) => true,
             Some(n) => {
@@ -116,7 +116,7 @@ impl CrashPoint {
     }
 }
 
-fn hex(id: u64) -> String {
+pub(super) fn hex(id: u64) -> String {
     format!("{id:016x}")
 }
 
@@ -125,9 +125,9 @@ impl Repository {
         self.backend.file_len(kind, name).unwrap_or(0)
     }
 
-    /// The table of every indexed container, by id: from the segments that verify,
-    /// and the adopted containers no segment names.
-    fn indexed_tables(&self) -> Result<BTreeMap<u64, Vec<ChunkEntry>>> {
+    /// The table of every indexed container, by id, as the index holds it: from the
+    /// segments that verify, and the adopted containers no segment names.
+    pub fn indexed_tables(&self) -> Result<BTreeMap<u64, Vec<ChunkEntry>>> {
         let mut tables = BTreeMap::new();
         for name in &self.segments {
             if let Ok(containers) = self.read_segment(name) {
@@ -187,30 +187,16 @@ impl Repository {
     /// packed into new containers by stored bytes as a backup fills them; with each
     /// new container's stored bytes (its entries' shares).
     fn pack(&self, fates: &BTreeMap<u64, Fate>) -> (Vec<Vec<(u64, ChunkEntry)>>, Vec<u64>) {
-        let mut groups: Vec<Vec<(u64, ChunkEntry)>> = Vec::new();
-        let mut filled: Vec<u64> = Vec::new();
-        for (&id, fate) in fates {
-            let Fate::Repack(entries) = fate else {
-                continue;
-            };
-            for &(e, share) in entries {
-                let full = filled
-                    .last()
-                    .is_none_or(|&f| f + share > self.config.container_size as u64);
-                if full {
-                    groups.push(Vec::new());
-                    filled.push(0);
-                }
-                *filled.last_mut().expect("a group was pushed") += share;
-                groups.last_mut().expect("a group was pushed").push((id, e));
-            }
-        }
-        (groups, filled)
+        let repacked = fates.iter().flat_map(|(&id, fate)| match fate {
+            Fate::Repack(entries) => entries.iter().map(|&(e, share)| ((id, e), share)).collect(),
+            _ => Vec::new(),
+        });
+        pack_groups(repacked, self.config.container_size as u64)
     }
 
     /// The file size of a new container of `data` stored bytes and `entries` table
     /// entries: padded to its size class in an encrypted repository (crypto.md).
-    fn container_len(&self, data: u64, entries: usize) -> u64 {
+    pub(super) fn container_len(&self, data: u64, entries: usize) -> u64 {
         match self.config.encryption {
             None => data + (ENTRY_LEN * entries + CONTAINER_OVERHEAD) as u64,
             Some(_) => {
@@ -362,7 +348,7 @@ impl Repository {
                     source = Some(self.load_container(src)?);
                 }
                 let c = source.as_ref().expect("loaded above");
-                let taken = repack(c, rest, &codec, &mut builder)?;
+                let taken = repack(c, rest, &codec, &mut builder).map_err(gc_stopped)?;
                 rest = &rest[taken..];
             }
             let (bytes, entries) = builder.seal();
@@ -388,7 +374,7 @@ impl Repository {
 
     /// Steps 4 to 6: after the commit, each removal is durable before the next kind
     /// of removal starts. Returns `false` if the crash point stopped it.
-    fn gc_finish(&self, plan: &GcPlan, crash: &mut CrashPoint) -> Result<bool> {
+    pub(super) fn gc_finish(&self, plan: &GcPlan, crash: &mut CrashPoint) -> Result<bool> {
         let steps = [
             (FileKind::IndexSegment, &plan.old_segments),
             (FileKind::Container, &plan.delete),
@@ -412,7 +398,7 @@ impl Repository {
 
     /// Undoes an uncommitted collection: its segment (if the commit itself failed
     /// part way it is absent), its new containers, then its plan.
-    fn gc_roll_back(&self, plan: &GcPlan) -> Result<()> {
+    pub(super) fn gc_roll_back(&self, plan: &GcPlan) -> Result<()> {
         self.backend.remove(FileKind::IndexSegment, &plan.name())?;
         self.backend.sync(FileKind::IndexSegment)?;
         for &id in &plan.new_containers {
@@ -458,13 +444,31 @@ impl Repository {
         Ok(())
     }
 
+    /// Every container the plans of interrupted collections (or repairs) delete or
+    /// write: until the next writer finishes or rolls them back, no segment may name
+    /// them, and that is no damage. Plans that fail verification name nothing.
+    pub(super) fn planned_containers(&self) -> Result<std::collections::BTreeSet<u64>> {
+        let mut out = std::collections::BTreeSet::new();
+        for name in self.backend.list(FileKind::GcPlan)? {
+            let plan = self
+                .backend
+                .read(FileKind::GcPlan, &name)
+                .and_then(|bytes| self.open_file(FileKind::GcPlan, &name, bytes))
+                .and_then(|plain| GcPlan::decode(&plain, &name));
+            if let Ok(plan) = plan {
+                out.extend(plan.delete.iter().chain(&plan.new_containers));
+            }
+        }
+        Ok(out)
+    }
+
     /// Names of the plans of interrupted collections (for `check` to mention).
     pub fn pending_gc_plans(&self) -> Result<Vec<String>> {
         self.backend.list(FileKind::GcPlan)
     }
 
     /// Loads the index again from the files, as `open` does.
-    fn reload_index(&mut self) -> Result<()> {
+    pub(super) fn reload_index(&mut self) -> Result<()> {
         if !self.config.index.is_memory() {
             // The disk index has no delete: without its `held` file the load below
             // rebuilds it, without the deleted containers (and so would the next open,
@@ -483,11 +487,32 @@ impl Repository {
     }
 }
 
+/// Packs `items` (each with its stored bytes), in their order, into groups of at most
+/// `limit` stored bytes (a group holds at least one item); returns the groups and
+/// each one's stored bytes.
+pub(super) fn pack_groups<T>(
+    items: impl IntoIterator<Item = (T, u64)>,
+    limit: u64,
+) -> (Vec<Vec<T>>, Vec<u64>) {
+    let mut groups: Vec<Vec<T>> = Vec::new();
+    let mut filled: Vec<u64> = Vec::new();
+    for (item, bytes) in items {
+        if filled.last().is_none_or(|&f| f + bytes > limit) {
+            groups.push(Vec::new());
+            filled.push(0);
+        }
+        *filled.last_mut().expect("a group was pushed") += bytes;
+        groups.last_mut().expect("a group was pushed").push(item);
+    }
+    (groups, filled)
+}
+
 /// Copies the chunks at the start of `group` that lie in `c` into `builder`, after
-/// verifying each (gc never spreads damage), and returns how many it took: a chunk
-/// stored alone, copied as stored; a whole unit whose members all come next, copied
-/// as stored; a member whose unit is not all live, compressed again on its own.
-fn repack(
+/// verifying each (neither gc nor repair ever spreads damage), and returns how many
+/// it took: a chunk stored alone, copied as stored; a whole unit whose members all
+/// come next, copied as stored; a member whose unit is not all copied, compressed
+/// again on its own.
+pub(super) fn repack(
     c: &ParsedContainer,
     group: &[(u64, ChunkEntry)],
     codec: &ChunkCodec,
@@ -509,7 +534,7 @@ fn repack(
     let mut raw = Vec::new();
     for (_, m) in &group[..take] {
         raw.clear();
-        verified(c.read_chunk(m, codec, &mut raw))?;
+        c.read_chunk(m, codec, &mut raw)?;
     }
     let mut stored = Vec::new();
     if e.is_member() && !whole {
@@ -529,16 +554,16 @@ fn repack(
     Ok(take)
 }
 
-/// A live chunk's read, with a damaged chunk's error telling that gc stopped.
-fn verified(read: Result<()>) -> Result<()> {
-    match read {
-        Err(StoreError::Corrupt { what, name, reason }) => Err(StoreError::Corrupt {
+/// A damaged live chunk's error, telling that gc stopped and what fixes it.
+fn gc_stopped(e: StoreError) -> StoreError {
+    match e {
+        StoreError::Corrupt { what, name, reason } => StoreError::Corrupt {
             what,
             name,
             reason: format!(
-                "live {reason}; gc stopped and deleted nothing (run `larder check --read-data`)"
+                "live {reason}; gc stopped and deleted nothing (`larder repair` salvages the container)"
             ),
-        }),
+        },
         other => other,
     }
 }

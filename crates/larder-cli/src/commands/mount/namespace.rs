@@ -176,6 +176,7 @@ mod tests {
             partial,
             parents: vec![],
             original: None,
+            repaired_from: None,
         };
         (id.into(), snapshot)
     }
