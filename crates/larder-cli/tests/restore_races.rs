@@ -89,7 +89,12 @@ impl Attack {
     fn start(&self) -> Attacker {
         let uid = attacker_uid();
         let mut child = Command::new(std::env::current_exe().expect("test binary"))
-            .args(["--exact", "race_attacker", "--nocapture", "--test-threads=1"])
+            .args([
+                "--exact",
+                "race_attacker",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env(ATTACK_ENV, self.encode())
             .uid(uid)
             .gid(uid)
@@ -246,7 +251,10 @@ fn parent_swap_never_writes_outside_the_target() {
         escaped.len()
     );
     assert!(escaped.is_empty(), "{}", escaped.join("\n"));
-    assert!(swapped > 0, "the attacker never swapped: the test tested nothing");
+    assert!(
+        swapped > 0,
+        "the attacker never swapped: the test tested nothing"
+    );
 }
 
 fn mknod(path: &Path, mode: u32, dev: libc::dev_t) {
@@ -306,8 +314,20 @@ fn metadata_is_never_set_through_a_swapped_path() {
         let (swaps, out) = restore_under_attack(&repo, &target, &attack);
         swapped += usize::from(swaps > 0);
         let after = fs::symlink_metadata(&victim).unwrap();
-        let what = (after.mode(), after.uid(), after.gid(), fs::read(&victim).unwrap());
-        if what != (before.mode(), before.uid(), before.gid(), b"secret\n".to_vec()) {
+        let what = (
+            after.mode(),
+            after.uid(),
+            after.gid(),
+            fs::read(&victim).unwrap(),
+        );
+        if what
+            != (
+                before.mode(),
+                before.uid(),
+                before.gid(),
+                b"secret\n".to_vec(),
+            )
+        {
             changed.push(format!(
                 "iteration {i}: the file outside became mode {:o}, owner {}:{} (exit {:?}, {swaps} swaps)",
                 after.mode() & 0o7777,
@@ -328,5 +348,8 @@ fn metadata_is_never_set_through_a_swapped_path() {
         changed.len()
     );
     assert!(changed.is_empty(), "{}", changed.join("\n"));
-    assert!(swapped > 0, "the attacker never swapped: the test tested nothing");
+    assert!(
+        swapped > 0,
+        "the attacker never swapped: the test tested nothing"
+    );
 }
