@@ -18,6 +18,7 @@ use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
 
 use rustix::fs::{AtFlags, Dev, FileType, Mode, OFlags, ResolveFlags};
 
@@ -37,6 +38,12 @@ static NO_OPENAT2: AtomicBool = AtomicBool::new(false);
 /// symlink.
 fn dir_flags() -> OFlags {
     OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC
+}
+
+/// This process's effective uid, asked once: what the restore creates is its.
+pub(super) fn euid() -> u32 {
+    static EUID: OnceLock<u32> = OnceLock::new();
+    *EUID.get_or_init(|| rustix::process::geteuid().as_raw())
 }
 
 /// The identity of a file: its device and inode.
@@ -267,7 +274,7 @@ pub(super) fn open_node(dir: BorrowedFd<'_>, name: &[u8], kind: FileType) -> io:
     let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let fd = rustix::fs::openat(dir, name, flags, Mode::empty())?;
     let st = stat(fd.as_fd())?;
-    let ours = st.st_uid == rustix::process::geteuid().as_raw();
+    let ours = st.st_uid == euid();
     if FileType::from_raw_mode(st.st_mode) != kind || !ours || st.st_nlink != 1 {
         return Err(io::Error::other(
             "was replaced during the restore; its metadata is not set",

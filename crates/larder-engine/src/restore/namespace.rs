@@ -188,7 +188,7 @@ impl Namespace {
         let fd = fsops::open_dir(parent, name).map_err(|e| self.refusal(path, &e))?;
         let st = fsops::stat(fd.as_fd()).map_err(|e| e.to_string())?;
         // What this restore just made is its own; anything else was put in its place.
-        if created && st.st_uid != rustix::process::geteuid().as_raw() {
+        if created && st.st_uid != fsops::euid() {
             return Err("was replaced during the restore; refusing to restore into it".into());
         }
         self.made.insert(path.to_vec(), fsops::dev_ino(&st));
