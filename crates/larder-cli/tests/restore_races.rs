@@ -114,7 +114,8 @@ impl Attack {
                 };
             }
         }
-        panic!("the attacker ended before it was ready");
+        let status = child.wait();
+        panic!("the attacker ended before it was ready: {status:?}");
     }
 }
 
