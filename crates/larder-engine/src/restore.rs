@@ -390,6 +390,12 @@ impl<'e> Run<'_, 'e> {
                 let entry = entries[index];
                 let data = (entry.kind == EntryKind::File && !matches!(role, LinkRole::Later(_)))
                     .then(|| planned.next());
+                // Dropped unresolved when the entry is skipped: its later names then
+                // carry their own data.
+                let first = match role {
+                    LinkRole::First(g) => Some(board.guard(*g)),
+                    _ => None,
+                };
                 if !is_safe_relative_path(&entry.path) {
                     self.warn(index, &entry.path, "unsafe path; not restored");
                     continue;
@@ -401,10 +407,6 @@ impl<'e> Run<'_, 'e> {
                     }
                     continue;
                 }
-                let first = match role {
-                    LinkRole::First(g) => Some(board.guard(*g)),
-                    _ => None,
-                };
                 let (dir, name) = match self.ns.place(&entry.path, || quiesce(&queues)) {
                     Ok(placed) => placed,
                     Err(m) => {

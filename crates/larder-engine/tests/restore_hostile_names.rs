@@ -233,3 +233,27 @@ fn unsafe_paths_are_refused_one_by_one() {
         summary.warnings
     );
 }
+
+/// Regression guard: the first name of a hard link group with an unsafe path is
+/// refused, and its later names (waiting for it) are restored with their own data
+/// instead of waiting forever.
+#[test]
+fn a_refused_first_name_does_not_hold_up_its_links() {
+    let f = fixture();
+    let (_, target, _) = case(&f.base, 2);
+    let linked = |path: &[u8]| TreeEntry {
+        device: 1,
+        inode: 5,
+        nlink: 2,
+        ..TreeEntry::new(EntryKind::File, path.to_vec())
+    };
+    let entries = [linked(b"../first"), linked(b"later")];
+    let opts = RestoreOptions {
+        owners: false,
+        ..RestoreOptions::default()
+    };
+    let summary = restore_entries(&f.repo, &entries, &target, &opts).unwrap();
+    assert_eq!((summary.files, summary.hard_links), (1, 0));
+    assert_eq!(summary.warnings.len(), 1, "{:?}", summary.warnings);
+    assert!(target.join("later").is_file());
+}

@@ -354,7 +354,6 @@ impl<'e, 'b> Writer<'_, 'e, 'b> {
     /// Gives a file whose data is all written its length (the holes at its end) and
     /// metadata; returns what metadata failed, and (if `linked`: later names will be
     /// links to it) its device and inode.
-    #[allow(clippy::type_complexity)]
     fn complete(
         &self,
         f: &File,
