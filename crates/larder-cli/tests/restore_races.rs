@@ -243,6 +243,8 @@ fn parent_swap_never_writes_outside_the_target() {
                 out.code
             ));
         }
+        // 3,000 files an iteration: a run of 1,000 would leave millions.
+        fs::remove_dir_all(repo.scratch.path().join(format!("a{i}"))).unwrap();
     }
     eprintln!(
         "parent swap: {} iterations in {:?}, the attacker swapped in {swapped}, \
@@ -340,6 +342,7 @@ fn metadata_is_never_set_through_a_swapped_path() {
             fs::set_permissions(&victim, fs::Permissions::from_mode(0o600)).unwrap();
             std::os::unix::fs::lchown(&victim, Some(before.uid()), Some(before.gid())).unwrap();
         }
+        fs::remove_dir_all(repo.scratch.path().join(format!("b{i}"))).unwrap();
     }
     eprintln!(
         "metadata swap: {} iterations in {:?}, the attacker swapped in {swapped}, \
