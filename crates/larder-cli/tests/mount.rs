@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::{assert_same_tree, pseudo_random, snapshot_path, Repo, TreeBuilder};
+use support::{assert_same_tree, is_root, pseudo_random, snapshot_path, Repo, TreeBuilder};
 
 /// Whether FUSE tests should run: panics with advice where FUSE is missing, unless
 /// `LARDER_SKIP_FUSE_TESTS=1` says to skip them.
@@ -425,5 +425,57 @@ fn a_damaged_chunk_fails_its_reads_with_eio_and_names_the_file() {
     assert!(
         stderr.contains("big.bin") && stderr.contains("damaged"),
         "stderr does not name the damaged file: {stderr}"
+    );
+}
+
+/// Regression guard: as root, the unmount takes off larder's own mount, not whatever
+/// is mounted where the mount point's path leads when larder stops. Another user who
+/// may write the directory above the mount point's parent renames that parent away
+/// and puts a symlink in its place, to a directory with another mount at the same
+/// name; larder unmounted by path, and so took that other mount off.
+#[test]
+fn the_unmount_takes_off_its_own_mount_wherever_its_path_now_leads() {
+    if !fuse_or_skip() {
+        return;
+    }
+    if !is_root() {
+        eprintln!("skipped: larder mounts by descriptor as root only (fusermount3 otherwise)");
+        return;
+    }
+    let repo = Repo::init(&[]);
+    let src = build_source(&repo);
+    repo.backup(&[&src]);
+    let parent = repo.dir("theirs");
+    let mnt = parent.join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let victim = repo.dir("victim").join("mnt");
+    fs::create_dir(&victim).unwrap();
+    let tmpfs = CString::new("tmpfs").unwrap();
+    // SAFETY: valid NUL-terminated strings and no data; mount retains nothing.
+    let rc = unsafe {
+        libc::mount(
+            tmpfs.as_ptr(),
+            c_path(&victim).as_ptr(),
+            tmpfs.as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(rc, 0, "mount tmpfs: {}", std::io::Error::last_os_error());
+    let mut m = Mounted::start(&repo, &mnt);
+    let moved = repo.scratch.path().join("theirs.moved");
+    fs::rename(&parent, &moved).unwrap();
+    std::os::unix::fs::symlink(victim.parent().unwrap(), &parent).unwrap();
+    // Where the cleanup of a failed run finds larder's mount.
+    m.dir = moved.join("mnt");
+    let (code, stderr) = m.stop(libc::SIGTERM);
+    let victim_kept = is_mounted(&victim);
+    // SAFETY: a valid NUL-terminated path; umount retains nothing.
+    unsafe { libc::umount2(c_path(&victim).as_ptr(), libc::MNT_DETACH) };
+    assert!(victim_kept, "larder unmounted another mount: {stderr}");
+    assert_eq!(code, Some(0), "larder mount after SIGTERM: {stderr}");
+    assert!(
+        !is_mounted(&moved.join("mnt")),
+        "larder's own mount is still there"
     );
 }

@@ -12,7 +12,7 @@ mod support;
 use std::ffi::CString;
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::process::Command;
 
@@ -243,4 +243,55 @@ fn a_restore_without_root_warns_about_each_thing_it_cannot_set_and_keeps_the_dat
     );
     assert_eq!((one.ino(), one.nlink()), (two.ino(), 2));
     assert_eq!((one.uid(), one.gid()), (NOBODY, NOBODY));
+}
+
+/// Regression guard: a setuid or setgid file of another user comes back with those
+/// bits only where its recorded owner and group are given back. `--no-owner` as root
+/// used to restore a user's setuid file setuid root; a restore by a user who may not
+/// give files away (here `nobody`) made it setuid to that user. Both clear the bits,
+/// as `cp -p` does; a plain restore as root keeps them with the owner.
+#[test]
+fn setuid_and_setgid_bits_come_back_only_with_their_owner() {
+    if !is_root() {
+        eprintln!("skipped: a file of another user needs root");
+        return;
+    }
+    let mut repo = Repo::init(&[]);
+    let src = repo.dir("src");
+    for (name, mode) in [("suid", 0o4755), ("sgid", 0o2755), ("both", 0o6711)] {
+        fs::write(src.join(name), b"#!/bin/sh\n").unwrap();
+        lchown(&src.join(name), 1234, 5678);
+        fs::set_permissions(src.join(name), fs::Permissions::from_mode(mode)).unwrap();
+    }
+    repo.backup(&[&src]);
+    let mode_of = |path: &Path| {
+        let m = fs::symlink_metadata(path).unwrap();
+        (m.mode() & 0o7777, m.uid(), m.gid())
+    };
+
+    let target = repo.dir("kept");
+    repo.restore("latest", &target, &[]).expect_ok();
+    let back = restored(&target, &src);
+    assert_eq!(mode_of(&back.join("suid")), (0o4755, 1234, 5678));
+    assert_eq!(mode_of(&back.join("both")), (0o6711, 1234, 5678));
+
+    let target = repo.dir("no-owner");
+    let out = repo.restore("latest", &target, &["--no-owner"]);
+    out.expect_ok();
+    let back = restored(&target, &src);
+    for (name, mode) in [("suid", 0o755), ("sgid", 0o755), ("both", 0o711)] {
+        assert_eq!(mode_of(&back.join(name)), (mode, 0, 0), "{name}\n{out}");
+    }
+
+    let target = repo.dir("as-nobody");
+    repo.run_as(NOBODY);
+    let out = repo.restore("latest", &target, &[]);
+    let back = restored(&target, &src);
+    for (name, mode) in [("suid", 0o755), ("sgid", 0o755), ("both", 0o711)] {
+        assert_eq!(
+            mode_of(&back.join(name)),
+            (mode, NOBODY, NOBODY),
+            "{name}\n{out}"
+        );
+    }
 }

@@ -317,3 +317,58 @@ fn a_symlink_already_in_the_target_is_not_written_through() {
     assert_eq!(list_tree(&outside), [Path::new("victim")]);
     assert_eq!(fs::read(outside.join("victim")).unwrap(), b"victim");
 }
+
+/// Reads file `rel` below `root` one directory at a time (`openat`), as a path longer
+/// than PATH_MAX cannot be opened whole.
+fn read_deep(root: &Path, rel: &[&[u8]]) -> Vec<u8> {
+    use std::io::Read;
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let c = |b: &[u8]| std::ffi::CString::new(b).unwrap();
+    let open = |dir: libc::c_int, name: &[u8], flags: libc::c_int| {
+        // SAFETY: a valid NUL-terminated name; openat retains nothing, and a
+        // descriptor it returns is owned by the OwnedFd alone.
+        let fd = unsafe { libc::openat(dir, c(name).as_ptr(), flags | libc::O_CLOEXEC) };
+        assert!(fd >= 0, "openat: {}", std::io::Error::last_os_error());
+        // SAFETY: `fd` was just opened and is owned by nothing else.
+        unsafe { OwnedFd::from_raw_fd(fd) }
+    };
+    let root_bytes = root.as_os_str().as_encoded_bytes();
+    let mut dir = open(libc::AT_FDCWD, root_bytes, libc::O_DIRECTORY);
+    for name in &rel[..rel.len() - 1] {
+        dir = open(dir.as_raw_fd(), name, libc::O_DIRECTORY | libc::O_NOFOLLOW);
+    }
+    let file = open(dir.as_raw_fd(), rel[rel.len() - 1], libc::O_RDONLY);
+    let mut data = Vec::new();
+    fs::File::from(file).read_to_end(&mut data).unwrap();
+    data
+}
+
+/// Regression guard: a path longer than PATH_MAX (4,096 bytes) restores, where a
+/// restore that opened full paths failed with "File name too long".
+#[test]
+fn a_tree_deeper_than_path_max_restores() {
+    let repo = Repo::init(&[]);
+    let names: Vec<Vec<u8>> = (0..24)
+        .map(|i| format!("{i:02}{}", "d".repeat(198)).into_bytes())
+        .collect();
+    let mut paths: Vec<Vec<u8>> = Vec::new();
+    for name in &names {
+        let mut p = paths.last().cloned().unwrap_or_default();
+        if !p.is_empty() {
+            p.push(b'/');
+        }
+        p.extend_from_slice(name);
+        paths.push(p);
+    }
+    let mut file = paths.last().unwrap().clone();
+    file.extend_from_slice(b"/deepest");
+    assert!(file.len() > 4096);
+    let mut entries: Vec<Hostile<'_>> = paths.iter().map(|p| Hostile::Dir(p)).collect();
+    entries.push(Hostile::File(&file, b"at the bottom\n"));
+    let id = craft_snapshot(&repo.path, &entries);
+    let target = repo.dir("t").join("target");
+    repo.restore(&id, &target, &[]).expect_ok();
+    let mut rel: Vec<&[u8]> = names.iter().map(Vec::as_slice).collect();
+    rel.push(b"deepest");
+    assert_eq!(read_deep(&target, &rel), b"at the bottom\n");
+}

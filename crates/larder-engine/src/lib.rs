@@ -56,7 +56,9 @@ pub use pattern::{parse_pattern_file, Pattern, PatternList};
 pub use repair::{
     repair, LostFile, RepairOptions, RepairReport, RepairedContainer, SnapshotLoss, TreeLoss,
 };
-pub use restore::{restore, RestoreOptions, RestoreSummary, DEFAULT_RESTORE_CACHE};
+pub use restore::{
+    restore, restore_entries, RestoreOptions, RestoreSummary, DEFAULT_RESTORE_CACHE,
+};
 pub use time::{local_offset, parse_utc_rfc3339, utc_rfc3339};
 pub use tree_io::{load_tree, ChunkReader};
 

@@ -2,37 +2,43 @@
 //! that `--include`/`--exclude` patterns choose (`select.rs`), with owners, extended
 //! attributes, hard links and holes (docs/design/restore.md).
 //!
-//! Safety rules, each tested in `crates/larder-cli/tests/restore_safety.rs`:
-//! - every entry path is relative and made of normal components (checked when the tree
-//!   is decoded), so nothing is named outside the target;
-//! - every parent directory between the target and an entry must be a real directory,
-//!   not a symlink, so a restored or pre-existing symlink cannot redirect a write;
-//! - files are created with `O_CREAT | O_EXCL` (`O_NOFOLLOW` semantics), so nothing
-//!   existing is overwritten or followed, unless `overwrite` is set, in which case the
-//!   old entry is removed first (never written through), and a removed directory is no
-//!   longer trusted as a parent: what replaces it is checked like anything else.
+//! Safety rules, each tested in `crates/larder-cli/tests/restore_safety.rs` and
+//! `restore_races.rs`:
+//! - every entry path is relative and made of plain names (checked when the tree is
+//!   decoded, and again here), so nothing is named outside the target;
+//! - every directory is reached through descriptors from the target's own, opened
+//!   beneath it without following a symlink (`restore/fsops.rs`): neither a symlink of
+//!   the snapshot, nor one in the target, nor one another user puts in a directory's
+//!   place during the restore, ever redirects a create, a removal or a metadata call;
+//! - entries are created by name in their open directory with `O_CREAT | O_EXCL`
+//!   semantics, never following a symlink, so nothing existing is overwritten or
+//!   followed, unless `overwrite` is set, in which case the old entry is removed first
+//!   (never written through); a directory is removed to make room only if it is
+//!   empty, or with `delete`;
+//! - metadata is set through a descriptor of the entry the restore made
+//!   (`meta/apply.rs`), never through a path looked up again.
 //!
-//! With several writers the rules hold because one thread, the coordinator, checks
-//! parents and creates and removes every directory, in tree order; it removes one only
-//! when no writer has work left (`restore/namespace.rs`), and writers create and
-//! replace only what is not a directory, at the paths they are given
+//! With several writers the rules hold because one thread, the coordinator, opens,
+//! creates and removes every directory, in tree order; it removes one only when no
+//! writer has work left (`restore/namespace.rs`), and writers create and replace only
+//! what is not a directory, by name in the directory descriptor they are given
 //! (`restore/writer.rs`).
 
+mod fsops;
 mod links;
 mod namespace;
 mod stream;
 mod writer;
 
-use std::collections::HashMap;
-use std::ffi::OsStr;
+use std::collections::{HashMap, HashSet};
 use std::fs;
-use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
+use std::os::fd::AsFd;
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::{mpsc, Arc, Once};
 use std::time::{Duration, Instant};
 
-use larder_store::{EntryKind, Repository, TreeEntry};
+use larder_store::{is_safe_relative_path, EntryKind, Repository, TreeEntry};
 use serde::Serialize;
 
 use crate::assembly::{ReadStats, RestorePlan};
@@ -43,7 +49,7 @@ use crate::select::restore_selection;
 use crate::tree_io::{load_tree, ChunkReader};
 use crate::{NoProgress, Progress};
 use links::{link_roles, LinkBoard, LinkRole};
-use namespace::Namespace;
+use namespace::{split, Namespace};
 use stream::SliceStream;
 use writer::{least_loaded, run_writer, Create, How, Shared, Tally, Task, QUEUE_DEPTH};
 
@@ -60,8 +66,13 @@ const SLICE_SIZE: u64 = 8 << 20;
 const SLICE_BUFFERS: usize = 4;
 
 pub struct RestoreOptions {
-    /// Replace entries that already exist in the target.
+    /// Replace entries that already exist in the target. A directory in the target is
+    /// removed to make room for an entry that is not one only if it is empty (or with
+    /// `delete`).
     pub overwrite: bool,
+    /// Remove what the target holds below the restored directories that the snapshot
+    /// does not hold (and the patterns select), like restic's `restore --delete`.
+    pub delete: bool,
     /// Restore only what these patterns select (everything, if empty), with the
     /// parent directories of what they select (docs/design/patterns.md).
     pub include: PatternList,
@@ -74,18 +85,20 @@ pub struct RestoreOptions {
     pub progress: Arc<dyn Progress>,
     /// Restore the recorded numeric owner and group. As root this always works; a
     /// user that is not root tries only where they differ from what the entry got,
-    /// and a refusal is a warning.
+    /// and a refusal is a warning. A setuid or setgid bit is restored only with the
+    /// recorded owner or group.
     pub owners: bool,
     /// Writer threads creating and writing entries; 0 means one per core.
     pub threads: usize,
 }
 
 impl Default for RestoreOptions {
-    /// No overwriting, everything selected, the default cache, no progress, owners
-    /// restored, one writer per core.
+    /// No overwriting or deleting, everything selected, the default cache, no
+    /// progress, owners restored, one writer per core.
     fn default() -> Self {
         Self {
             overwrite: false,
+            delete: false,
             include: PatternList::default(),
             exclude: PatternList::default(),
             cache_size: DEFAULT_RESTORE_CACHE,
@@ -111,6 +124,9 @@ pub struct RestoreSummary {
     pub bytes: u64,
     /// Entries of the snapshot left out by `include` and `exclude`.
     pub filtered_out: u64,
+    /// Entries of the target removed: empty directories replaced with `overwrite`,
+    /// and what the snapshot does not hold with `delete`.
+    pub removed: u64,
     /// What was read from the containers.
     pub reads: ReadStats,
     pub elapsed: Duration,
@@ -142,16 +158,39 @@ pub fn restore(
     let started = Instant::now();
     let (snapshot_id, snapshot) = repo.find_snapshot(name)?;
     let mut reader = ChunkReader::new(repo);
-    let all_entries = load_tree(&mut reader, &snapshot.tree.fingerprints()?)?;
-    let wanted = restore_selection(&all_entries, &opts.include, &opts.exclude);
+    let entries = load_tree(&mut reader, &snapshot.tree.fingerprints()?)?;
+    let (tree_reads, tree_bytes) = reader.reads();
+    let mut summary = restore_entries(repo, &entries, target, opts)?;
+    summary.snapshot_id = snapshot_id;
+    summary.reads.tree_container_reads += tree_reads;
+    summary.reads.bytes_read += tree_bytes;
+    summary.elapsed = started.elapsed();
+    Ok(summary)
+}
+
+/// Restores `all_entries`, a tree's entries in tree order whose files' chunks are in
+/// `repo`, into `target`, as [`restore`] does with a snapshot's. An entry whose path
+/// is not relative and made of plain names is refused with a warning (the tree
+/// decoder already refuses a tree holding one; this is what the restore fuzz target
+/// drives with hostile names).
+pub fn restore_entries(
+    repo: &Repository,
+    all_entries: &[TreeEntry],
+    target: &Path,
+    opts: &RestoreOptions,
+) -> Result<RestoreSummary> {
+    let started = Instant::now();
+    let wanted = restore_selection(all_entries, &opts.include, &opts.exclude);
     let entries: Vec<&TreeEntry> = all_entries
         .iter()
         .zip(&wanted)
         .filter_map(|(entry, &wanted)| wanted.then_some(entry))
         .collect();
     fs::create_dir_all(target).map_err(|e| EngineError::io(target, e))?;
-    let target = fs::canonicalize(target).map_err(|e| EngineError::io(target, e))?;
-    let (tree_reads, tree_bytes) = reader.reads();
+    let root = fsops::open_target(target).map_err(|e| EngineError::io(target, e))?;
+    // For messages only: every operation goes through `root`.
+    let shown = fs::canonicalize(target).unwrap_or_else(|_| target.to_path_buf());
+    raise_open_file_limit();
     let mut run = Run {
         repo,
         opts,
@@ -161,12 +200,8 @@ pub fn restore(
             0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
             n => n,
         },
-        ns: Namespace::new(target, opts.overwrite),
-        reads: ReadStats {
-            tree_container_reads: tree_reads,
-            bytes_read: tree_bytes,
-            ..ReadStats::default()
-        },
+        ns: Namespace::new(shown, root, opts.overwrite, opts.delete),
+        reads: ReadStats::default(),
         total: 0,
         tally: Tally::default(),
         dirs: Vec::new(),
@@ -178,23 +213,11 @@ pub fn restore(
     while !pass.is_empty() {
         pass = run.pass(&pass);
     }
-    // Directory metadata last, deepest first, so restoring children does not change
-    // it (times, and a mode without write permission), and children created before a
-    // default ACL was set do not inherit it.
-    for (index, dest) in run.dirs.iter().rev() {
-        if !run.ns.is_safe(dest) {
-            continue;
-        }
-        for m in restore_metadata(Node::Path(dest), entries[*index], &run.owners, true) {
-            let w = Warning::error(dest, m);
-            opts.progress.warn(&w);
-            run.tally.warnings.push((*index, w));
-        }
+    if opts.delete {
+        run.delete_extra(all_entries);
     }
-    let refused = run
-        .owners
-        .refused
-        .load(std::sync::atomic::Ordering::Relaxed);
+    run.directory_metadata();
+    let refused = run.owners.refused.load(Ordering::Relaxed);
     if refused > 0 {
         let w = Warning::notice(
             &run.ns.target,
@@ -209,7 +232,7 @@ pub fn restore(
     let mut tally = run.tally;
     tally.warnings.sort_by_key(|(index, _)| *index);
     Ok(RestoreSummary {
-        snapshot_id,
+        snapshot_id: String::new(),
         files: tally.files,
         hard_links: tally.hard_links,
         dirs: run.ns.dirs,
@@ -217,10 +240,29 @@ pub fn restore(
         specials: tally.specials,
         bytes: tally.bytes,
         filtered_out: (all_entries.len() - entries.len()) as u64,
+        removed: run.ns.removed,
         reads: run.reads,
         elapsed: started.elapsed(),
         warnings: tally.warnings.into_iter().map(|(_, w)| w).collect(),
     })
+}
+
+/// Raises this process's soft limit of open files to its hard limit, once: the
+/// coordinator keeps up to 128 directories open, and each writer's queued tasks hold
+/// their directories' descriptors (256 tasks a writer), above the 1,024 many systems
+/// start a process with.
+fn raise_open_file_limit() {
+    static RAISED: Once = Once::new();
+    RAISED.call_once(|| {
+        use rustix::process::{getrlimit, setrlimit, Resource};
+        let mut limit = getrlimit(Resource::Nofile);
+        if limit.current < limit.maximum {
+            limit.current = limit.maximum;
+            // Best effort: without it, a very wide restore reports the directories
+            // it could not open.
+            let _ = setrlimit(Resource::Nofile, limit);
+        }
+    });
 }
 
 /// One restore's state across its passes.
@@ -236,15 +278,60 @@ struct Run<'r, 'e> {
     /// Bytes of file data planned so far, for the progress total.
     total: u64,
     tally: Tally,
-    /// Directories created or kept, in tree order, with their entry's index.
-    dirs: Vec<(usize, PathBuf)>,
+    /// The indices of the directories created or kept, in tree order.
+    dirs: Vec<usize>,
 }
 
-impl Run<'_, '_> {
-    fn warn(&mut self, index: usize, dest: &Path, message: impl std::fmt::Display) {
-        let w = Warning::error(dest, message);
+impl<'e> Run<'_, 'e> {
+    fn warn(&mut self, index: usize, path: &[u8], message: impl std::fmt::Display) {
+        let w = Warning::error(self.ns.display(path), message);
         self.opts.progress.warn(&w);
         self.tally.warnings.push((index, w));
+    }
+
+    /// Directory metadata last, deepest first, so restoring children does not change
+    /// it (times, and a mode without write permission), and children created before a
+    /// default ACL was set do not inherit it. Each directory's through its descriptor:
+    /// one that is no longer the directory the restore made is left alone, with a
+    /// warning.
+    fn directory_metadata(&mut self) {
+        let dirs = std::mem::take(&mut self.dirs);
+        for &index in dirs.iter().rev() {
+            let entry = self.entries[index];
+            let messages = match self.ns.made_dir(&entry.path) {
+                None => continue,
+                Some(Err(m)) => vec![format!("metadata not restored: {m}")],
+                Some(Ok(fd)) => restore_metadata(Node::Fd(fd.as_fd()), entry, &self.owners),
+            };
+            for m in messages {
+                self.warn(index, &entry.path, m);
+            }
+        }
+        self.dirs = dirs;
+    }
+
+    /// `delete`: removes what each restored directory holds that the snapshot does
+    /// not (`all_entries`: the whole tree, selected or not), where the patterns would
+    /// have selected it.
+    fn delete_extra(&mut self, all_entries: &[TreeEntry]) {
+        let in_snapshot: HashSet<&[u8]> = all_entries.iter().map(|e| e.path.as_slice()).collect();
+        let opts = self.opts;
+        let (include, exclude) = (&opts.include, &opts.exclude);
+        let mut done: HashSet<&[u8]> = HashSet::new();
+        for &index in &self.dirs.clone() {
+            let entry = self.entries[index];
+            if !done.insert(&entry.path) {
+                continue;
+            }
+            let failed = self.ns.delete_extra(&entry.path, |child, is_dir| {
+                in_snapshot.contains(child)
+                    || !(include.is_empty() || include.selects(child, is_dir))
+                    || exclude.selects(child, is_dir)
+            });
+            for (path, m) in failed {
+                self.warn(index, &path, m);
+            }
+        }
     }
 
     /// Restores entries `pass` (indices, ascending): plans their files' data, starts
@@ -272,7 +359,10 @@ impl Run<'_, '_> {
         self.reads.bytes_read += plan.stats.bytes_read;
         self.reads.distinct_containers += plan.stats.distinct_containers;
         let board = LinkBoard::new(groups);
+        let target = self.ns.target.clone();
         let shared = Shared {
+            target: &target,
+            root: Arc::clone(&self.ns.root),
             overwrite: self.opts.overwrite,
             owners: self.owners.clone(),
             links: &board,
@@ -294,32 +384,36 @@ impl Run<'_, '_> {
                 writers.push(scope.spawn(move || run_writer(me, shared, rx)));
             }
             let mut stream = SliceStream::new(full_rx);
-            let mut owner_of: HashMap<PathBuf, usize> = HashMap::new();
+            let mut owner_of: HashMap<&[u8], usize> = HashMap::new();
             let mut planned = plan.files.iter();
             for (&index, role) in pass.iter().zip(&roles) {
                 let entry = entries[index];
-                let dest = self.ns.target.join(OsStr::from_bytes(&entry.path));
                 let data = (entry.kind == EntryKind::File && !matches!(role, LinkRole::Later(_)))
                     .then(|| planned.next());
-                if entry.kind == EntryKind::Dir {
-                    match self.ns.dir(&dest, || quiesce(&queues)) {
-                        Ok(()) => self.dirs.push((index, dest)),
-                        Err(m) => self.warn(index, &dest, m),
-                    }
-                    continue;
-                }
+                // Dropped unresolved when the entry is skipped: its later names then
+                // carry their own data.
                 let first = match role {
                     LinkRole::First(g) => Some(board.guard(*g)),
                     _ => None,
                 };
-                let checked = self
-                    .ns
-                    .check_parents(&dest)
-                    .and_then(|()| self.ns.clear_directory_at(&dest, || quiesce(&queues)));
-                if let Err(m) = checked {
-                    self.warn(index, &dest, m);
+                if !is_safe_relative_path(&entry.path) {
+                    self.warn(index, &entry.path, "unsafe path; not restored");
                     continue;
                 }
+                if entry.kind == EntryKind::Dir {
+                    match self.ns.dir(&entry.path, || quiesce(&queues)) {
+                        Ok(()) => self.dirs.push(index),
+                        Err(m) => self.warn(index, &entry.path, m),
+                    }
+                    continue;
+                }
+                let (dir, name) = match self.ns.place(&entry.path, || quiesce(&queues)) {
+                    Ok(placed) => placed,
+                    Err(m) => {
+                        self.warn(index, &entry.path, m);
+                        continue;
+                    }
+                };
                 let how = match (entry.kind, role, data) {
                     (EntryKind::File, LinkRole::Later(group), _) => How::Link { group: *group },
                     (EntryKind::File, _, Some(Some(Ok(data)))) => How::File {
@@ -327,25 +421,20 @@ impl Run<'_, '_> {
                         first,
                     },
                     (EntryKind::File, _, Some(Some(Err(reason)))) => {
-                        self.warn(index, &dest, reason);
+                        self.warn(index, &entry.path, reason);
                         continue;
                     }
                     (EntryKind::File, _, _) => {
-                        self.warn(index, &dest, "the restore plan lost this file");
+                        self.warn(index, &entry.path, "the restore plan lost this file");
                         continue;
                     }
                     (EntryKind::Symlink, _, _) => How::Symlink,
                     _ => How::Special,
                 };
-                let parent = dest.parent().unwrap_or(&self.ns.target);
-                let w = match owner_of.get(parent) {
-                    Some(&w) => w,
-                    None => {
-                        let w = least_loaded(&shared.load);
-                        owner_of.insert(parent.to_path_buf(), w);
-                        w
-                    }
-                };
+                let (parent, _) = split(&entry.path);
+                let w = *owner_of
+                    .entry(parent)
+                    .or_insert_with(|| least_loaded(&shared.load));
                 shared.load[w].fetch_add(1, Ordering::Relaxed);
                 let file_data = match (&how, data) {
                     (How::File { .. }, Some(Some(Ok(data)))) => Some(*data),
@@ -356,7 +445,8 @@ impl Run<'_, '_> {
                 let _ = queue.send(Task::Create(Create {
                     index,
                     entry,
-                    dest,
+                    dir,
+                    name,
                     how,
                 }));
                 if let Some(data) = file_data {

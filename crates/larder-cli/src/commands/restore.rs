@@ -22,9 +22,14 @@ use crate::size;
 pub struct RestoreArgs {
     snapshot: String,
     target: PathBuf,
-    /// Replace files that already exist in TARGET
+    /// Replace what already exists in TARGET where the snapshot holds an entry; a
+    /// directory is replaced only if it is empty (or with --delete)
     #[arg(long)]
     overwrite: bool,
+    /// Remove what TARGET holds below the restored directories that the snapshot
+    /// does not hold (only what --include/--exclude would select)
+    #[arg(long)]
+    delete: bool,
     /// Memory for container data: the restore reads ahead in windows whose
     /// containers' byte ranges fit in this, and reads each container once per window
     #[arg(long, default_value = "256MiB", value_parser = size::parse)]
@@ -47,9 +52,9 @@ pub fn run(args: RestoreArgs, g: &Globals, out: &Output) -> Result<ExitCode> {
         Err(msg) => return Ok(out.usage(&msg)),
     };
     if !g.cluster.is_empty() {
-        if !include.is_empty() || !exclude.is_empty() || args.overwrite {
+        if !include.is_empty() || !exclude.is_empty() || args.overwrite || args.delete {
             return Ok(out.usage(
-                "--include, --exclude and --overwrite are not supported through a cluster yet",
+                "--include, --exclude, --overwrite and --delete are not supported through a cluster yet",
             ));
         }
         return remote::restore(&g.cluster, &args.snapshot, &args.target, out);
@@ -59,6 +64,7 @@ pub fn run(args: RestoreArgs, g: &Globals, out: &Output) -> Result<ExitCode> {
     let bar = Arc::new(Bar::bytes(out));
     let opts = RestoreOptions {
         overwrite: args.overwrite,
+        delete: args.delete,
         include,
         exclude,
         cache_size: args.cache_size,
@@ -85,6 +91,9 @@ struct Restored<'a> {
     specials: u64,
     bytes: u64,
     filtered_out: u64,
+    /// Entries of TARGET removed: empty directories replaced (--overwrite), and what
+    /// the snapshot does not hold (--delete).
+    removed: u64,
     reads: &'a ReadStats,
     container_reads_per_mb: f64,
     seconds: f64,
@@ -105,6 +114,7 @@ impl<'a> Restored<'a> {
             specials: s.specials,
             bytes: s.bytes,
             filtered_out: s.filtered_out,
+            removed: s.removed,
             reads: &s.reads,
             container_reads_per_mb: s.container_reads_per_mb(),
             seconds: secs(s.elapsed),
@@ -152,6 +162,9 @@ impl Render for Restored<'_> {
                 "  {} entries not selected by --include/--exclude",
                 self.filtered_out
             )?;
+        }
+        if self.removed > 0 {
+            writeln!(w, "  {} entries of the target removed", self.removed)?;
         }
         write_failed_paths(w, self.warnings)
     }

@@ -1,5 +1,8 @@
 //! Setting the metadata a tree entry records on a restored entry: owner, extended
-//! attributes (POSIX ACLs among them), permission bits and times.
+//! attributes (POSIX ACLs among them), permission bits and times, always through a
+//! descriptor of the entry itself (never a path looked up again, which another user
+//! could have swapped for a symlink: docs/design/restore.md, "Against another local
+//! user").
 //!
 //! Order (must-list; each step would undo or block a later one if swapped):
 //! 1. Owner first: `chown` clears the setuid and setgid bits and the
@@ -7,7 +10,9 @@
 //! 2. Then the attributes that are not ACLs: setting a `user.` attribute needs write
 //!    permission on the file, which the recorded mode (0444, say) may not give a
 //!    restore that is not run as root.
-//! 3. Then the permission bits, with `chmod`.
+//! 3. Then the permission bits, with `chmod`; a setuid or setgid bit only where the
+//!    recorded owner or group was given back, as `cp -p` does, so that a user's
+//!    setuid file never comes back setuid to whoever restores it.
 //! 4. Then the ACLs (`system.posix_acl_access`, `system.posix_acl_default`): an ACL
 //!    sets the group bits of the mode to its mask, so `chmod` after it would change
 //!    the ACL.
@@ -17,24 +22,43 @@
 //! A step that fails is reported and the next one is still tried.
 
 use std::ffi::CString;
-use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use larder_store::{TreeEntry, Xattr};
+use rustix::fs::{AtFlags, Mode, Timespec, Timestamps, XattrFlags};
+use rustix::process::{Gid, Uid};
 
-use super::c_path;
-
-/// Where metadata is set: an open file, or a path that is not followed if it names a
-/// symlink (`lchown`, `lsetxattr`, `utimensat(AT_SYMLINK_NOFOLLOW)`).
+/// What metadata is set on: a descriptor of the entry itself, never a path.
 #[derive(Clone, Copy)]
 pub(crate) enum Node<'a> {
-    File(&'a File),
-    Path(&'a Path),
+    /// A file or directory, open (`fchown`, `fsetxattr`, `fchmod`, `futimens`).
+    Fd(BorrowedFd<'a>),
+    /// A FIFO or device node, opened `O_PATH` (not for I/O) and verified to be the one
+    /// the restore made: `fchownat(AT_EMPTY_PATH)` on it, the other calls on
+    /// `/proc/self/fd/N`, which leads to that very inode.
+    Special(BorrowedFd<'a>),
+    /// A symlink: `link` is the link itself (`O_PATH | O_NOFOLLOW`, verified), `name`
+    /// its name in the open directory `dir`. A symlink has no mode of its own;
+    /// attributes are set with `lsetxattr` on `/proc/self/fd/DIR/NAME`, which acts on
+    /// the name itself and never follows it.
+    Symlink {
+        link: BorrowedFd<'a>,
+        dir: BorrowedFd<'a>,
+        name: &'a [u8],
+    },
+}
+
+impl Node<'_> {
+    /// The descriptor of the entry itself.
+    fn fd(&self) -> BorrowedFd<'_> {
+        match *self {
+            Node::Fd(fd) | Node::Special(fd) => fd,
+            Node::Symlink { link, .. } => link,
+        }
+    }
 }
 
 /// Whether and how owners are restored.
@@ -55,11 +79,9 @@ pub(crate) struct OwnerPolicy {
 impl OwnerPolicy {
     /// Restores owners if `restore`, as root or not as this process runs.
     pub fn new(restore: bool) -> Self {
-        // SAFETY: geteuid has no preconditions and cannot fail.
-        let root = unsafe { libc::geteuid() } == 0;
         Self {
             restore,
-            root,
+            root: rustix::process::geteuid().is_root(),
             refused: Arc::new(AtomicU64::new(0)),
         }
     }
@@ -70,59 +92,69 @@ fn is_acl(x: &Xattr) -> bool {
     x.name == b"system.posix_acl_access" || x.name == b"system.posix_acl_default"
 }
 
-/// Sets the owner, attributes, permission bits (unless `mode` is false: symlinks have
-/// none to set) and times that `entry` records on `node`, in the module's order.
-/// Returns one message per thing that could not be set, naming it.
+/// Sets the owner, attributes, permission bits (not for symlinks, which have none) and
+/// times that `entry` records on `node`, in the module's order. Returns one message
+/// per thing that could not be set, naming it.
 pub(crate) fn restore_metadata(
     node: Node<'_>,
     entry: &TreeEntry,
     owners: &OwnerPolicy,
-    mode: bool,
 ) -> Vec<String> {
     let mut failed = Vec::new();
-    let c = match node {
-        Node::File(_) => None,
-        Node::Path(path) => match c_path(path) {
-            Ok(c) => Some(c),
-            Err(e) => return vec![e.to_string()],
-        },
-    };
-    let target = match (node, &c) {
-        (Node::File(f), _) => Target::Fd(f.as_raw_fd()),
-        (Node::Path(_), Some(c)) => Target::Path(c),
-        (Node::Path(_), None) => unreachable!("a path node has its C path"),
-    };
-    if owners.restore {
-        match restore_owner(node, target, entry, owners.root) {
-            Ok(Owner::Set) => {}
+    let owner_set = owners.restore
+        && match restore_owner(node, entry, owners.root) {
+            Ok(Owner::Set) => true,
             Ok(Owner::NotPermitted) => {
                 owners.refused.fetch_add(1, Ordering::Relaxed);
+                false
             }
-            Err(message) => failed.push(message),
-        }
-    }
+            Err(message) => {
+                failed.push(message);
+                false
+            }
+        };
     for x in entry.xattrs.iter().filter(|x| !is_acl(x)) {
-        if let Err(e) = set_xattr(target, x) {
+        if let Err(e) = set_xattr(node, x) {
             failed.push(xattr_failure(x, &e));
         }
     }
-    if mode {
-        if let Err(e) = set_mode(target, entry.mode & 0o7777) {
-            failed.push(format!(
-                "cannot restore mode {:04o}: {e}",
-                entry.mode & 0o7777
-            ));
+    if !matches!(node, Node::Symlink { .. }) {
+        let mode = kept_special_bits(node, entry, owner_set);
+        if let Err(e) = set_mode(node, mode) {
+            failed.push(format!("cannot restore mode {mode:04o}: {e}"));
         }
     }
     for x in entry.xattrs.iter().filter(|x| is_acl(x)) {
-        if let Err(e) = set_xattr(target, x) {
+        if let Err(e) = set_xattr(node, x) {
             failed.push(xattr_failure(x, &e));
         }
     }
-    if let Err(e) = set_times(target, entry.mtime_sec, entry.mtime_nsec) {
+    if let Err(e) = set_times(node, entry.mtime_sec, entry.mtime_nsec) {
         failed.push(format!("cannot restore modification time: {e}"));
     }
     failed
+}
+
+/// The recorded permission bits, less the setuid bit unless the entry has the
+/// recorded owner and the setgid bit unless it has the recorded group (`owner_set`:
+/// both were just given back).
+fn kept_special_bits(node: Node<'_>, entry: &TreeEntry, owner_set: bool) -> u32 {
+    let mode = entry.mode & 0o7777;
+    if owner_set || mode & 0o6000 == 0 {
+        return mode;
+    }
+    let (uid, gid) = match rustix::fs::fstat(node.fd()) {
+        Ok(st) => (st.st_uid, st.st_gid),
+        Err(_) => return mode & !0o6000,
+    };
+    let mut mode = mode;
+    if uid != entry.uid {
+        mode &= !0o4000;
+    }
+    if gid != entry.gid {
+        mode &= !0o2000;
+    }
+    mode
 }
 
 fn xattr_failure(x: &Xattr, e: &io::Error) -> String {
@@ -130,13 +162,6 @@ fn xattr_failure(x: &Xattr, e: &io::Error) -> String {
         "cannot restore extended attribute {}: {e}",
         String::from_utf8_lossy(&x.name)
     )
-}
-
-/// The raw handle of a [`Node`]: a descriptor, or a C path not followed.
-#[derive(Clone, Copy)]
-enum Target<'a> {
-    Fd(libc::c_int),
-    Path(&'a CString),
 }
 
 /// What became of an entry's owner.
@@ -150,31 +175,24 @@ enum Owner {
 /// Changes the owner to the recorded uid and gid: always as root; otherwise only if
 /// they differ from what the entry has, and if the whole change is not permitted, the
 /// group alone (a user may give a file any group it belongs to).
-fn restore_owner(
-    node: Node<'_>,
-    target: Target<'_>,
-    entry: &TreeEntry,
-    root: bool,
-) -> Result<Owner, String> {
+fn restore_owner(node: Node<'_>, entry: &TreeEntry, root: bool) -> Result<Owner, String> {
     let (uid, gid) = (entry.uid, entry.gid);
     let failed = |e: io::Error| format!("cannot restore owner {uid}:{gid}: {e}");
     if root {
-        return chown(target, uid, gid).map(|()| Owner::Set).map_err(failed);
+        return chown(node, Some(uid), Some(gid))
+            .map(|()| Owner::Set)
+            .map_err(failed);
     }
-    let meta = match node {
-        Node::File(f) => f.metadata(),
-        Node::Path(p) => std::fs::symlink_metadata(p),
-    }
-    .map_err(failed)?;
-    if (meta.uid(), meta.gid()) == (uid, gid) {
+    let st = rustix::fs::fstat(node.fd()).map_err(|e| failed(e.into()))?;
+    if (st.st_uid, st.st_gid) == (uid, gid) {
         return Ok(Owner::Set);
     }
-    match chown(target, uid, gid) {
+    match chown(node, Some(uid), Some(gid)) {
         Ok(()) => Ok(Owner::Set),
         Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
-            if meta.gid() != gid {
+            if st.st_gid != gid {
                 // Best effort: a group the user does not belong to is refused too.
-                let _ = chown(target, u32::MAX, gid);
+                let _ = chown(node, None, Some(gid));
             }
             Ok(Owner::NotPermitted)
         }
@@ -182,78 +200,92 @@ fn restore_owner(
     }
 }
 
-/// `fchown` or `lchown`; an id of `u32::MAX` (-1) leaves that id as it is.
-fn chown(target: Target<'_>, uid: u32, gid: u32) -> io::Result<()> {
-    let rc = match target {
-        // SAFETY: fchown takes a descriptor and two ids and retains nothing; a closed or
-        // wrong descriptor is an error return, not undefined behaviour.
-        Target::Fd(fd) => unsafe { libc::fchown(fd, uid, gid) },
-        // SAFETY: `c` is a valid NUL-terminated path; lchown does not retain it.
-        Target::Path(c) => unsafe { libc::lchown(c.as_ptr(), uid, gid) },
-    };
-    check(rc)
-}
-
-/// `fsetxattr` or `lsetxattr` (never through a symlink), creating or replacing.
-fn set_xattr(target: Target<'_>, x: &Xattr) -> io::Result<()> {
-    let name = CString::new(x.name.as_slice())
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "name holds a NUL byte"))?;
-    let value = x.value.as_ptr().cast::<libc::c_void>();
-    let rc = match target {
-        // SAFETY: `name` is NUL-terminated and `value` is valid for `x.value.len()`
-        // bytes; the call copies both and retains neither.
-        Target::Fd(fd) => unsafe { libc::fsetxattr(fd, name.as_ptr(), value, x.value.len(), 0) },
-        // SAFETY: as above, and `c` is a valid NUL-terminated path.
-        Target::Path(c) => unsafe {
-            libc::lsetxattr(c.as_ptr(), name.as_ptr(), value, x.value.len(), 0)
-        },
-    };
-    check(rc)
-}
-
-/// `fchmod` or `chmod`. `chmod` follows a symlink: callers never pass one (a symlink
-/// has no permission bits of its own on Linux).
-fn set_mode(target: Target<'_>, mode: u32) -> io::Result<()> {
-    let rc = match target {
-        // SAFETY: fchmod takes a descriptor and a mode and retains nothing.
-        Target::Fd(fd) => unsafe { libc::fchmod(fd, mode as libc::mode_t) },
-        // SAFETY: `c` is a valid NUL-terminated path; chmod does not retain it.
-        Target::Path(c) => unsafe { libc::chmod(c.as_ptr(), mode as libc::mode_t) },
-    };
-    check(rc)
-}
-
-/// Sets access and modification time to the recorded mtime (`futimens`, or
-/// `utimensat` on the path itself, not a symlink's target).
-fn set_times(target: Target<'_>, sec: i64, nsec: u32) -> io::Result<()> {
-    let ts = libc::timespec {
-        tv_sec: sec as libc::time_t,
-        tv_nsec: nsec.min(999_999_999) as libc::c_long,
-    };
-    let times = [ts, ts];
-    let rc = match target {
-        // SAFETY: `times` points to two timespecs, as futimens requires; not retained.
-        Target::Fd(fd) => unsafe { libc::futimens(fd, times.as_ptr()) },
-        // SAFETY: `c` is a valid NUL-terminated path and `times` two timespecs; neither
-        // is retained after the call.
-        Target::Path(c) => unsafe {
-            libc::utimensat(
-                libc::AT_FDCWD,
-                c.as_ptr(),
-                times.as_ptr(),
-                libc::AT_SYMLINK_NOFOLLOW,
-            )
-        },
-    };
-    check(rc)
-}
-
-fn check(rc: libc::c_int) -> io::Result<()> {
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
+/// `fchown`, or `fchownat(AT_EMPTY_PATH)` on an `O_PATH` descriptor (the entry itself,
+/// a symlink not followed). `None`, or an id of `u32::MAX` (-1), leaves that id as it
+/// is.
+fn chown(node: Node<'_>, uid: Option<u32>, gid: Option<u32>) -> io::Result<()> {
+    let uid = uid.filter(|&u| u != u32::MAX).map(Uid::from_raw);
+    let gid = gid.filter(|&g| g != u32::MAX).map(Gid::from_raw);
+    match node {
+        Node::Fd(fd) => rustix::fs::fchown(fd, uid, gid)?,
+        Node::Special(fd) | Node::Symlink { link: fd, .. } => {
+            rustix::fs::chownat(fd, "", uid, gid, AtFlags::EMPTY_PATH)?
+        }
     }
+    Ok(())
+}
+
+/// Sets one attribute, creating or replacing it.
+fn set_xattr(node: Node<'_>, x: &Xattr) -> io::Result<()> {
+    let (name, value, flags) = (x.name.as_slice(), x.value.as_slice(), XattrFlags::empty());
+    match node {
+        Node::Fd(fd) => rustix::fs::fsetxattr(fd, name, value, flags)?,
+        Node::Special(fd) => rustix::fs::setxattr(proc_fd(fd), name, value, flags)?,
+        Node::Symlink {
+            dir, name: entry, ..
+        } => rustix::fs::lsetxattr(proc_child(dir, entry)?, name, value, flags)?,
+    }
+    Ok(())
+}
+
+/// `fchmod`, or `chmod` of `/proc/self/fd/N` for an `O_PATH` descriptor of a FIFO or
+/// device node (`fchmod` takes no `O_PATH` descriptor).
+fn set_mode(node: Node<'_>, mode: u32) -> io::Result<()> {
+    let mode = Mode::from_raw_mode(mode);
+    match node {
+        Node::Fd(fd) => rustix::fs::fchmod(fd, mode)?,
+        Node::Special(fd) => rustix::fs::chmod(proc_fd(fd), mode)?,
+        // Linux has no mode for a symlink.
+        Node::Symlink { .. } => {}
+    }
+    Ok(())
+}
+
+/// Sets access and modification time to the recorded mtime: `futimens`, or
+/// `utimensat` on the entry itself (`AT_EMPTY_PATH` on its `O_PATH` descriptor; where
+/// the kernel does not take that, `/proc/self/fd/N` for a node and the name, not
+/// followed, for a symlink).
+fn set_times(node: Node<'_>, sec: i64, nsec: u32) -> io::Result<()> {
+    let ts = Timespec {
+        tv_sec: sec,
+        tv_nsec: nsec.min(999_999_999).into(),
+    };
+    let times = Timestamps {
+        last_access: ts,
+        last_modification: ts,
+    };
+    match node {
+        Node::Fd(fd) => rustix::fs::futimens(fd, &times)?,
+        Node::Special(fd) => match rustix::fs::utimensat(fd, "", &times, AtFlags::EMPTY_PATH) {
+            Err(rustix::io::Errno::INVAL) => {
+                rustix::fs::utimensat(rustix::fs::CWD, proc_fd(fd), &times, AtFlags::empty())?
+            }
+            other => other?,
+        },
+        Node::Symlink { link, dir, name } => {
+            match rustix::fs::utimensat(link, "", &times, AtFlags::EMPTY_PATH) {
+                Err(rustix::io::Errno::INVAL) => {
+                    rustix::fs::utimensat(dir, name, &times, AtFlags::SYMLINK_NOFOLLOW)?
+                }
+                other => other?,
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `/proc/self/fd/N`: the magic link to what descriptor `fd` refers to, for the calls
+/// that take no `O_PATH` descriptor. Following it reaches that very inode, not a path
+/// looked up again.
+fn proc_fd(fd: BorrowedFd<'_>) -> CString {
+    CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd())).expect("digits hold no NUL")
+}
+
+/// `/proc/self/fd/DIR/NAME`: `name` in open directory `dir`.
+fn proc_child(dir: BorrowedFd<'_>, name: &[u8]) -> io::Result<CString> {
+    let mut path = format!("/proc/self/fd/{}/", dir.as_raw_fd()).into_bytes();
+    path.extend_from_slice(name);
+    CString::new(path).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
 }
 
 #[cfg(test)]
@@ -261,17 +293,17 @@ mod tests {
     use super::*;
     use crate::meta::read_xattrs;
     use larder_store::EntryKind;
-    use std::os::unix::fs::PermissionsExt;
+    use std::fs::File;
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
     fn entry_with(xattrs: Vec<Xattr>, mode: u32) -> TreeEntry {
-        // SAFETY: getuid and getgid have no preconditions.
-        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         TreeEntry {
             mode,
             mtime_sec: 1_234_567_890,
             mtime_nsec: 123_456_789,
-            uid,
-            gid,
+            uid: rustix::process::getuid().as_raw(),
+            gid: rustix::process::getgid().as_raw(),
             xattrs,
             ..TreeEntry::new(EntryKind::File, b"f".to_vec())
         }
@@ -289,7 +321,7 @@ mod tests {
             value: b"v\x00".to_vec(),
         }];
         let entry = entry_with(xattrs.clone(), 0o100_444);
-        let failed = restore_metadata(Node::File(&file), &entry, &OwnerPolicy::new(true), true);
+        let failed = restore_metadata(Node::Fd(file.as_fd()), &entry, &OwnerPolicy::new(true));
         let supported = failed.is_empty();
         if !supported {
             // The temporary directory's file system takes no user attributes.
@@ -323,7 +355,8 @@ mod tests {
             }],
             0o100_640,
         );
-        let failed = restore_metadata(Node::Path(&path), &entry, &OwnerPolicy::new(true), true);
+        let file = File::open(&path).unwrap();
+        let failed = restore_metadata(Node::Fd(file.as_fd()), &entry, &OwnerPolicy::new(true));
         assert_eq!(failed.len(), 1, "{failed:?}");
         assert!(
             failed[0].starts_with("cannot restore extended attribute nonsense.attribute: "),
@@ -331,5 +364,72 @@ mod tests {
         );
         let meta = std::fs::symlink_metadata(&path).unwrap();
         assert_eq!(meta.permissions().mode() & 0o7777, 0o640);
+    }
+
+    /// Regression guard: a setuid or setgid bit comes back only with the recorded
+    /// owner or group; a restore that does not give them back (`--no-owner`, or a
+    /// refused `chown`) clears it, as `cp -p` does.
+    #[test]
+    fn setuid_and_setgid_bits_need_their_owner() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let file = File::create(&path).unwrap();
+        let mine = entry_with(Vec::new(), 0o106_755);
+        let theirs = TreeEntry {
+            uid: mine.uid.wrapping_add(1),
+            gid: mine.gid.wrapping_add(1),
+            ..mine.clone()
+        };
+        let group_only = TreeEntry {
+            gid: mine.gid.wrapping_add(1),
+            ..mine.clone()
+        };
+        let no_owner = OwnerPolicy::new(false);
+        for (entry, mode) in [(&mine, 0o6755), (&theirs, 0o755), (&group_only, 0o4755)] {
+            assert!(restore_metadata(Node::Fd(file.as_fd()), entry, &no_owner).is_empty());
+            let got = file.metadata().unwrap().permissions().mode() & 0o7777;
+            assert_eq!(got, mode, "recorded {}:{}", entry.uid, entry.gid);
+        }
+    }
+
+    #[test]
+    fn symlinks_and_nodes_get_theirs_without_following() {
+        let dir = tempfile::tempdir().unwrap();
+        let root =
+            rustix::fs::open(dir.path(), rustix::fs::OFlags::DIRECTORY, Mode::empty()).unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, b"v").unwrap();
+        std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::os::unix::fs::symlink(&victim, dir.path().join("l")).unwrap();
+        rustix::fs::mknodat(
+            &root,
+            "p",
+            rustix::fs::FileType::Fifo,
+            Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        let opath = rustix::fs::OFlags::PATH | rustix::fs::OFlags::NOFOLLOW;
+        let link = rustix::fs::openat(&root, "l", opath, Mode::empty()).unwrap();
+        let node = rustix::fs::openat(&root, "p", opath, Mode::empty()).unwrap();
+        let entry = TreeEntry {
+            mtime_sec: 1_000_000_000,
+            ..entry_with(Vec::new(), 0o010_644)
+        };
+        let owners = OwnerPolicy::new(true);
+        let symlink = Node::Symlink {
+            link: link.as_fd(),
+            dir: root.as_fd(),
+            name: b"l",
+        };
+        assert!(restore_metadata(symlink, &entry, &owners).is_empty());
+        assert!(restore_metadata(Node::Special(node.as_fd()), &entry, &owners).is_empty());
+        let meta = std::fs::symlink_metadata(dir.path().join("l")).unwrap();
+        assert_eq!(meta.mtime(), 1_000_000_000);
+        let meta = std::fs::symlink_metadata(dir.path().join("p")).unwrap();
+        assert_eq!((meta.mode() & 0o7777, meta.mtime()), (0o644, 1_000_000_000));
+        let meta = std::fs::symlink_metadata(&victim).unwrap();
+        assert_ne!(meta.mtime(), 1_000_000_000);
+        assert_eq!(meta.mode() & 0o7777, 0o600);
     }
 }

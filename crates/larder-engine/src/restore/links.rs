@@ -5,8 +5,8 @@
 //! ones are restored with their own data in a further pass (`restore.rs`).
 
 use std::collections::HashMap;
-use std::path::PathBuf;
-use std::sync::{Condvar, Mutex};
+use std::os::fd::OwnedFd;
+use std::sync::{Condvar, Mutex, Weak};
 
 use larder_store::{EntryKind, TreeEntry};
 
@@ -58,12 +58,16 @@ pub(super) fn link_roles<'a>(
 }
 
 /// How the first name of a link group ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub(super) enum FirstOutcome {
     Pending,
-    /// Restored with its data at `path`, which was then inode `ino` of device `dev`.
+    /// Restored with its data as `name` in directory `parent` (relative to the target;
+    /// `dir` is its descriptor while anyone still holds it open), which was then inode
+    /// `ino` of device `dev`.
     Restored {
-        path: PathBuf,
+        dir: Weak<OwnedFd>,
+        parent: Vec<u8>,
+        name: Vec<u8>,
         dev: u64,
         ino: u64,
     },
@@ -96,7 +100,7 @@ impl LinkBoard {
     /// Waits until group `group`'s first name is resolved.
     pub fn wait(&self, group: usize) -> FirstOutcome {
         let mut outcomes = self.outcomes.lock().unwrap_or_else(|p| p.into_inner());
-        while outcomes[group] == FirstOutcome::Pending {
+        while matches!(outcomes[group], FirstOutcome::Pending) {
             outcomes = self
                 .resolved
                 .wait(outcomes)
@@ -200,11 +204,13 @@ mod tests {
         let board = LinkBoard::new(2);
         drop(board.guard(0));
         board.guard(1).resolve(FirstOutcome::Restored {
-            path: "x".into(),
+            dir: Weak::new(),
+            parent: Vec::new(),
+            name: b"x".to_vec(),
             dev: 1,
             ino: 2,
         });
-        assert_eq!(board.wait(0), FirstOutcome::Failed);
+        assert!(matches!(board.wait(0), FirstOutcome::Failed));
         assert!(matches!(
             board.wait(1),
             FirstOutcome::Restored { ino: 2, .. }

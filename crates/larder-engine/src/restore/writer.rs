@@ -1,30 +1,37 @@
 //! The writers: threads that create the entries other than directories (files,
 //! symlinks, FIFOs, device nodes, hard links), write files' data, and set their
 //! metadata. The coordinator (`restore.rs`) hands each writer the entries of the
-//! directories it owns, in tree order, through a bounded queue; a file's data follows
-//! its creation as pieces of the shared slices (`stream.rs`).
+//! directories it owns, in tree order, through a bounded queue, each with the open
+//! descriptor of its directory and its name there; a file's data follows its
+//! creation as pieces of the shared slices (`stream.rs`).
 //!
 //! What a writer may do to the target (the rest of restore's safety rules rely on it):
-//! - create an entry only at the path of a task, with `O_CREAT | O_EXCL | O_NOFOLLOW`,
-//!   `symlink`, `mknod` or `link`, all of which fail on anything already there;
-//! - with `--overwrite`, remove what is at that path if it is not a directory, and
-//!   only then create. A writer never removes a directory: only the coordinator does,
-//!   after every writer has finished what it was given, so no queued task ever names
-//!   a path through a directory that has gone;
-//! - write only through the descriptor of a file it created.
+//! - create an entry only as the name of a task in the task's open directory, with
+//!   `openat(O_CREAT | O_EXCL | O_NOFOLLOW)`, `symlinkat`, `mknodat` or `linkat`, all
+//!   of which fail on anything already there and none of which follows a symlink;
+//! - with `--overwrite`, remove what has that name if it is not a directory
+//!   (`unlinkat`, which fails on a directory), and only then create. A writer never
+//!   removes a directory: only the coordinator does, after every writer has finished
+//!   what it was given;
+//! - write only through the descriptor of a file it created, and set metadata only
+//!   through a descriptor of the entry it created (`meta/apply.rs`).
 
-use std::ffi::{CString, OsStr};
-use std::fs::{self, File, OpenOptions};
+use std::ffi::OsStr;
+use std::fs::File;
 use std::io;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc};
 
 use larder_store::{EntryKind, TreeEntry};
+use rustix::fs::FileType;
 
+use super::fsops;
 use super::links::{FirstGuard, FirstOutcome, LinkBoard};
+use super::namespace::{split, DirFd};
 use super::stream::Piece;
 use crate::error::Warning;
 use crate::meta::{restore_metadata, Node, OwnerPolicy};
@@ -51,12 +58,13 @@ pub(super) enum Task<'e, 'b> {
     Barrier(mpsc::Sender<()>),
 }
 
-/// Create the entry `entry` (not a directory), number `index` of the restore, at
-/// `dest`, whose parent the coordinator checked.
+/// Create the entry `entry` (not a directory), number `index` of the restore, as
+/// `name` in the open directory `dir`.
 pub(super) struct Create<'e, 'b> {
     pub index: usize,
     pub entry: &'e TreeEntry,
-    pub dest: PathBuf,
+    pub dir: DirFd,
+    pub name: &'e [u8],
     pub how: How<'b>,
 }
 
@@ -104,6 +112,9 @@ impl Tally {
 
 /// What every writer shares.
 pub(super) struct Shared<'a> {
+    /// The target as the user named it (for messages) and its descriptor.
+    pub target: &'a Path,
+    pub root: DirFd,
     pub overwrite: bool,
     pub owners: OwnerPolicy,
     pub links: &'a LinkBoard,
@@ -117,7 +128,8 @@ pub(super) struct Shared<'a> {
 struct OpenFile<'e, 'b> {
     index: usize,
     entry: &'e TreeEntry,
-    dest: PathBuf,
+    dir: DirFd,
+    name: &'e [u8],
     len: u64,
     first: Option<FirstGuard<'b>>,
     /// `None` once creating or writing failed: the rest of its data is dropped.
@@ -166,10 +178,15 @@ struct Writer<'s, 'e, 'b> {
 }
 
 impl<'e, 'b> Writer<'_, 'e, 'b> {
-    fn warn(&mut self, index: usize, dest: &Path, message: impl std::fmt::Display) {
-        let w = Warning::error(dest, message);
+    fn warn(&mut self, index: usize, entry: &TreeEntry, message: impl std::fmt::Display) {
+        let w = Warning::error(self.dest(entry), message);
         self.shared.progress.warn(&w);
         self.tally.warnings.push((index, w));
+    }
+
+    /// Where `entry` is restored, for messages.
+    fn dest(&self, entry: &TreeEntry) -> PathBuf {
+        self.shared.target.join(OsStr::from_bytes(&entry.path))
     }
 
     fn done(&self) {
@@ -180,19 +197,23 @@ impl<'e, 'b> Writer<'_, 'e, 'b> {
         let Create {
             index,
             entry,
-            dest,
+            dir,
+            name,
             how,
         } = c;
-        let result = match how {
+        let failed = match how {
             How::File { len, first } => {
-                let (file, error) = match self.create_file(&dest) {
+                let (file, error) = match self
+                    .make_at(dir.as_fd(), name, || fsops::create_file(dir.as_fd(), name))
+                {
                     Ok(f) => (Some(f), None),
                     Err(e) => (None, Some(e.to_string())),
                 };
                 self.open = Some(OpenFile {
                     index,
                     entry,
-                    dest,
+                    dir,
+                    name,
                     len,
                     first,
                     created: file.is_some(),
@@ -205,70 +226,48 @@ impl<'e, 'b> Writer<'_, 'e, 'b> {
                 return;
             }
             // A link shares the metadata of its first name, already set.
-            How::Link { group } => self.link(index, &dest, group).map(|()| false),
-            How::Symlink => self.symlink(&dest, entry).map(|()| true),
-            How::Special => self.special(&dest, entry).map(|()| true),
+            How::Link { group } => self
+                .link(index, dir.as_fd(), name, group)
+                .err()
+                .into_iter()
+                .collect(),
+            How::Symlink => self.symlink(dir.as_fd(), name, entry),
+            How::Special => self.special(dir.as_fd(), name, entry),
         };
-        match result {
-            Ok(true) => {
-                for m in restore_metadata(
-                    Node::Path(&dest),
-                    entry,
-                    &self.shared.owners,
-                    entry.kind != EntryKind::Symlink,
-                ) {
-                    self.warn(index, &dest, m);
-                }
-            }
-            Ok(false) => {}
-            Err(message) => self.warn(index, &dest, message),
+        for m in failed {
+            self.warn(index, entry, m);
         }
         self.done();
     }
 
-    /// Runs `make` (which creates an entry at `dest`, failing if anything is there);
-    /// with `--overwrite`, if something that is not a directory is in the way, removes
-    /// it and runs `make` again.
-    fn make_at(
+    /// Runs `make` (which creates entry `name` in `dir`, failing if anything is
+    /// there); with `--overwrite`, if something that is not a directory is in the way,
+    /// removes it and runs `make` again.
+    fn make_at<T>(
         &self,
-        dest: &Path,
-        mut make: impl FnMut() -> io::Result<()>,
-    ) -> Result<(), MakeError> {
+        dir: BorrowedFd<'_>,
+        name: &[u8],
+        mut make: impl FnMut() -> io::Result<T>,
+    ) -> Result<T, MakeError> {
         match make() {
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
                 if !self.shared.overwrite {
                     return Err(MakeError::Exists);
                 }
-                if fs::symlink_metadata(dest).is_ok_and(|m| m.is_dir()) {
-                    return Err(MakeError::Failed(
-                        "a directory took its place; not replaced".into(),
-                    ));
-                }
-                match fs::remove_file(dest) {
+                match fsops::remove_entry(dir, name) {
                     Ok(()) => {}
                     Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    Err(e) if e.raw_os_error() == Some(libc::EISDIR) => {
+                        return Err(MakeError::Failed(
+                            "a directory took its place; not replaced".into(),
+                        ))
+                    }
                     Err(e) => return Err(MakeError::Failed(format!("cannot replace: {e}"))),
                 }
                 make().map_err(|e| MakeError::Failed(format!("cannot create: {e}")))
             }
             other => other.map_err(|e| MakeError::Failed(format!("cannot create: {e}"))),
         }
-    }
-
-    fn create_file(&self, dest: &Path) -> Result<File, MakeError> {
-        let mut file = None;
-        self.make_at(dest, || {
-            file = Some(
-                OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .custom_flags(libc::O_NOFOLLOW)
-                    .mode(0o600)
-                    .open(dest)?,
-            );
-            Ok(())
-        })?;
-        file.ok_or_else(|| MakeError::Failed("cannot create".into()))
     }
 
     fn data(&mut self, piece: &Piece) {
@@ -299,7 +298,8 @@ impl<'e, 'b> Writer<'_, 'e, 'b> {
         let OpenFile {
             index,
             entry,
-            dest,
+            dir,
+            name,
             len,
             first,
             file,
@@ -310,7 +310,7 @@ impl<'e, 'b> Writer<'_, 'e, 'b> {
         } = open;
         let failure = error.or(damage);
         let result = match (file, failure) {
-            (Some(f), None) => self.complete(&f, entry, len, written_end),
+            (Some(f), None) => self.complete(&f, entry, len, written_end, first.is_some()),
             (f, failure) => {
                 drop(f);
                 let reason = failure.unwrap_or_else(|| "cannot create".into());
@@ -318,7 +318,7 @@ impl<'e, 'b> Writer<'_, 'e, 'b> {
                     // Only what this restore created is removed: the file holds a
                     // verified prefix at most, and leaving it would pass it off as
                     // restored.
-                    let _ = fs::remove_file(&dest);
+                    let _ = fsops::remove_entry(dir.as_fd(), name);
                     Err(format!("{reason} (not restored)"))
                 } else {
                     Err(reason)
@@ -326,54 +326,92 @@ impl<'e, 'b> Writer<'_, 'e, 'b> {
             }
         };
         match result {
-            Ok((warnings, dev, ino)) => {
+            Ok((warnings, id)) => {
                 self.tally.files += 1;
                 self.tally.bytes += len;
-                if let Some(first) = first {
+                if let (Some(first), Some((dev, ino))) = (first, id) {
+                    let (parent, _) = split(&entry.path);
                     first.resolve(FirstOutcome::Restored {
-                        path: dest.clone(),
+                        dir: Arc::downgrade(&dir),
+                        parent: parent.to_vec(),
+                        name: name.to_vec(),
                         dev,
                         ino,
                     });
                 }
                 for m in warnings {
-                    self.warn(index, &dest, m);
+                    self.warn(index, entry, m);
                 }
             }
             Err(message) => {
                 drop(first);
-                self.warn(index, &dest, message);
+                self.warn(index, entry, message);
             }
         }
         self.done();
     }
 
     /// Gives a file whose data is all written its length (the holes at its end) and
-    /// metadata; returns what metadata failed, and its device and inode.
+    /// metadata; returns what metadata failed, and (if `linked`: later names will be
+    /// links to it) its device and inode.
     fn complete(
         &self,
         f: &File,
         entry: &TreeEntry,
         len: u64,
         written_end: u64,
-    ) -> Result<(Vec<String>, u64, u64), String> {
+        linked: bool,
+    ) -> Result<(Vec<String>, Option<fsops::DevIno>), String> {
         if written_end != len {
             f.set_len(len).map_err(|e| format!("cannot write: {e}"))?;
         }
-        let warnings = restore_metadata(Node::File(f), entry, &self.shared.owners, true);
-        let meta = f.metadata().map_err(|e| e.to_string())?;
-        Ok((warnings, meta.dev(), meta.ino()))
+        let warnings = restore_metadata(Node::Fd(f.as_fd()), entry, &self.shared.owners);
+        let id = if linked {
+            let st = fsops::stat(f.as_fd()).map_err(|e| e.to_string())?;
+            Some(fsops::dev_ino(&st))
+        } else {
+            None
+        };
+        Ok((warnings, id))
     }
 
-    /// Links `dest` to the restored first name of `group`. If the first was not
-    /// restored, or the link cannot be made, `dest` is left for a pass that restores
-    /// its data.
-    fn link(&mut self, index: usize, dest: &Path, group: usize) -> Result<(), String> {
-        let FirstOutcome::Restored { path, dev, ino } = self.shared.links.wait(group) else {
+    /// Links `name` in `dir` to the restored first name of `group`. If the first was
+    /// not restored, or the link cannot be made, the entry is left for a pass that
+    /// restores its data.
+    fn link(
+        &mut self,
+        index: usize,
+        dir: BorrowedFd<'_>,
+        name: &[u8],
+        group: usize,
+    ) -> Result<(), String> {
+        let FirstOutcome::Restored {
+            dir: first_dir,
+            parent,
+            name: first_name,
+            dev,
+            ino,
+        } = self.shared.links.wait(group)
+        else {
             self.tally.unlinked.push(index);
             return Ok(());
         };
-        match self.make_at(dest, || fs::hard_link(&path, dest)) {
+        // The first name's directory, still open if its entries are, else opened
+        // again beneath the target.
+        let first_dir = match first_dir.upgrade() {
+            Some(fd) => fd,
+            None if parent.is_empty() => Arc::clone(&self.shared.root),
+            None => match fsops::open_beneath(self.shared.root.as_fd(), &parent) {
+                Ok(fd) => Arc::new(fd),
+                Err(_) => {
+                    self.tally.unlinked.push(index);
+                    return Ok(());
+                }
+            },
+        };
+        match self.make_at(dir, name, || {
+            fsops::make_link(first_dir.as_fd(), &first_name, dir, name)
+        }) {
             Ok(()) => {}
             Err(MakeError::Exists) => return Err(MakeError::Exists.to_string()),
             Err(MakeError::Failed(_)) => {
@@ -381,55 +419,64 @@ impl<'e, 'b> Writer<'_, 'e, 'b> {
                 return Ok(());
             }
         }
-        // `link` follows symlinks in the directories of its source: if the first
-        // name's place changed since it was restored, this is not a link to it.
-        match fs::symlink_metadata(dest) {
-            Ok(m) if (m.dev(), m.ino()) == (dev, ino) => {
+        // The first name may have been replaced in its directory since it was
+        // restored: then this is not a link to it.
+        match fsops::stat_at(dir, name) {
+            Ok(st) if fsops::dev_ino(&st) == (dev, ino) => {
                 self.tally.files += 1;
                 self.tally.hard_links += 1;
                 Ok(())
             }
             _ => {
-                let _ = fs::remove_file(dest);
+                let _ = fsops::remove_entry(dir, name);
                 self.tally.unlinked.push(index);
                 Ok(())
             }
         }
     }
 
-    fn symlink(&mut self, dest: &Path, entry: &TreeEntry) -> Result<(), String> {
-        let target = OsStr::from_bytes(&entry.target);
-        self.make_at(dest, || std::os::unix::fs::symlink(target, dest))
-            .map_err(|e| e.to_string())?;
+    /// Creates a symlink and sets its metadata through a descriptor of the link
+    /// itself; returns what failed.
+    fn symlink(&mut self, dir: BorrowedFd<'_>, name: &[u8], entry: &TreeEntry) -> Vec<String> {
+        if let Err(e) = self.make_at(dir, name, || fsops::make_symlink(dir, name, &entry.target)) {
+            return vec![e.to_string()];
+        }
         self.tally.symlinks += 1;
-        Ok(())
+        match fsops::open_node(dir, name, FileType::Symlink) {
+            Ok(link) => {
+                let node = Node::Symlink {
+                    link: link.as_fd(),
+                    dir,
+                    name,
+                };
+                restore_metadata(node, entry, &self.shared.owners)
+            }
+            Err(e) => vec![e.to_string()],
+        }
     }
 
-    /// Creates a FIFO or device node (`mknod`; devices need root).
-    fn special(&mut self, dest: &Path, entry: &TreeEntry) -> Result<(), String> {
+    /// Creates a FIFO or device node (`mknodat`; devices need root) and sets its
+    /// metadata through an `O_PATH` descriptor of it; returns what failed.
+    fn special(&mut self, dir: BorrowedFd<'_>, name: &[u8], entry: &TreeEntry) -> Vec<String> {
         let (kind, what) = match entry.kind {
-            EntryKind::Fifo => (libc::S_IFIFO, "FIFO"),
-            EntryKind::CharDevice => (libc::S_IFCHR, "character device"),
-            _ => (libc::S_IFBLK, "block device"),
+            EntryKind::Fifo => (FileType::Fifo, "FIFO"),
+            EntryKind::CharDevice => (FileType::CharacterDevice, "character device"),
+            _ => (FileType::BlockDevice, "block device"),
         };
-        let c = CString::new(dest.as_os_str().as_bytes()).map_err(|e| e.to_string())?;
-        self.make_at(dest, || {
-            // SAFETY: `c` is a valid NUL-terminated path; mknod retains nothing.
-            let rc = unsafe { libc::mknod(c.as_ptr(), kind | (entry.mode & 0o7777), entry.rdev) };
-            if rc == 0 {
-                Ok(())
-            } else {
-                Err(io::Error::last_os_error())
-            }
-        })
-        .map_err(|e| match e {
-            MakeError::Failed(e) if entry.kind.is_device() => {
-                format!("{e} (a {what}; creating one needs root)")
-            }
-            e => e.to_string(),
-        })?;
+        let made = self.make_at(dir, name, || fsops::make_node(dir, name, kind, entry.rdev));
+        if let Err(e) = made {
+            return vec![match e {
+                MakeError::Failed(e) if entry.kind.is_device() => {
+                    format!("{e} (a {what}; creating one needs root)")
+                }
+                e => e.to_string(),
+            }];
+        }
         self.tally.specials += 1;
-        Ok(())
+        match fsops::open_node(dir, name, kind) {
+            Ok(node) => restore_metadata(Node::Special(node.as_fd()), entry, &self.shared.owners),
+            Err(e) => vec![e.to_string()],
+        }
     }
 }
 
