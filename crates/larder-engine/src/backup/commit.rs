@@ -12,7 +12,7 @@ use larder_index::ChunkLocation;
 use larder_store::{EntryKind, Repository, Snapshot, SnapshotSummary, TreeRef};
 
 use super::index_stage::{to_acknowledge, Indexer};
-use super::previous::Decisions;
+use super::previous::{Decisions, FileStatus};
 use super::round::RoundOutput;
 use super::walk::{normalize, Item};
 use super::{lock, BackupOptions, BackupSummary, StageTimes};
@@ -107,12 +107,9 @@ impl<'o> Committer<'o> {
             }
         }
         let prefix = &items[..out.upto];
-        let mut summary = counts(prefix, indexer);
+        let mut summary = counts(prefix, indexer, self.decisions);
         summary.chunks += out.tree.fps.len() as u64;
         summary.errors = lock(warnings).iter().filter(|w| w.is_error).count() as u64;
-        summary.files_new = self.decisions.files_new;
-        summary.files_changed = self.decisions.files_changed;
-        summary.files_unchanged = self.decisions.files_unchanged;
         let snapshot = Snapshot {
             version: Snapshot::VERSION,
             time: rfc3339(self.began),
@@ -192,9 +189,9 @@ impl<'o> Committer<'o> {
         BackupSummary {
             snapshot_id,
             files: s.files,
-            files_new: decisions.files_new,
-            files_changed: decisions.files_changed,
-            files_unchanged: decisions.files_unchanged,
+            files_new: s.files_new,
+            files_changed: s.files_changed,
+            files_unchanged: s.files_unchanged,
             dirs: s.dirs,
             symlinks: s.symlinks,
             specials: s.specials,
@@ -220,8 +217,9 @@ impl<'o> Committer<'o> {
     }
 }
 
-/// Counts of the entries a snapshot of `items` (a prefix of the walk) holds.
-fn counts(items: &[Item], indexer: &Indexer) -> SnapshotSummary {
+/// Counts of the entries a snapshot of `items` (a prefix of the walk) holds: a file
+/// counts once it is stored (it has a recipe), as new, changed or unchanged.
+fn counts(items: &[Item], indexer: &Indexer, decisions: &Decisions) -> SnapshotSummary {
     let mut s = SnapshotSummary {
         bytes_read: indexer.bytes_read,
         bytes_new: indexer.bytes_new,
@@ -235,6 +233,12 @@ fn counts(items: &[Item], indexer: &Indexer) -> SnapshotSummary {
                     s.files += 1;
                     s.bytes_in += indexer.sizes[i];
                     s.chunks += recipe.len() as u64;
+                    match decisions.status[i] {
+                        Some(FileStatus::New) => s.files_new += 1,
+                        Some(FileStatus::Changed) => s.files_changed += 1,
+                        Some(FileStatus::Unchanged) => s.files_unchanged += 1,
+                        None => {}
+                    }
                 }
             }
             EntryKind::Dir => s.dirs += 1,

@@ -536,7 +536,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::backup::read_stage::PieceEnd;
+    use crate::backup::read_stage::{FileEnd, PieceEnd};
 
     fn fp(i: u64) -> Fingerprint {
         HashAlgo::Blake3.fingerprint(&i.to_le_bytes())
@@ -550,6 +550,7 @@ mod tests {
             zero_chunk: Fingerprint([0; 32]),
             recipes: Vec::new(),
             sizes: Vec::new(),
+            read_marks: Default::default(),
             chunks: 0,
             chunks_new: 0,
             bytes_new: 0,
@@ -614,9 +615,7 @@ mod tests {
                 item: seq as usize,
                 lens: chunks.iter().map(|c| c.len() as u32).collect(),
                 fps: Vec::new(),
-                end: PieceEnd::Done {
-                    size: data.len() as u64,
-                },
+                end: PieceEnd::Done(FileEnd::sized(data.len() as u64)),
                 data,
             }],
             fps: ids.iter().map(|&i| fp(i)).collect(),

@@ -11,8 +11,10 @@
 //! 4. Then the ACLs (`system.posix_acl_access`, `system.posix_acl_default`): an ACL
 //!    sets the group bits of the mode to its mask, so `chmod` after it would change
 //!    the ACL.
-//! 5. Times last: every step above changes the ctime, and none the mtime, but a
+//! 5. Then times: every step above changes the ctime, and none the mtime, but a
 //!    restore's writes do.
+//! 6. Attribute flags very last (`chattr`): `i` forbids every change after it, `a`
+//!    every change but appending.
 //!
 //! A step that fails is reported and the next one is still tried.
 
@@ -25,8 +27,9 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use larder_store::{TreeEntry, Xattr};
+use larder_store::{attr_flag_letters, EntryKind, TreeEntry, Xattr};
 
+use super::attr_flags::{open_dir, set_attr_flags};
 use super::c_path;
 
 /// Where metadata is set: an open file, or a path that is not followed if it names a
@@ -71,7 +74,8 @@ fn is_acl(x: &Xattr) -> bool {
 }
 
 /// Sets the owner, attributes, permission bits (unless `mode` is false: symlinks have
-/// none to set) and times that `entry` records on `node`, in the module's order.
+/// none to set), times and attribute flags that `entry` records on `node`, in the
+/// module's order.
 /// Returns one message per thing that could not be set, naming it.
 pub(crate) fn restore_metadata(
     node: Node<'_>,
@@ -122,7 +126,25 @@ pub(crate) fn restore_metadata(
     if let Err(e) = set_times(target, entry.mtime_sec, entry.mtime_nsec) {
         failed.push(format!("cannot restore modification time: {e}"));
     }
+    if let Err(e) = restore_attr_flags(node, entry) {
+        let flags = attr_flag_letters(entry.attr_flags);
+        failed.push(format!("cannot restore attribute flags {flags}: {e}"));
+    }
     failed
+}
+
+/// Sets the attribute flags `entry` records (step 6) on the open file, or on the
+/// directory at a path (opened for it, never through a symlink). An entry without
+/// flags costs nothing: a restored file starts without them.
+fn restore_attr_flags(node: Node<'_>, entry: &TreeEntry) -> io::Result<()> {
+    match node {
+        _ if entry.attr_flags == 0 => Ok(()),
+        Node::File(f) => set_attr_flags(f, entry.attr_flags),
+        Node::Path(p) if entry.kind == EntryKind::Dir => {
+            set_attr_flags(&open_dir(p)?, entry.attr_flags)
+        }
+        Node::Path(_) => Ok(()),
+    }
 }
 
 fn xattr_failure(x: &Xattr, e: &io::Error) -> String {
@@ -260,7 +282,6 @@ fn check(rc: libc::c_int) -> io::Result<()> {
 mod tests {
     use super::*;
     use crate::meta::read_xattrs;
-    use larder_store::EntryKind;
     use std::os::unix::fs::PermissionsExt;
 
     fn entry_with(xattrs: Vec<Xattr>, mode: u32) -> TreeEntry {
