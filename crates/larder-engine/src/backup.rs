@@ -142,9 +142,10 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// Backs up `paths` into `repo` and commits a snapshot.
 ///
 /// Files whose metadata says they did not change since the previous snapshots are
-/// not read ([`BackupOptions::parents`]). Problems with single files become warnings
-/// in the summary; anything that puts the repository at risk (a failed write, a full
-/// disk) stops the backup with an error, and no snapshot is written. Chunks already
+/// not read ([`BackupOptions::parents`]). Problems with single files, and source
+/// paths that do not exist, become warnings in the summary (a backup none of whose
+/// paths exists is an error); anything that puts the repository at risk (a failed
+/// write, a full disk) stops the backup with an error, and no snapshot is written. Chunks already
 /// written are reused by the next backup, and the files of its last checkpoint are
 /// not read again.
 pub fn backup(

@@ -13,7 +13,7 @@
 //! warning (docs/design/format.md, "Tree stream").
 
 use std::fs::{File, Metadata, OpenOptions};
-use std::io;
+use std::io::{self, Read};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::Mutex;
@@ -40,6 +40,8 @@ pub(crate) const SMALL_FILE: u64 = 1 << 20;
 const SMALL_SLACK: u64 = 16 << 10;
 /// Bytes a large file is read in; one batch each.
 pub(super) const BLOCK: usize = 8 << 20;
+/// What every read of a block asks for a multiple of.
+const READ_ALIGN: usize = 4096;
 /// Small files are grouped into batches of at most this many bytes and files.
 pub(crate) const GROUP_BYTES: u64 = 8 << 20;
 pub(crate) const GROUP_FILES: usize = 512;
@@ -275,21 +277,35 @@ fn read_small<'p>(
 }
 
 /// Reads `file` into `data` to its end, unless it holds more than `limit` bytes:
-/// returns whether it ended, having read at most `limit + 1` bytes. The first read
-/// asks for `expected + 1` bytes (`expected`: the size `fstat` gives), so that a file
-/// that holds what it says takes two reads, as `read_to_end` takes.
+/// returns whether it ended, having read at most `limit + SMALL_SLACK + 32` bytes.
+/// As `read_to_end` does, it reads the `expected` bytes (the size `fstat` gives, at
+/// most `limit`), then probes for the end with a small read, so that a file that holds
+/// what it says takes no more memory than that; reads after the probe ask for
+/// [`SMALL_SLACK`] bytes. Every read asks for a multiple of 8 bytes but the first
+/// (`expected`, which pseudo-files give as 0): `/proc/PID/pagemap` refuses others.
 fn read_up_to(file: &File, data: &mut Vec<u8>, expected: u64, limit: u64) -> io::Result<bool> {
-    let mut ask = expected + 1;
-    loop {
-        let room = (limit + 1).saturating_sub(data.len() as u64).min(ask);
-        if room == 0 {
-            return Ok(false);
-        }
-        if read_append(file, data, room as usize)? == 0 {
+    while (data.len() as u64) < expected {
+        if read_append(file, data, (expected - data.len() as u64) as usize)? == 0 {
             return Ok(true);
         }
-        ask = SMALL_SLACK;
     }
+    let mut probe = [0u8; 32];
+    let n = loop {
+        match (&*file).read(&mut probe) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            other => break other?,
+        }
+    };
+    if n == 0 {
+        return Ok(true);
+    }
+    data.extend_from_slice(&probe[..n]);
+    while data.len() as u64 <= limit {
+        if read_append(file, data, SMALL_SLACK as usize)? == 0 {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// Block buffers travel from stage 1 down the pipeline and back here, so that large
@@ -533,8 +549,11 @@ impl<'g> Reader<'_, 'g> {
             let mut buf = self.pool.get();
             buf.extend_from_slice(&carry);
             let mut eof = false;
-            while buf.len() < BLOCK {
-                let room = BLOCK - buf.len();
+            // Every read asks for whole pages, as some pseudo-files require
+            // (`/proc/PID/pagemap`: multiples of 8 bytes); the block is full once less
+            // than a page is left. Cut points do not depend on where blocks end.
+            while BLOCK - buf.len() >= READ_ALIGN {
+                let room = (BLOCK - buf.len()) / READ_ALIGN * READ_ALIGN;
                 match source.read_append(&mut buf, room) {
                     Ok(0) => {
                         eof = true;

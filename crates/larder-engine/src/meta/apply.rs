@@ -135,7 +135,7 @@ pub(crate) fn restore_metadata(
 
 /// Sets the attribute flags `entry` records (step 6) on the open file, or on the
 /// directory at a path (opened for it, never through a symlink). An entry without
-/// flags costs nothing: a restored file starts without them.
+/// flags costs no call: what restore creates keeps the flags it was created with.
 fn restore_attr_flags(node: Node<'_>, entry: &TreeEntry) -> io::Result<()> {
     match node {
         _ if entry.attr_flags == 0 => Ok(()),
