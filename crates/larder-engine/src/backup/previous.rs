@@ -442,6 +442,41 @@ mod tests {
         );
     }
 
+    /// An unchanged file takes its previous entry's attribute flags (it is not read);
+    /// a file whose previous entry is marked as changed while read is never unchanged.
+    #[test]
+    fn unchanged_files_keep_their_flags_and_marked_ones_are_read_again() {
+        let mut e = TreeEntry::new(EntryKind::File, b"f".to_vec());
+        (e.size, e.mtime_sec, e.ctime_sec, e.inode) = (3, 5, 5, 9);
+        e.chunks = vec![Fingerprint([1; 32])];
+        e.attr_flags = 0x10;
+        let decide = |prev: TreeEntry| {
+            let previous = Previous {
+                entries: HashMap::from([(b"f".to_vec(), PreviousEntry::new(prev))]),
+                parents: Vec::new(),
+            };
+            let mut items = vec![Item {
+                abs: PathBuf::from("/f"),
+                entry: TreeEntry {
+                    attr_flags: 0,
+                    ..e.clone()
+                },
+            }];
+            let d = previous
+                .decide(&mut items, SkipRules::default(), |fps| {
+                    Ok(vec![true; fps.len()])
+                })
+                .unwrap();
+            (d.status[0], items[0].entry.attr_flags)
+        };
+        assert_eq!(decide(e.clone()), (Some(FileStatus::Unchanged), 0x10));
+        let marked = TreeEntry {
+            changed_while_read: true,
+            ..e.clone()
+        };
+        assert_eq!(decide(marked), (Some(FileStatus::Changed), 0));
+    }
+
     #[test]
     fn paths_are_under_roots_by_components() {
         assert!(is_under(b"home/me", b"home"));

@@ -153,14 +153,17 @@ pub(crate) struct Batch {
     pub fps: Vec<Fingerprint>,
 }
 
-/// Opens a file for reading without following a symlink, and without updating its
-/// access time where the kernel allows that (`O_NOATIME` needs the file's owner or
-/// `CAP_FOWNER`; otherwise it is opened plainly).
+/// Opens a file for reading without following a symlink, without blocking (a FIFO
+/// put in its place since the walk would block `open` until a writer came), and
+/// without updating its access time where the kernel allows that (`O_NOATIME` needs
+/// the file's owner or `CAP_FOWNER`; otherwise it is opened plainly). `O_NONBLOCK`
+/// changes nothing for a regular file's reads; a pseudo-file that honours it
+/// (`/proc/kmsg`) fails with `EAGAIN` instead of blocking the backup forever.
 fn open_file(path: &Path) -> std::io::Result<File> {
     let open = |flags| {
         OpenOptions::new()
             .read(true)
-            .custom_flags(libc::O_NOFOLLOW | flags)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | flags)
             .open(path)
     };
     match open(libc::O_NOATIME) {
@@ -192,9 +195,15 @@ struct Opened<'p> {
 }
 
 impl<'p> Opened<'p> {
+    /// Opens the file at `path`, which must still be a regular file.
     fn open(item: usize, path: &'p Path) -> io::Result<Self> {
         let file = open_file(path)?;
         let before = file.metadata()?;
+        if !before.is_file() {
+            return Err(io::Error::other(
+                "it is no longer a regular file (replaced since it was listed)",
+            ));
+        }
         Ok(Self {
             item,
             path,
@@ -725,6 +734,30 @@ mod tests {
             })
             .collect();
         assert_eq!(ends, [5, 20 << 20, 10]);
+    }
+
+    /// Guards against a FIFO put in a file's place after the walk hanging the backup
+    /// (`open` waits for a writer): it is refused at once, naming why.
+    #[test]
+    fn a_fifo_in_a_files_place_is_refused_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("was-a-file");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: `c` is a valid NUL-terminated path; mkfifo does not retain it.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let path = fifo.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(read_all(&[(&path, 10)]));
+        });
+        let pieces = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("reading a FIFO blocked");
+        assert!(
+            matches!(&pieces[0].end, PieceEnd::Failed(w) if w.message.contains("no longer a regular file")),
+            "{:?}",
+            pieces.iter().map(|p| p.data.len()).collect::<Vec<_>>()
+        );
     }
 
     /// A pseudo-file whose size says 0 is read to its end all the same.
