@@ -128,8 +128,13 @@ pub(crate) fn existing_roots(
         }
     }
     if kept.is_empty() {
-        let others = missing.len() - 1;
-        let (path, e) = missing.swap_remove(0);
+        let others = missing.len().saturating_sub(1);
+        let Some((path, e)) = missing.into_iter().next() else {
+            return Err(EngineError::Source {
+                path: PathBuf::new(),
+                reason: "no source path given".into(),
+            });
+        };
         let reason = match others {
             0 => format!("cannot back up: {e}"),
             n => format!("cannot back up: {e}; and none of the {n} other source paths exists"),
@@ -284,6 +289,10 @@ impl Listing {
 /// components of the directory holding each, and its patterns.
 type IgnoreFiles = Vec<(usize, Arc<PatternList>)>;
 
+/// An entry of a directory being listed: its name, its type where the listing gives
+/// it, and the listing's entry.
+type Child = (OsString, Option<FileType>, DirEntry);
+
 /// Where a directory being listed lies.
 #[derive(Clone)]
 struct Scope {
@@ -377,7 +386,7 @@ impl Walker<'_> {
     /// one on another file system than `scope.device` is not listed.
     fn list(&self, dir: &Path, scope: &Scope) -> Listing {
         let mut out = Listing::default();
-        let mut children: Vec<(OsString, Option<FileType>, DirEntry)> = Vec::new();
+        let mut children: Vec<Child> = Vec::new();
         match fs::read_dir(dir) {
             Ok(entries) => {
                 for entry in entries {
@@ -398,18 +407,7 @@ impl Walker<'_> {
             }
         }
         children.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-        if !self.opts.exclude_tags.is_empty() {
-            let names = children.iter().map(|(n, t, _)| (n.as_os_str(), *t));
-            let tags: Vec<OsString> = tagged(dir, names, self.opts.exclude_tags, &mut out.warnings)
-                .into_iter()
-                .map(OsStr::to_os_string)
-                .collect();
-            if !tags.is_empty() {
-                let before = children.len();
-                children.retain(|(name, _, _)| tags.contains(name));
-                out.excluded += (before - children.len()) as u64;
-            }
-        }
+        self.keep_tags_only_if_tagged(dir, &mut children, &mut out);
         let mut here = Scope {
             depth: scope.depth + 1,
             ..scope.clone()
@@ -477,6 +475,24 @@ impl Walker<'_> {
                 .extend(listed.map(|(_, listing)| Node::Below(listing)));
         }
         out
+    }
+
+    /// If `dir` is tagged by one of the tag files in force, leaves only those tag files
+    /// in `children` (the others count as excluded).
+    fn keep_tags_only_if_tagged(&self, dir: &Path, children: &mut Vec<Child>, out: &mut Listing) {
+        if self.opts.exclude_tags.is_empty() {
+            return;
+        }
+        let names = children.iter().map(|(n, t, _)| (n.as_os_str(), *t));
+        let tags: Vec<OsString> = tagged(dir, names, self.opts.exclude_tags, &mut out.warnings)
+            .into_iter()
+            .map(OsStr::to_os_string)
+            .collect();
+        if !tags.is_empty() {
+            let before = children.len();
+            children.retain(|(name, _, _)| tags.contains(name));
+            out.excluded += (before - children.len()) as u64;
+        }
     }
 
     /// Whether `rel` (a snapshot path whose parent directory is not excluded) is
