@@ -33,16 +33,17 @@ fn warnings(summary: &Value) -> Vec<(String, String, bool)> {
         .collect()
 }
 
+/// A backup none of whose source paths exists fails; one with some paths left saves
+/// them (`backup_sources.rs`).
 #[test]
-fn backing_up_a_missing_path_fails_naming_it_and_saves_nothing() {
+fn backing_up_only_missing_paths_fails_naming_them_and_saves_nothing() {
     let repo = Repo::init(&[]);
-    let src = repo.dir("src");
-    TreeBuilder::new(&src).file("f", b"data").finish();
     let missing = repo.scratch.path().join("no-such-dir");
+    let also_missing = repo.scratch.path().join("no-such-file");
 
     for paths in [
         vec![missing.as_path()],
-        vec![src.as_path(), missing.as_path()],
+        vec![missing.as_path(), also_missing.as_path()],
     ] {
         let out = repo.backup_run(&paths);
         out.expect_code(1)
@@ -97,6 +98,8 @@ fn unreadable_file_and_directory_are_named_and_the_rest_is_saved() {
         "unreadable paths must be errors: {ws:?}"
     );
     assert_eq!(summary["files"], 1, "{summary}");
+    // Counts are of the files saved: the unreadable one is in none of them.
+    assert_eq!(summary["files_new"], 1, "{summary}");
 
     // The snapshot was saved and holds what could be read.
     let snaps = repo.snapshots();

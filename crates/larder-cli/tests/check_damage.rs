@@ -191,12 +191,13 @@ struct FileEntry {
     chunks: Vec<Fp>,
 }
 
-/// Decodes a tree stream (docs/design/format.md, "Tree stream", version 1 or 2);
+/// Decodes a tree stream (docs/design/format.md, "Tree stream", version 1 to 3);
 /// files only.
 fn decode_tree(stream: &[u8]) -> Vec<FileEntry> {
-    let v2 = match &stream[..8] {
-        b"LARDERT1" => false,
-        b"LARDERT2" => true,
+    let version = match &stream[..8] {
+        b"LARDERT1" => 1,
+        b"LARDERT2" => 2,
+        b"LARDERT3" => 3,
         magic => panic!("not a tree stream: {magic:?}"),
     };
     let mut pos = 8;
@@ -210,7 +211,7 @@ fn decode_tree(stream: &[u8]) -> Vec<FileEntry> {
         }
         let plen = le_u32(&stream[pos..]) as usize;
         let path = String::from_utf8_lossy(&stream[pos + 4..pos + 4 + plen]).into_owned();
-        if v2 {
+        if version >= 2 {
             // Mode, mtime, ctime, uid, gid, size, inode, device, link count.
             pos += 4 + plen + 4 + 12 + 12 + 4 + 4 + 8 + 8 + 8 + 4;
             // User and group names.
@@ -222,6 +223,10 @@ fn decode_tree(stream: &[u8]) -> Vec<FileEntry> {
             for _ in 0..xattrs {
                 pos += 1 + usize::from(stream[pos]);
                 pos += 4 + le_u32(&stream[pos..]) as usize;
+            }
+            if version >= 3 {
+                // Marks and attribute flags.
+                pos += 1 + 4;
             }
         } else {
             pos += 4 + plen + 4 + 8 + 4 + 4 + 4 + 8;

@@ -17,6 +17,7 @@
 mod commit;
 mod device;
 mod disk_stage;
+mod exclude_tags;
 mod fingerprint_stage;
 mod gate;
 mod index_stage;
@@ -39,6 +40,7 @@ use larder_store::{Compression, EntryKind, RepoIndex, Repository, TreeEntry};
 #[cfg(feature = "gpu")]
 pub use device::GpuChunkDevice;
 pub use device::{check_usable as check_device, ChunkDevice};
+pub use exclude_tags::ExcludeTag;
 pub use previous::{Parents, SkipRules, RACY_WINDOW};
 pub use remote::{RemoteAnswers, RemoteIndex, RemoteLookup, RemoteReply};
 pub use summary::{BackupSummary, StageTimes};
@@ -47,7 +49,7 @@ pub use summary::{BackupSummary, StageTimes};
 pub(crate) use gate::{BusySpan, SerialGate};
 pub(crate) use index_stage::{Indexer, NewChunk};
 pub(crate) use read_stage::{
-    Batch, BlockSource, Piece, PieceEnd, Reader, GROUP_BYTES, GROUP_FILES, SMALL_FILE,
+    Batch, BlockSource, FileEnd, Piece, PieceEnd, Reader, GROUP_BYTES, GROUP_FILES, SMALL_FILE,
 };
 pub(crate) use round::{collect, Pipeline};
 pub(crate) use walk::Item;
@@ -74,6 +76,12 @@ pub struct BackupOptions {
     /// Patterns matched against snapshot paths; what they select is not backed up
     /// (docs/design/patterns.md). `.larderignore` files are honoured as well.
     pub exclude: PatternList,
+    /// Tag files whose directories are backed up with the tag file alone
+    /// (`--exclude-caches`, `--exclude-if-present`).
+    pub exclude_tags: Vec<ExcludeTag>,
+    /// Do not cross into other file systems below a source path: a mount point is
+    /// recorded as a directory, its contents are not (`--one-file-system`).
+    pub one_file_system: bool,
     pub progress: Arc<dyn Progress>,
     /// The stages take turns instead of overlapping: at most one stage works at any
     /// moment, each batch passing through chunk, fingerprint, index and write in turn.
@@ -113,6 +121,8 @@ impl Default for BackupOptions {
             hostname: String::new(),
             username: String::new(),
             exclude: PatternList::default(),
+            exclude_tags: Vec::new(),
+            one_file_system: false,
             progress: Arc::new(NoProgress),
             serial: false,
             remote: None,
@@ -132,9 +142,10 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// Backs up `paths` into `repo` and commits a snapshot.
 ///
 /// Files whose metadata says they did not change since the previous snapshots are
-/// not read ([`BackupOptions::parents`]). Problems with single files become warnings
-/// in the summary; anything that puts the repository at risk (a failed write, a full
-/// disk) stops the backup with an error, and no snapshot is written. Chunks already
+/// not read ([`BackupOptions::parents`]). Problems with single files, and source
+/// paths that do not exist, become warnings in the summary (a backup none of whose
+/// paths exists is an error); anything that puts the repository at risk (a failed
+/// write, a full disk) stops the backup with an error, and no snapshot is written. Chunks already
 /// written are reused by the next backup, and the files of its last checkpoint are
 /// not read again.
 pub fn backup(
@@ -160,19 +171,22 @@ pub fn backup(
     let began = SystemTime::now();
     let mut stages = StageTimes::default();
     let mut warnings = Vec::new();
-    let roots = walk::source_roots(paths)?;
+    let roots = walk::existing_roots(walk::source_roots(paths)?, &mut warnings)?;
     let threads = thread_pool(thread_count(opts.threads), "larder-walk")?;
     let walk_opts = WalkOptions {
         exclude: &opts.exclude,
+        exclude_tags: &opts.exclude_tags,
+        one_file_system: opts.one_file_system,
         threads: &threads,
     };
+    let root_paths: Vec<PathBuf> = roots.iter().map(|(root, _)| root.clone()).collect();
     // The walk and the loading of the previous entries overlap: neither needs the
     // other. Then the entries are completed from the previous ones.
     let (walked, previous) = std::thread::scope(|s| {
         let loading = s.spawn(|| {
             let mut loading_warnings = Vec::new();
             let started = Instant::now();
-            let previous = load_previous(repo, &roots, opts, &mut loading_warnings);
+            let previous = load_previous(repo, &root_paths, opts, &mut loading_warnings);
             (previous, loading_warnings, started.elapsed())
         });
         let walked = walk(&roots, &walk_opts, &mut warnings);
@@ -201,7 +215,7 @@ pub fn backup(
     for w in &warnings {
         opts.progress.warn(w);
     }
-    let snapshot_paths = roots.iter().map(|r| r.display().to_string()).collect();
+    let snapshot_paths = root_paths.iter().map(|r| r.display().to_string()).collect();
     let job = Job {
         items,
         excluded,
@@ -330,7 +344,7 @@ fn load_previous(
 /// Decides what to read, runs the rounds and commits each.
 fn run(
     repo: &mut Repository,
-    job: Job,
+    mut job: Job,
     previous: Previous,
     opts: &BackupOptions,
     started: Instant,
@@ -338,7 +352,7 @@ fn run(
     warnings: Vec<Warning>,
 ) -> Result<BackupSummary> {
     let previous_started = Instant::now();
-    let mut decisions = previous.decide(&job.items, opts.skip, |fps| {
+    let mut decisions = previous.decide(&mut job.items, opts.skip, |fps| {
         Ok(repo
             .index()
             .get_batch(fps)?

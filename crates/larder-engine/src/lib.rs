@@ -36,8 +36,9 @@ pub use assembly::ReadStats;
 #[cfg(feature = "gpu")]
 pub use backup::GpuChunkDevice;
 pub use backup::{
-    backup, backup_stdin, check_device, BackupOptions, BackupSummary, ChunkDevice, Parents,
-    RemoteAnswers, RemoteIndex, RemoteLookup, RemoteReply, SkipRules, StageTimes, RACY_WINDOW,
+    backup, backup_stdin, check_device, BackupOptions, BackupSummary, ChunkDevice, ExcludeTag,
+    Parents, RemoteAnswers, RemoteIndex, RemoteLookup, RemoteReply, SkipRules, StageTimes,
+    RACY_WINDOW,
 };
 pub use browse::{SnapshotPath, SnapshotTree};
 pub use check::{check, CheckOptions, CheckReport, Damage, RepairedCopy};

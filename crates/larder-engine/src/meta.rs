@@ -1,11 +1,14 @@
 //! The metadata a tree entry records besides `lstat`'s: reading owner names and
 //! extended attributes (POSIX ACLs are the attributes `system.posix_acl_access` and
-//! `system.posix_acl_default`) for backup, here; setting owner, attributes, mode and
-//! times on what restore creates, in `apply`.
+//! `system.posix_acl_default`) for backup, here; file attribute flags, in
+//! `attr_flags`; setting owner, attributes, mode, times and flags on what restore
+//! creates, in `apply`.
 
 mod apply;
+mod attr_flags;
 
 pub(crate) use apply::{restore_metadata, Node, OwnerPolicy};
+pub(crate) use attr_flags::{read_attr_flags, read_dir_attr_flags};
 
 use std::collections::HashMap;
 use std::ffi::CString;

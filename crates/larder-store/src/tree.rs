@@ -1,5 +1,5 @@
 //! The tree stream: a snapshot's directory tree with every file's recipe and metadata
-//! (docs/design/format.md, "Tree stream"). Version 2 is written; versions 1 and 2 are
+//! (docs/design/format.md, "Tree stream"). Version 3 is written; versions 1 to 3 are
 //! read.
 
 use larder_hash::Fingerprint;
@@ -9,7 +9,52 @@ use crate::error::{Result, StoreError};
 
 const MAGIC_V1: &[u8; 8] = b"LARDERT1";
 const MAGIC_V2: &[u8; 8] = b"LARDERT2";
+const MAGIC_V3: &[u8; 8] = b"LARDERT3";
 const NANOS: u32 = 1_000_000_000;
+
+/// The file attribute flags (`chattr`; Linux's `FS_IOC_GETFLAGS`) an entry records,
+/// with the letter `lsattr` shows for each, in `lsattr`'s order: those a user sets for
+/// how a file behaves. Flags that describe how a file system stores the file
+/// (extents, inline data, encryption, ...) are not recorded: a restore could not set
+/// them, and they would differ between file systems.
+pub const ATTR_FLAGS: [(u32, char); 7] = [
+    (0x0000_0008, 'S'), // FS_SYNC_FL: synchronous updates
+    (0x0001_0000, 'D'), // FS_DIRSYNC_FL: synchronous directory updates
+    (0x0000_0010, 'i'), // FS_IMMUTABLE_FL
+    (0x0000_0020, 'a'), // FS_APPEND_FL: append only
+    (0x0000_0040, 'd'), // FS_NODUMP_FL: no dump
+    (0x0000_0080, 'A'), // FS_NOATIME_FL: no atime updates
+    (0x0000_0004, 'c'), // FS_COMPR_FL: compressed (where the file system compresses)
+];
+
+/// The bits of [`ATTR_FLAGS`]: every other bit of `attr_flags` is zero.
+pub const ATTR_FLAGS_KEPT: u32 = {
+    let mut mask = 0;
+    let mut i = 0;
+    while i < ATTR_FLAGS.len() {
+        mask |= ATTR_FLAGS[i].0;
+        i += 1;
+    }
+    mask
+};
+
+/// `flags` as `chattr` writes them, `+ia` for immutable and append-only; empty for
+/// none. Bits outside [`ATTR_FLAGS`] are ignored.
+pub fn attr_flag_letters(flags: u32) -> String {
+    let letters: String = ATTR_FLAGS
+        .iter()
+        .filter(|(bit, _)| flags & bit != 0)
+        .map(|&(_, letter)| letter)
+        .collect();
+    if letters.is_empty() {
+        letters
+    } else {
+        format!("+{letters}")
+    }
+}
+
+/// Bit 0 of an entry's marks byte (version 3): the file changed while it was read.
+const MARK_CHANGED: u8 = 1;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum EntryKind {
@@ -39,9 +84,9 @@ impl EntryKind {
             (1, _) => Self::File,
             (2, _) => Self::Dir,
             (3, _) => Self::Symlink,
-            (4, 2) => Self::Fifo,
-            (5, 2) => Self::CharDevice,
-            (6, 2) => Self::BlockDevice,
+            (4, 2..) => Self::Fifo,
+            (5, 2..) => Self::CharDevice,
+            (6, 2..) => Self::BlockDevice,
             _ => return None,
         })
     }
@@ -87,6 +132,12 @@ pub struct TreeEntry {
     pub target: Vec<u8>,
     /// The device number (device nodes only).
     pub rdev: u64,
+    /// File attribute flags (`chattr`), only those of [`ATTR_FLAGS`]; files and
+    /// directories only, 0 where the file system has none.
+    pub attr_flags: u32,
+    /// The file changed while the backup read it: its content is what was read, which
+    /// may mix the states before and after the change (files only).
+    pub changed_while_read: bool,
 }
 
 impl TreeEntry {
@@ -112,21 +163,29 @@ impl TreeEntry {
             chunks: Vec::new(),
             target: Vec::new(),
             rdev: 0,
+            attr_flags: 0,
+            changed_while_read: false,
         }
     }
 
-    /// Appends the entry in the version 2 layout. Owner names longer than 255 bytes
+    /// Appends the entry in the version 3 layout. Owner names longer than 255 bytes
     /// are written empty, and attributes whose names are empty or longer than 255
     /// bytes are left out (Linux has none); attribute names must be strictly
     /// ascending (the walk sorts them).
     pub fn encode(&self, out: &mut Vec<u8>) {
-        self.encode_as(self.size, &self.chunks, out);
+        let read = FileAsRead {
+            size: self.size,
+            chunks: &self.chunks,
+            attr_flags: self.attr_flags,
+            changed_while_read: self.changed_while_read,
+        };
+        self.encode_as(&read, out);
     }
 
-    /// Appends the entry as [`TreeEntry::encode`] does, with `size` and `chunks` in
-    /// place of its own (a file's size and recipe as a backup found them, without
-    /// copying the entry).
-    pub fn encode_as(&self, size: u64, chunks: &[Fingerprint], out: &mut Vec<u8>) {
+    /// Appends the entry as [`TreeEntry::encode`] does, with the fields of `read` in
+    /// place of its own (a file as a backup read it, without copying the entry).
+    /// Attribute flags outside [`ATTR_FLAGS`] are left out.
+    pub fn encode_as(&self, read: &FileAsRead<'_>, out: &mut Vec<u8>) {
         out.push(self.kind.code());
         put_bytes32(out, &self.path);
         out.extend_from_slice(&self.mode.to_le_bytes());
@@ -136,7 +195,7 @@ impl TreeEntry {
         out.extend_from_slice(&self.ctime_nsec.to_le_bytes());
         out.extend_from_slice(&self.uid.to_le_bytes());
         out.extend_from_slice(&self.gid.to_le_bytes());
-        out.extend_from_slice(&size.to_le_bytes());
+        out.extend_from_slice(&read.size.to_le_bytes());
         out.extend_from_slice(&self.inode.to_le_bytes());
         out.extend_from_slice(&self.device.to_le_bytes());
         out.extend_from_slice(&self.nlink.to_le_bytes());
@@ -153,10 +212,16 @@ impl TreeEntry {
             out.extend_from_slice(&x.name);
             put_bytes32(out, &x.value);
         }
-        self.encode_tail(chunks, out);
+        out.push(if read.changed_while_read {
+            MARK_CHANGED
+        } else {
+            0
+        });
+        out.extend_from_slice(&(read.attr_flags & ATTR_FLAGS_KEPT).to_le_bytes());
+        self.encode_tail(read.chunks, out);
     }
 
-    /// The kind's own fields, laid out alike in both versions (devices: version 2).
+    /// The kind's own fields, laid out alike in every version (devices: from 2 on).
     fn encode_tail(&self, chunks: &[Fingerprint], out: &mut Vec<u8>) {
         match self.kind {
             EntryKind::File => {
@@ -174,6 +239,15 @@ impl TreeEntry {
     }
 }
 
+/// The fields of a file entry a backup learns by reading the file, which
+/// [`TreeEntry::encode_as`] writes in place of the entry's own.
+pub struct FileAsRead<'a> {
+    pub size: u64,
+    pub chunks: &'a [Fingerprint],
+    pub attr_flags: u32,
+    pub changed_while_read: bool,
+}
+
 fn put_bytes32(out: &mut Vec<u8>, bytes: &[u8]) {
     out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
     out.extend_from_slice(bytes);
@@ -188,7 +262,7 @@ fn put_name(out: &mut Vec<u8>, name: &[u8]) {
 
 /// The bytes every tree stream this larder writes starts with.
 pub fn encode_tree_header(out: &mut Vec<u8>) {
-    out.extend_from_slice(MAGIC_V2);
+    out.extend_from_slice(MAGIC_V3);
 }
 
 /// True if `path` is a non-empty relative path of normal components: no empty
@@ -202,7 +276,7 @@ pub fn is_safe_relative_path(path: &[u8]) -> bool {
             .all(|c| !c.is_empty() && c != b"." && c != b"..")
 }
 
-/// Reads entries back from a whole tree stream of version 1 or 2. Yields an error
+/// Reads entries back from a whole tree stream of version 1, 2 or 3. Yields an error
 /// (and then nothing) on malformed input or an unsafe path; never panics.
 pub struct TreeDecoder<'a> {
     data: &'a [u8],
@@ -218,6 +292,7 @@ fn damaged(reason: impl Into<String>) -> StoreError {
 impl<'a> TreeDecoder<'a> {
     pub fn new(data: &'a [u8]) -> Result<Self> {
         let version = match data.get(..8) {
+            Some(m) if m == MAGIC_V3 => 3,
             Some(m) if m == MAGIC_V2 => 2,
             Some(m) if m == MAGIC_V1 => 1,
             _ => return Err(damaged("bad magic")),
@@ -230,7 +305,7 @@ impl<'a> TreeDecoder<'a> {
         })
     }
 
-    /// The stream's format version, 1 or 2.
+    /// The stream's format version, 1 to 3.
     pub fn version(&self) -> u8 {
         self.version
     }
@@ -302,6 +377,20 @@ impl<'a> TreeDecoder<'a> {
             e.user = self.bytes8()?;
             e.group = self.bytes8()?;
             e.xattrs = self.xattrs()?;
+        }
+        if self.version >= 3 {
+            let marks = self.u8()?;
+            if marks & !MARK_CHANGED != 0 {
+                return Err(damaged(format!("unknown entry marks {marks:#04x}")));
+            }
+            e.changed_while_read = marks & MARK_CHANGED != 0;
+            e.attr_flags = self.u32()?;
+            if e.attr_flags & !ATTR_FLAGS_KEPT != 0 {
+                return Err(damaged(format!(
+                    "unknown attribute flags {:#010x}",
+                    e.attr_flags
+                )));
+            }
         }
         self.tail(&mut e)?;
         Ok(e)

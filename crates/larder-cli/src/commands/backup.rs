@@ -1,7 +1,9 @@
 //! `larder backup`: back files and directories up into a new snapshot, locally or
 //! through a cluster's node (`--cluster`).
 
+use std::ffi::OsString;
 use std::io::{self, Write};
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -9,7 +11,9 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 use clap::Args;
-use larder_engine::{BackupOptions, BackupSummary, Parents, Progress, SkipRules, Warning};
+use larder_engine::{
+    BackupOptions, BackupSummary, ExcludeTag, Parents, Progress, SkipRules, Warning,
+};
 use larder_index::disk::DiskIndexMetrics;
 use larder_store::LockMode;
 use serde::Serialize;
@@ -32,6 +36,18 @@ pub struct BackupArgs {
     device: DeviceArg,
     #[command(flatten)]
     excludes: BackupExcludes,
+    /// Leave out the contents of directories holding a valid CACHEDIR.TAG file (the tag
+    /// file itself is kept)
+    #[arg(long)]
+    exclude_caches: bool,
+    /// Leave out the contents of directories holding a file named FILE (starting with
+    /// HEADER, if given); the file itself is kept. Repeatable
+    #[arg(long, value_name = "FILE[:HEADER]")]
+    exclude_if_present: Vec<OsString>,
+    /// Do not cross file system boundaries below a source path: a mount point is
+    /// recorded as an empty directory
+    #[arg(short = 'x', long)]
+    one_file_system: bool,
     /// Compare files with this snapshot only (an id prefix or `latest`) [default: for
     /// each path, the newest snapshot of this host that holds it]
     #[arg(long, value_name = "SNAPSHOT", conflicts_with = "force")]
@@ -83,9 +99,24 @@ pub fn run(args: BackupArgs, g: &Globals, out: &Output) -> Result<ExitCode> {
         Ok(list) => list,
         Err(msg) => return Ok(out.usage(&msg)),
     };
+    let mut exclude_tags: Vec<ExcludeTag> = match args
+        .exclude_if_present
+        .iter()
+        .map(|spec| ExcludeTag::parse(spec.as_bytes()))
+        .collect()
+    {
+        Ok(tags) => tags,
+        Err(msg) => return Ok(out.usage(&msg)),
+    };
+    if args.exclude_caches {
+        exclude_tags.push(ExcludeTag::cachedir());
+    }
     if !g.cluster.is_empty() {
-        if !exclude.is_empty() || args.stdin {
-            return Ok(out.usage("--exclude and --stdin are not supported through a cluster yet"));
+        if !exclude.is_empty() || !exclude_tags.is_empty() || args.one_file_system || args.stdin {
+            return Ok(out.usage(
+                "--exclude, --exclude-caches, --exclude-if-present, --one-file-system and \
+                 --stdin are not supported through a cluster yet",
+            ));
         }
         if args.device == DeviceArg::Gpu {
             bail!("--device gpu: a backup through a cluster chunks on its nodes");
@@ -100,6 +131,8 @@ pub fn run(args: BackupArgs, g: &Globals, out: &Output) -> Result<ExitCode> {
         hostname: crate::host::hostname(),
         username: crate::host::username(),
         exclude,
+        exclude_tags,
+        one_file_system: args.one_file_system,
         progress: bar.clone() as Arc<dyn Progress>,
         parents: match (&args.parent, args.force) {
             (_, true) => Parents::None,
@@ -267,7 +300,8 @@ impl Render for Saved<'_> {
         if self.excluded > 0 {
             writeln!(
                 w,
-                "  excluded    {} entries (matched --exclude, --exclude-file or .larderignore; not read)",
+                "  excluded    {} entries (by --exclude, --exclude-file, .larderignore, tag files or \
+                 --one-file-system; not read)",
                 self.excluded
             )?;
         }

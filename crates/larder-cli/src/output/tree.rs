@@ -5,7 +5,7 @@
 //! (`larder_engine::BytesField`).
 
 use larder_engine::{display_path, escape_name, utc_rfc3339, BytesField};
-use larder_store::{EntryKind, TreeEntry};
+use larder_store::{attr_flag_letters, EntryKind, TreeEntry};
 use serde::ser::{Serialize, Serializer};
 
 pub fn kind_name(kind: EntryKind) -> &'static str {
@@ -45,6 +45,12 @@ impl Serialize for EntryJson<'_> {
             /// Device nodes only: the device number.
             #[serde(skip_serializing_if = "Option::is_none")]
             device: Option<u64>,
+            /// `chattr` flags, `+ia`; only where the entry has some.
+            #[serde(skip_serializing_if = "Option::is_none")]
+            attr_flags: Option<String>,
+            /// Only where the file changed while the backup read it.
+            #[serde(skip_serializing_if = "std::ops::Not::not")]
+            changed_while_read: bool,
         }
         let e = self.0;
         Fields {
@@ -59,13 +65,16 @@ impl Serialize for EntryJson<'_> {
             chunks: (e.kind == EntryKind::File).then_some(e.chunks.len()),
             target: (e.kind == EntryKind::Symlink).then(|| BytesField::new("target", &e.target)),
             device: e.kind.is_device().then_some(e.rdev),
+            attr_flags: (e.attr_flags != 0).then(|| attr_flag_letters(e.attr_flags)),
+            changed_while_read: e.changed_while_read,
         }
         .serialize(s)
     }
 }
 
 /// `-rw-r--r--  1000  1000         1234 2026-11-22 15:04:05 /home/me/a.txt`, and
-/// ` -> TARGET` for a symlink.
+/// ` -> TARGET` for a symlink, ` [attrs +ia]` for an entry with `chattr` flags,
+/// ` [changed while read]` for a file that changed while the backup read it.
 pub fn long_line(e: &TreeEntry) -> String {
     let time = utc_rfc3339(e.mtime_sec, e.mtime_nsec);
     let (date, clock) = time.split_once('T').unwrap_or((&time, ""));
@@ -82,6 +91,14 @@ pub fn long_line(e: &TreeEntry) -> String {
     if e.kind == EntryKind::Symlink {
         line.push_str(" -> ");
         line.push_str(&escape_name(&e.target));
+    }
+    if e.attr_flags != 0 {
+        line.push_str(" [attrs ");
+        line.push_str(&attr_flag_letters(e.attr_flags));
+        line.push(']');
+    }
+    if e.changed_while_read {
+        line.push_str(" [changed while read]");
     }
     line
 }

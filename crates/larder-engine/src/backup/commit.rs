@@ -13,7 +13,7 @@ use larder_index::ChunkLocation;
 use larder_store::{EntryKind, Repository, Snapshot, SnapshotSummary, TreeRef};
 
 use super::index_stage::{to_acknowledge, Indexer};
-use super::previous::Decisions;
+use super::previous::{Decisions, FileStatus};
 use super::round::RoundOutput;
 use super::walk::{normalize, Item};
 use super::{lock, BackupOptions, BackupSummary, StageTimes};
@@ -110,11 +110,8 @@ impl<'o> Committer<'o> {
         }
         let prefix = &items[..out.upto];
         let tree = TreeCount::of(&out.tree.fps, &self.tree_written);
-        let mut summary = counts(prefix, indexer, tree);
+        let mut summary = counts(prefix, indexer, self.decisions, tree);
         summary.errors = lock(warnings).iter().filter(|w| w.is_error).count() as u64;
-        summary.files_new = self.decisions.files_new;
-        summary.files_changed = self.decisions.files_changed;
-        summary.files_unchanged = self.decisions.files_unchanged;
         let snapshot = Snapshot {
             version: Snapshot::VERSION,
             time: rfc3339(self.began),
@@ -195,9 +192,9 @@ impl<'o> Committer<'o> {
         BackupSummary {
             snapshot_id,
             files: s.files,
-            files_new: decisions.files_new,
-            files_changed: decisions.files_changed,
-            files_unchanged: decisions.files_unchanged,
+            files_new: s.files_new,
+            files_changed: s.files_changed,
+            files_unchanged: s.files_unchanged,
             dirs: s.dirs,
             symlinks: s.symlinks,
             specials: s.specials,
@@ -247,8 +244,14 @@ impl TreeCount {
 /// the chunks of its files and `tree`: `chunks` every reference, `chunks_new` those of
 /// them this backup stored, each once; so `chunks_new <= chunks`. Chunks stored for
 /// what the snapshot does not hold (a file that failed, an earlier checkpoint's tree)
-/// are in neither.
-fn counts(items: &[Item], indexer: &Indexer, tree: TreeCount) -> SnapshotSummary {
+/// are in neither. A file counts once it is stored (it has a recipe), as new, changed
+/// or unchanged.
+fn counts(
+    items: &[Item],
+    indexer: &Indexer,
+    decisions: &Decisions,
+    tree: TreeCount,
+) -> SnapshotSummary {
     let mut s = SnapshotSummary {
         bytes_read: indexer.bytes_read,
         bytes_new: indexer.bytes_new,
@@ -264,6 +267,12 @@ fn counts(items: &[Item], indexer: &Indexer, tree: TreeCount) -> SnapshotSummary
                     s.bytes_in += indexer.sizes[i];
                     s.chunks += recipe.len() as u64;
                     s.chunks_new += indexer.chunks_new_by_item[i];
+                    match decisions.status[i] {
+                        Some(FileStatus::New) => s.files_new += 1,
+                        Some(FileStatus::Changed) => s.files_changed += 1,
+                        Some(FileStatus::Unchanged) => s.files_unchanged += 1,
+                        None => {}
+                    }
                 }
             }
             EntryKind::Dir => s.dirs += 1,

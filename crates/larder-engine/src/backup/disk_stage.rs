@@ -536,7 +536,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::backup::read_stage::PieceEnd;
+    use crate::backup::read_stage::{FileEnd, PieceEnd};
 
     fn fp(i: u64) -> Fingerprint {
         HashAlgo::Blake3.fingerprint(&i.to_le_bytes())
@@ -552,6 +552,7 @@ mod tests {
             recipes: vec![None; items],
             sizes: vec![0; items],
             chunks_new_by_item: vec![0; items],
+            read_marks: Default::default(),
             chunks: 0,
             chunks_new: 0,
             bytes_new: 0,
@@ -616,9 +617,7 @@ mod tests {
                 item: seq as usize,
                 lens: chunks.iter().map(|c| c.len() as u32).collect(),
                 fps: Vec::new(),
-                end: PieceEnd::Done {
-                    size: data.len() as u64,
-                },
+                end: PieceEnd::Done(FileEnd::sized(data.len() as u64)),
                 data,
             }],
             fps: ids.iter().map(|&i| fp(i)).collect(),

@@ -2,7 +2,7 @@
 //! chunks and builds the files' recipes. This module holds the memory index's stage
 //! and what both index kinds share; `disk_stage` holds the disk index's.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -27,6 +27,13 @@ pub(super) struct PieceInfo {
     pub end: PieceEnd,
     /// The piece's length in bytes.
     pub len: usize,
+}
+
+/// What stage 1 found of a file, besides its bytes, that its tree entry records.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct ReadMarks {
+    pub attr_flags: u32,
+    pub changed_while_read: bool,
 }
 
 /// A chunk stage 3 found new, at `data[start..start + len]` of piece `piece`.
@@ -83,6 +90,10 @@ pub(crate) struct Indexer {
     /// (a subset of its recipe's), so that a snapshot counts as new only the chunks it
     /// holds ([`super::BackupSummary::chunks_new`]).
     pub chunks_new_by_item: Vec<u64>,
+    /// The files read to their end with attribute flags, or that changed while they
+    /// were read, by walk item: what their entries record besides size and recipe.
+    /// Sparse, as few files have either.
+    pub read_marks: HashMap<usize, ReadMarks>,
     pub chunks: u64,
     /// Every chunk stored so far: file data, failed files' and every round's tree.
     pub chunks_new: u64,
@@ -111,6 +122,7 @@ impl Indexer {
             recipes,
             chunks_new_by_item: vec![0; sizes.len()],
             sizes,
+            read_marks: HashMap::new(),
             chunks: 0,
             chunks_new: 0,
             bytes_new: 0,
@@ -284,7 +296,20 @@ impl Indexer {
         progress.advance(piece.len as u64);
         match &piece.end {
             PieceEnd::More => {}
-            PieceEnd::Done { size } => self.sizes[piece.item] = *size,
+            PieceEnd::Done(end) => {
+                self.sizes[piece.item] = end.size;
+                let marks = ReadMarks {
+                    attr_flags: end.attr_flags.unwrap_or(0),
+                    changed_while_read: end.changed.is_some(),
+                };
+                if marks != ReadMarks::default() {
+                    self.read_marks.insert(piece.item, marks);
+                }
+                if let Some(w) = &end.changed {
+                    progress.warn(w);
+                    lock(warnings).push(w.clone());
+                }
+            }
             PieceEnd::Failed(w) => {
                 self.recipes[piece.item] = None;
                 progress.warn(w);

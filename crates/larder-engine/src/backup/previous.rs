@@ -74,6 +74,9 @@ pub(super) struct PreviousEntry {
     chunks: Vec<Fingerprint>,
     pub xattrs: Vec<Xattr>,
     pub target: Vec<u8>,
+    pub attr_flags: u32,
+    /// The file changed while it was read: never taken as unchanged.
+    changed_while_read: bool,
 }
 
 impl PreviousEntry {
@@ -87,6 +90,8 @@ impl PreviousEntry {
             chunks: e.chunks,
             xattrs: e.xattrs,
             target: e.target,
+            attr_flags: e.attr_flags,
+            changed_while_read: e.changed_while_read,
         }
     }
 }
@@ -100,13 +105,23 @@ pub(super) struct Previous {
     parents: Vec<String>,
 }
 
+/// What the skip logic found of a file: no previous entry, one it differs from, or one
+/// it equals (its recipe is reused unread).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum FileStatus {
+    New,
+    Changed,
+    Unchanged,
+}
+
 /// What happens to each file of a backup.
 pub(super) struct Decisions {
     /// Per walk item: the reused recipe of an unchanged file.
     pub reused: Vec<Option<Vec<Fingerprint>>>,
-    pub files_new: u64,
-    pub files_changed: u64,
-    pub files_unchanged: u64,
+    /// Per walk item: what the skip logic found of a file; `None` for other entries.
+    /// A snapshot counts its files by this, those it holds only (a file that could
+    /// not be read is in none of the counts).
+    pub status: Vec<Option<FileStatus>>,
     pub bytes_skipped: u64,
     /// The snapshots compared with, newest first.
     pub parents: Vec<String>,
@@ -204,6 +219,7 @@ impl Previous {
         }
         self.entries.get(&now.path).filter(|prev| {
             prev.kind == now.kind
+                && !prev.changed_while_read
                 && prev.ctime == (now.ctime_sec, now.ctime_nsec)
                 && (rules.ignore_inode || prev.inode == now.inode)
         })
@@ -211,18 +227,18 @@ impl Previous {
 
     /// Decides, for every file of `items`, whether it is new, changed or unchanged.
     /// `present(fps)` tells which of a list of fingerprints the index holds: a reused
-    /// recipe must have every chunk (a `gc` may have removed some since).
+    /// recipe must have every chunk (a `gc` may have removed some since). An unchanged
+    /// file, which is not read, takes its attribute flags from its previous entry
+    /// (changing them changes the ctime).
     pub fn decide(
         mut self,
-        items: &[Item],
+        items: &mut [Item],
         rules: SkipRules,
         present: impl FnOnce(&[Fingerprint]) -> Result<Vec<bool>>,
     ) -> Result<Decisions> {
         let mut d = Decisions {
             reused: vec![None; items.len()],
-            files_new: 0,
-            files_changed: 0,
-            files_unchanged: 0,
+            status: vec![None; items.len()],
             bytes_skipped: 0,
             parents: std::mem::take(&mut self.parents),
         };
@@ -231,28 +247,30 @@ impl Previous {
             if item.entry.kind != EntryKind::File {
                 continue;
             }
-            match self.entries.remove(&item.entry.path) {
-                None => d.files_new += 1,
+            d.status[i] = Some(match self.entries.remove(&item.entry.path) {
+                None => FileStatus::New,
                 Some(prev) if unchanged(&prev, &item.entry, rules) => {
-                    candidates.push((i, prev.chunks))
+                    candidates.push((i, prev.chunks, prev.attr_flags));
+                    continue;
                 }
                 // A path that held something else before counts as changed.
-                Some(_) => d.files_changed += 1,
-            }
+                Some(_) => FileStatus::Changed,
+            });
         }
-        let all: Vec<Fingerprint> = candidates.iter().flat_map(|(_, c)| c).copied().collect();
+        let all: Vec<Fingerprint> = candidates.iter().flat_map(|(_, c, _)| c).copied().collect();
         let found = present(&all)?;
         let mut at = 0;
-        for (i, chunks) in candidates {
+        for (i, chunks, attr_flags) in candidates {
             // This recipe's answers.
             let complete = found[at..at + chunks.len()].iter().all(|&b| b);
             at += chunks.len();
             if complete {
-                d.files_unchanged += 1;
+                d.status[i] = Some(FileStatus::Unchanged);
                 d.bytes_skipped += items[i].entry.size;
                 d.reused[i] = Some(chunks);
+                items[i].entry.attr_flags = attr_flags;
             } else {
-                d.files_changed += 1;
+                d.status[i] = Some(FileStatus::Changed);
             }
         }
         Ok(d)
@@ -331,9 +349,11 @@ fn minus(t: (i64, u32), d: Duration) -> (i64, u32) {
     )
 }
 
-/// Whether the metadata of `now` says the file is the one `prev` recorded.
+/// Whether the metadata of `now` says the file is the one `prev` recorded; never for a
+/// file that changed while it was read (its content may be of no one moment).
 fn unchanged(prev: &PreviousEntry, now: &TreeEntry, rules: SkipRules) -> bool {
     prev.kind == EntryKind::File
+        && !prev.changed_while_read
         && prev.size == now.size
         && prev.mtime == (now.mtime_sec, now.mtime_nsec)
         && (rules.ignore_ctime || prev.ctime == (now.ctime_sec, now.ctime_nsec))
@@ -421,6 +441,41 @@ mod tests {
             minus((1000, 200), Duration::from_millis(500)),
             (999, 500_000_200)
         );
+    }
+
+    /// An unchanged file takes its previous entry's attribute flags (it is not read);
+    /// a file whose previous entry is marked as changed while read is never unchanged.
+    #[test]
+    fn unchanged_files_keep_their_flags_and_marked_ones_are_read_again() {
+        let mut e = TreeEntry::new(EntryKind::File, b"f".to_vec());
+        (e.size, e.mtime_sec, e.ctime_sec, e.inode) = (3, 5, 5, 9);
+        e.chunks = vec![Fingerprint([1; 32])];
+        e.attr_flags = 0x10;
+        let decide = |prev: TreeEntry| {
+            let previous = Previous {
+                entries: HashMap::from([(b"f".to_vec(), PreviousEntry::new(prev))]),
+                parents: Vec::new(),
+            };
+            let mut items = vec![Item {
+                abs: PathBuf::from("/f"),
+                entry: TreeEntry {
+                    attr_flags: 0,
+                    ..e.clone()
+                },
+            }];
+            let d = previous
+                .decide(&mut items, SkipRules::default(), |fps| {
+                    Ok(vec![true; fps.len()])
+                })
+                .unwrap();
+            (d.status[0], items[0].entry.attr_flags)
+        };
+        assert_eq!(decide(e.clone()), (Some(FileStatus::Unchanged), 0x10));
+        let marked = TreeEntry {
+            changed_while_read: true,
+            ..e.clone()
+        };
+        assert_eq!(decide(marked), (Some(FileStatus::Changed), 0));
     }
 
     #[test]

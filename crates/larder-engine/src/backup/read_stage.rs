@@ -3,9 +3,17 @@
 //! block, each block chunked on several threads with exactly the sequential cut points
 //! (docs/design/chunking-parallel.md), or chunked and fingerprinted on a device (the
 //! GPU: docs/design/gpu.md, "Backups on the GPU"). Batches leave in stream order.
+//!
+//! The size the walk saw only sorts a file into small or large: it never bounds what
+//! is read. A small file is read whole only up to [`SMALL_SLACK`] bytes past that size;
+//! one that holds more (it grew, or it is a pseudo-file such as `/proc/PID/pagemap`,
+//! whose size says 0 and which yields gigabytes) is read on in blocks, as a large file
+//! is. Memory is therefore bounded by the pipeline's buffers whatever the files hold.
+//! A file whose metadata changed while it was read is stored as read, marked, with a
+//! warning (docs/design/format.md, "Tree stream").
 
 use std::fs::{File, Metadata, OpenOptions};
-use std::io::Read;
+use std::io::{self, Read};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::Mutex;
@@ -20,11 +28,20 @@ use super::device::ChunkDevice;
 use super::gate::{BusySpan, SerialGate};
 use crate::block_buf::{block_buffer, read_append};
 use crate::error::Warning;
+use crate::meta::read_attr_flags;
 
-/// Files smaller than this are read whole and chunked in parallel across files.
+/// Files the walk saw smaller than this are read whole and chunked in parallel across
+/// files.
 pub(crate) const SMALL_FILE: u64 = 1 << 20;
+/// Bytes a small file may hold past the size the walk saw and still be read whole; one
+/// that holds more is read on in blocks. A group of small files so holds at most
+/// `GROUP_BYTES + GROUP_FILES * (SMALL_SLACK + 1)` bytes (16 MiB), whatever its files
+/// hold.
+const SMALL_SLACK: u64 = 16 << 10;
 /// Bytes a large file is read in; one batch each.
 pub(super) const BLOCK: usize = 8 << 20;
+/// What every read of a block asks for a multiple of.
+const READ_ALIGN: usize = 4096;
 /// Small files are grouped into batches of at most this many bytes and files.
 pub(crate) const GROUP_BYTES: u64 = 8 << 20;
 pub(crate) const GROUP_FILES: usize = 512;
@@ -53,7 +70,8 @@ pub(super) enum Source<'a> {
     Stdin,
 }
 
-/// A file stage 1 reads: the walk item it belongs to, and its size when walked.
+/// A file stage 1 reads: the walk item it belongs to, and its size when walked (which
+/// decides how it is read, never how much).
 pub(super) struct FileToRead<'a> {
     pub item: usize,
     pub source: Source<'a>,
@@ -77,8 +95,31 @@ impl RoundEnd {
 /// How a piece of a file ends.
 pub(crate) enum PieceEnd {
     More,
-    Done { size: u64 },
+    Done(FileEnd),
     Failed(Warning),
+}
+
+/// What stage 1 found of a file it read to its end.
+pub(crate) struct FileEnd {
+    /// The bytes read.
+    pub size: u64,
+    /// Its attribute flags (`chattr`), read from the descriptor it was read through;
+    /// `None` where it was not read from a file (standard input, a copy).
+    pub attr_flags: Option<u32>,
+    /// It changed while it was read: the warning that says so. Its bytes are stored
+    /// as read, and its entry is marked.
+    pub changed: Option<Warning>,
+}
+
+impl FileEnd {
+    /// The end of a stream that is not a file: `size` bytes, nothing else known.
+    pub(crate) fn sized(size: u64) -> Self {
+        Self {
+            size,
+            attr_flags: None,
+            changed: None,
+        }
+    }
 }
 
 /// Consecutive bytes of one file, cut into chunks.
@@ -112,14 +153,17 @@ pub(crate) struct Batch {
     pub fps: Vec<Fingerprint>,
 }
 
-/// Opens a file for reading without following a symlink, and without updating its
-/// access time where the kernel allows that (`O_NOATIME` needs the file's owner or
-/// `CAP_FOWNER`; otherwise it is opened plainly).
+/// Opens a file for reading without following a symlink, without blocking (a FIFO
+/// put in its place since the walk would block `open` until a writer came), and
+/// without updating its access time where the kernel allows that (`O_NOATIME` needs
+/// the file's owner or `CAP_FOWNER`; otherwise it is opened plainly). `O_NONBLOCK`
+/// changes nothing for a regular file's reads; a pseudo-file that honours it
+/// (`/proc/kmsg`) fails with `EAGAIN` instead of blocking the backup forever.
 fn open_file(path: &Path) -> std::io::Result<File> {
     let open = |flags| {
         OpenOptions::new()
             .read(true)
-            .custom_flags(libc::O_NOFOLLOW | flags)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | flags)
             .open(path)
     };
     match open(libc::O_NOATIME) {
@@ -138,39 +182,139 @@ fn changed(before: &Metadata, after: &Metadata) -> bool {
         || before.ino() != after.ino()
 }
 
-fn changed_warning(path: &Path) -> Warning {
-    Warning::error(path, "file changed while it was read; not backed up")
+fn read_failed(path: &Path, e: impl std::fmt::Display) -> Warning {
+    Warning::error(path, format!("cannot read file: {e}"))
 }
 
-/// Reads and chunks one small file whole.
-fn read_small(item: usize, path: &Path, chunker: &dyn Chunker) -> Piece {
+/// A file open for reading, and its metadata before the first read.
+struct Opened<'p> {
+    item: usize,
+    path: &'p Path,
+    file: File,
+    before: Metadata,
+}
+
+impl<'p> Opened<'p> {
+    /// Opens the file at `path`, which must still be a regular file.
+    fn open(item: usize, path: &'p Path) -> io::Result<Self> {
+        let file = open_file(path)?;
+        let before = file.metadata()?;
+        if !before.is_file() {
+            return Err(io::Error::other(
+                "it is no longer a regular file (replaced since it was listed)",
+            ));
+        }
+        Ok(Self {
+            item,
+            path,
+            file,
+            before,
+        })
+    }
+
+    /// How the file ends once `size` bytes were read to its end: its attribute flags,
+    /// and whether its metadata changed since it was opened.
+    fn end(&self, size: u64) -> PieceEnd {
+        match self.file.metadata() {
+            Ok(after) => PieceEnd::Done(FileEnd {
+                size,
+                attr_flags: Some(read_attr_flags(&self.file)),
+                changed: changed(&self.before, &after).then(|| {
+                    Warning::error(
+                        self.path,
+                        "file changed while it was read; stored as read and marked \
+                         changed in the snapshot",
+                    )
+                }),
+            }),
+            Err(e) => PieceEnd::Failed(read_failed(self.path, e)),
+        }
+    }
+}
+
+/// What reading one file of a group of small files gave.
+enum SmallRead<'p> {
+    /// The file, read whole and chunked (or why it could not be).
+    Whole(Piece),
+    /// A file holding more than [`SMALL_SLACK`] bytes past its walked size, and the
+    /// bytes read from it so far: it is read on in blocks.
+    Longer(Opened<'p>, Vec<u8>),
+}
+
+/// Reads and chunks one small file whole, if it holds at most `walked + SMALL_SLACK`
+/// bytes (`walked`: its size when walked).
+fn read_small<'p>(
+    item: usize,
+    path: &'p Path,
+    walked: u64,
+    chunker: &dyn Chunker,
+) -> SmallRead<'p> {
     let read = (|| {
-        let mut f = open_file(path)?;
-        let before = f.metadata()?;
-        let mut data = Vec::with_capacity(before.len() as usize);
-        f.read_to_end(&mut data)?;
-        let after = f.metadata()?;
-        Ok::<_, std::io::Error>((data, changed(&before, &after)))
+        let opened = Opened::open(item, path)?;
+        let limit = walked.saturating_add(SMALL_SLACK);
+        let mut data = Vec::new();
+        let ended = read_up_to(
+            &opened.file,
+            &mut data,
+            opened.before.len().min(limit),
+            limit,
+        )?;
+        Ok::<_, io::Error>((opened, data, ended))
     })();
     match read {
-        Ok((_, true)) => Piece::failed(item, changed_warning(path)),
-        Ok((data, false)) => {
+        Err(e) => SmallRead::Whole(Piece::failed(item, read_failed(path, e))),
+        Ok((opened, data, false)) => SmallRead::Longer(opened, data),
+        Ok((opened, data, true)) => {
+            let end = opened.end(data.len() as u64);
+            if let PieceEnd::Failed(w) = end {
+                return SmallRead::Whole(Piece::failed(item, w));
+            }
             let lens = chunker
                 .chunk_lengths(&data)
                 .into_iter()
                 .map(|l| l as u32)
                 .collect();
-            let size = data.len() as u64;
-            Piece {
+            SmallRead::Whole(Piece {
                 item,
                 data,
                 lens,
                 fps: Vec::new(),
-                end: PieceEnd::Done { size },
-            }
+                end,
+            })
         }
-        Err(e) => Piece::failed(item, Warning::error(path, format!("cannot read file: {e}"))),
     }
+}
+
+/// Reads `file` into `data` to its end, unless it holds more than `limit` bytes:
+/// returns whether it ended, having read at most `limit + SMALL_SLACK + 32` bytes.
+/// As `read_to_end` does, it reads the `expected` bytes (the size `fstat` gives, at
+/// most `limit`), then probes for the end with a small read, so that a file that holds
+/// what it says takes no more memory than that; reads after the probe ask for
+/// [`SMALL_SLACK`] bytes. Every read asks for a multiple of 8 bytes but the first
+/// (`expected`, which pseudo-files give as 0): `/proc/PID/pagemap` refuses others.
+fn read_up_to(file: &File, data: &mut Vec<u8>, expected: u64, limit: u64) -> io::Result<bool> {
+    while (data.len() as u64) < expected {
+        if read_append(file, data, (expected - data.len() as u64) as usize)? == 0 {
+            return Ok(true);
+        }
+    }
+    let mut probe = [0u8; 32];
+    let n = loop {
+        match (&*file).read(&mut probe) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            other => break other?,
+        }
+    };
+    if n == 0 {
+        return Ok(true);
+    }
+    data.extend_from_slice(&probe[..n]);
+    while data.len() as u64 <= limit {
+        if read_append(file, data, SMALL_SLACK as usize)? == 0 {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// Block buffers travel from stage 1 down the pipeline and back here, so that large
@@ -233,7 +377,7 @@ impl<'g> Reader<'_, 'g> {
             seq += 1;
             ok
         };
-        let mut group: Vec<(usize, &Path)> = Vec::new();
+        let mut group: Vec<(usize, &Path, u64)> = Vec::new();
         let mut group_bytes = 0u64;
         let mut taken_bytes = 0u64;
         let mut taken = 0;
@@ -245,25 +389,18 @@ impl<'g> Reader<'_, 'g> {
             taken += 1;
             taken_bytes += file.size;
             if let (Source::Path(path), true) = (file.source, file.size < SMALL_FILE) {
-                group.push((file.item, path));
+                group.push((file.item, path, file.size));
                 group_bytes += file.size;
                 if group.len() >= GROUP_FILES || group_bytes >= GROUP_BYTES {
-                    let span = self.gate.begin();
-                    let pieces = self.read_group(&mut group);
                     group_bytes = 0;
-                    if !send(pieces, span, &mut busy) {
+                    if !self.read_group(&mut group, &mut send, &mut busy) {
                         return (busy, taken);
                     }
                 }
                 continue;
             }
-            if !group.is_empty() {
-                let span = self.gate.begin();
-                let pieces = self.read_group(&mut group);
-                group_bytes = 0;
-                if !send(pieces, span, &mut busy) {
-                    return (busy, taken);
-                }
+            if !group.is_empty() && !self.read_group(&mut group, &mut send, &mut busy) {
+                return (busy, taken);
             }
             if !self.read_large(
                 file,
@@ -274,24 +411,81 @@ impl<'g> Reader<'_, 'g> {
             }
         }
         if !group.is_empty() {
-            let span = self.gate.begin();
-            let pieces = self.read_group(&mut group);
-            send(pieces, span, &mut busy);
+            self.read_group(&mut group, &mut send, &mut busy);
         }
         (busy, taken)
     }
 
-    /// Reads and chunks a group of small files on the stage's own threads, so that
-    /// `threads` bounds stage 1 as it bounds the others.
-    fn read_group(&self, group: &mut Vec<(usize, &Path)>) -> Vec<Piece> {
-        let pieces = self.threads.install(|| {
+    /// Reads and chunks a group of small files (item, path, walked size) on the
+    /// stage's own threads, so that `threads` bounds stage 1 as it bounds the others,
+    /// and sends them in order: those read whole in batches, and each one that holds
+    /// more than it may ([`SmallRead::Longer`]) read on in blocks between them.
+    /// Returns `false` once the queue is closed.
+    fn read_group(
+        &self,
+        group: &mut Vec<(usize, &Path, u64)>,
+        send: &mut dyn FnMut(Vec<Piece>, BusySpan<'g>, &mut Duration) -> bool,
+        busy: &mut Duration,
+    ) -> bool {
+        // At most one span is held at a time: in serial mode each holds the gate.
+        let mut span = Some(self.gate.begin());
+        let reads: Vec<SmallRead<'_>> = self.threads.install(|| {
             group
                 .par_iter()
-                .map(|&(item, path)| read_small(item, path, self.chunker))
+                .map(|&(item, path, walked)| read_small(item, path, walked, self.chunker))
                 .collect()
         });
         group.clear();
-        pieces
+        let mut pieces = Vec::new();
+        for read in reads {
+            match read {
+                SmallRead::Whole(piece) => pieces.push(piece),
+                SmallRead::Longer(opened, data) => {
+                    if !pieces.is_empty() {
+                        let span = span.take().unwrap_or_else(|| self.gate.begin());
+                        if !send(std::mem::take(&mut pieces), span, busy) {
+                            return false;
+                        }
+                    }
+                    let span = span.take().unwrap_or_else(|| self.gate.begin());
+                    let mut send_one =
+                        |piece, span, busy: &mut Duration| send(vec![piece], span, busy);
+                    if !self.read_opened(&opened, data, span, &mut send_one, busy) {
+                        return false;
+                    }
+                }
+            }
+        }
+        match (pieces.is_empty(), span) {
+            (true, Some(span)) => {
+                *busy += span.end();
+                true
+            }
+            (true, None) => true,
+            (false, span) => send(pieces, span.unwrap_or_else(|| self.gate.begin()), busy),
+        }
+    }
+
+    /// Reads an opened file on in blocks after the bytes `read` already read from it.
+    fn read_opened(
+        &self,
+        opened: &Opened<'_>,
+        read: Vec<u8>,
+        span: BusySpan<'g>,
+        send: &mut dyn FnMut(Piece, BusySpan<'g>, &mut Duration) -> bool,
+        busy: &mut Duration,
+    ) -> bool {
+        let end = |size| opened.end(size);
+        self.read_blocks_after(
+            read,
+            opened.item,
+            opened.path,
+            &mut Fd(&opened.file),
+            Some(&end),
+            span,
+            send,
+            busy,
+        )
     }
 
     /// Reads a large file (or standard input) block by block. A chunk is cut only
@@ -306,31 +500,10 @@ impl<'g> Reader<'_, 'g> {
     ) -> bool {
         let span = self.gate.begin();
         match file.source {
-            Source::Path(path) => {
-                let opened = open_file(path).and_then(|f| f.metadata().map(|m| (f, m)));
-                match opened {
-                    Ok((f, before)) => {
-                        let after = || f.metadata();
-                        self.read_blocks(
-                            file.item,
-                            path,
-                            &mut Fd(&f),
-                            Some((&before, &after)),
-                            span,
-                            send,
-                            busy,
-                        )
-                    }
-                    Err(e) => send(
-                        Piece::failed(
-                            file.item,
-                            Warning::error(path, format!("cannot read file: {e}")),
-                        ),
-                        span,
-                        busy,
-                    ),
-                }
-            }
+            Source::Path(path) => match Opened::open(file.item, path) {
+                Ok(opened) => self.read_opened(&opened, Vec::new(), span, send, busy),
+                Err(e) => send(Piece::failed(file.item, read_failed(path, e)), span, busy),
+            },
             Source::Stdin => {
                 let stdin = std::io::stdin();
                 self.read_blocks(
@@ -346,39 +519,57 @@ impl<'g> Reader<'_, 'g> {
         }
     }
 
-    /// Reads `source` to its end in blocks and sends each chunked block; `check` is
-    /// the metadata before reading and how to get it after, for a file.
+    /// Reads `source` to its end in blocks and sends each chunked block; `end` gives
+    /// the last piece's end from the bytes read, for a file (`None`: nothing to check).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn read_blocks(
         &self,
         item: usize,
         path: &Path,
         source: &mut dyn BlockSource,
-        check: Option<(&Metadata, &dyn Fn() -> std::io::Result<Metadata>)>,
+        end: Option<&dyn Fn(u64) -> PieceEnd>,
+        span: BusySpan<'g>,
+        send: &mut dyn FnMut(Piece, BusySpan<'g>, &mut Duration) -> bool,
+        busy: &mut Duration,
+    ) -> bool {
+        self.read_blocks_after(Vec::new(), item, path, source, end, span, send, busy)
+    }
+
+    /// [`Reader::read_blocks`] for a source whose first bytes, `read` (fewer than
+    /// [`BLOCK`]), were read already.
+    #[allow(clippy::too_many_arguments)]
+    fn read_blocks_after(
+        &self,
+        read: Vec<u8>,
+        item: usize,
+        path: &Path,
+        source: &mut dyn BlockSource,
+        end: Option<&dyn Fn(u64) -> PieceEnd>,
         mut span: BusySpan<'g>,
         send: &mut dyn FnMut(Piece, BusySpan<'g>, &mut Duration) -> bool,
         busy: &mut Duration,
     ) -> bool {
         let chunker = ParallelChunker::new(self.chunker, self.threads);
-        // `carry` holds the uncut tail of the previous block, less than `max_size` bytes.
-        let mut carry: Vec<u8> = Vec::new();
+        // `carry` holds the bytes not cut yet: the uncut tail of the previous block
+        // (less than `max_size` bytes), or at first the bytes read already.
+        let mut carry: Vec<u8> = read;
         let mut total = 0u64;
         loop {
             let mut buf = self.pool.get();
             buf.extend_from_slice(&carry);
             let mut eof = false;
-            while buf.len() < BLOCK {
-                let room = BLOCK - buf.len();
+            // Every read asks for whole pages, as some pseudo-files require
+            // (`/proc/PID/pagemap`: multiples of 8 bytes); the block is full once less
+            // than a page is left. Cut points do not depend on where blocks end.
+            while BLOCK - buf.len() >= READ_ALIGN {
+                let room = (BLOCK - buf.len()) / READ_ALIGN * READ_ALIGN;
                 match source.read_append(&mut buf, room) {
                     Ok(0) => {
                         eof = true;
                         break;
                     }
                     Ok(_) => {}
-                    Err(e) => {
-                        let w = Warning::error(path, format!("cannot read file: {e}"));
-                        return send(Piece::failed(item, w), span, busy);
-                    }
+                    Err(e) => return send(Piece::failed(item, read_failed(path, e)), span, busy),
                 }
             }
             let (lens, fps, pos) = match self.device {
@@ -400,21 +591,17 @@ impl<'g> Reader<'_, 'g> {
             carry.extend_from_slice(&buf[pos..]);
             buf.truncate(pos);
             total += buf.len() as u64;
-            let end = match (eof, check) {
+            let piece_end = match (eof, end) {
                 (false, _) => PieceEnd::More,
-                (true, None) => PieceEnd::Done { size: total },
-                (true, Some((before, after))) => match after() {
-                    Ok(after) if changed(before, &after) => PieceEnd::Failed(changed_warning(path)),
-                    Ok(_) => PieceEnd::Done { size: total },
-                    Err(e) => PieceEnd::Failed(Warning::error(path, e)),
-                },
+                (true, None) => PieceEnd::Done(FileEnd::sized(total)),
+                (true, Some(end)) => end(total),
             };
             let piece = Piece {
                 item,
                 data: buf,
                 lens,
                 fps,
-                end,
+                end: piece_end,
             };
             if !send(piece, span, busy) {
                 return false;
@@ -454,4 +641,136 @@ fn on_device(
     let (lens, fps) = chunks[..kept].iter().copied().unzip();
     let covered = chunks[..kept].iter().map(|&(len, _)| len as usize).sum();
     Ok((lens, fps, covered))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use crossbeam_channel::unbounded;
+    use larder_chunk::ChunkerConfig;
+
+    use super::*;
+
+    /// Reads `files` (path, size the walk saw) with stage 1 and returns every piece it
+    /// sent, in order.
+    fn read_all(files: &[(&Path, u64)]) -> Vec<Piece> {
+        let chunker = ChunkerConfig::default().build();
+        let threads = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let (_free_tx, free) = unbounded();
+        let pool = BufferPool {
+            free,
+            size: BLOCK + chunker.max_size(),
+        };
+        let gate = SerialGate::new(false);
+        let (tx, rx) = unbounded();
+        let reader = Reader {
+            chunker: chunker.as_ref(),
+            device: None,
+            threads: &threads,
+            pool: &pool,
+            gate: &gate,
+            tx: &tx,
+        };
+        let to_read: Vec<FileToRead<'_>> = files
+            .iter()
+            .enumerate()
+            .map(|(item, &(path, size))| FileToRead {
+                item,
+                source: Source::Path(path),
+                size,
+            })
+            .collect();
+        let end = RoundEnd {
+            bytes: u64::MAX,
+            deadline: None,
+        };
+        reader.run(&to_read, &end);
+        drop(tx);
+        rx.iter().flat_map(|batch: Batch| batch.pieces).collect()
+    }
+
+    /// Guards against reading a small file whole whatever it holds: a file the walk
+    /// saw empty that holds 20 MiB by the time it is read (a pseudo-file such as
+    /// `/proc/PID/pagemap` says 0 and yields gigabytes) is read in pieces of at most a
+    /// block, all of its bytes, in order, between the files around it.
+    #[test]
+    fn a_file_holding_more_than_the_walk_saw_is_read_in_blocks() {
+        let dir = tempfile::tempdir().unwrap();
+        let content: Vec<u8> = (0..20u32 << 20)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+            .collect();
+        let paths = ["before", "grown", "after"].map(|n| dir.path().join(n));
+        std::fs::write(&paths[0], b"small").unwrap();
+        std::fs::File::create(&paths[1])
+            .unwrap()
+            .write_all(&content)
+            .unwrap();
+        std::fs::write(&paths[2], b"also small").unwrap();
+        let pieces = read_all(&[(&paths[0], 5), (&paths[1], 0), (&paths[2], 10)]);
+        let largest = pieces.iter().map(|p| p.data.len()).max().unwrap();
+        assert!(largest <= BLOCK, "a piece of {largest} bytes");
+        let items: Vec<usize> = pieces.iter().map(|p| p.item).collect();
+        assert_eq!(items.first(), Some(&0));
+        assert_eq!(items.last(), Some(&2));
+        assert!(
+            items.windows(2).all(|w| w[0] <= w[1]),
+            "out of order: {items:?}"
+        );
+        let read: Vec<u8> = pieces
+            .iter()
+            .filter(|p| p.item == 1)
+            .flat_map(|p| p.data.iter().copied())
+            .collect();
+        assert!(read == content, "the bytes read differ from the file's");
+        let ends: Vec<u64> = pieces
+            .iter()
+            .filter_map(|p| match &p.end {
+                PieceEnd::Done(end) => Some(end.size),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(ends, [5, 20 << 20, 10]);
+    }
+
+    /// Guards against a FIFO put in a file's place after the walk hanging the backup
+    /// (`open` waits for a writer): it is refused at once, naming why.
+    #[test]
+    fn a_fifo_in_a_files_place_is_refused_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("was-a-file");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: `c` is a valid NUL-terminated path; mkfifo does not retain it.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let path = fifo.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(read_all(&[(&path, 10)]));
+        });
+        let pieces = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("reading a FIFO blocked");
+        assert!(
+            matches!(&pieces[0].end, PieceEnd::Failed(w) if w.message.contains("no longer a regular file")),
+            "{:?}",
+            pieces.iter().map(|p| p.data.len()).collect::<Vec<_>>()
+        );
+    }
+
+    /// A pseudo-file whose size says 0 is read to its end all the same.
+    #[test]
+    fn a_proc_file_that_says_it_is_empty_is_read() {
+        let path = Path::new("/proc/self/status");
+        if !path.exists() {
+            eprintln!("skipped: no /proc here");
+            return;
+        }
+        let pieces = read_all(&[(path, 0)]);
+        assert_eq!(pieces.len(), 1);
+        assert!(matches!(&pieces[0].end, PieceEnd::Done(end) if end.size > 0));
+        assert!(pieces[0].data.starts_with(b"Name:"));
+    }
 }

@@ -212,7 +212,7 @@ impl Pipeline<'_> {
         writer: &mut ContainerWriter<'_>,
         stages: &mut StageTimes,
     ) -> Result<StoredStream> {
-        let tree = build_tree(&self.items[..upto], &indexer.recipes, &indexer.sizes);
+        let tree = build_tree(&self.items[..upto], indexer);
         // In serial mode this takes the gate too: the syncers may still be writing.
         let span = self.gate.begin();
         let stream = store_stream(&tree, self.chunker, &self.codec, indexer, index, writer)?;

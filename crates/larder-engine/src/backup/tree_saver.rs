@@ -4,9 +4,9 @@
 
 use larder_chunk::Chunker;
 use larder_hash::Fingerprint;
-use larder_store::{encode_tree_header, ChunkCodec, EntryKind, RepoIndex};
+use larder_store::{encode_tree_header, ChunkCodec, EntryKind, FileAsRead, RepoIndex};
 
-use super::index_stage::{Indexer, NewChunk};
+use super::index_stage::{Indexer, NewChunk, ReadMarks};
 use super::walk::Item;
 use super::write_stage::ContainerWriter;
 use crate::error::Result;
@@ -23,18 +23,28 @@ pub(crate) struct StoredStream {
 const ENTRY_BYTES: usize = 320;
 
 /// Serializes `items` (a prefix of the walk, in tree order): every entry but the
-/// files without a recipe (not read yet, or failed).
-pub(super) fn build_tree(
-    items: &[Item],
-    recipes: &[Option<Vec<Fingerprint>>],
-    sizes: &[u64],
-) -> Vec<u8> {
+/// files without a recipe (not read yet, or failed). A file stage 1 read records its
+/// size as read, and the flags and mark stage 1 found (`indexer.read_marks`), in place
+/// of the walk's; a file not read, those of its entry.
+pub(super) fn build_tree(items: &[Item], indexer: &Indexer) -> Vec<u8> {
     let mut out = Vec::with_capacity(ENTRY_BYTES * items.len());
     encode_tree_header(&mut out);
     for (i, item) in items.iter().enumerate() {
         if item.entry.kind == EntryKind::File {
-            let Some(recipe) = &recipes[i] else { continue };
-            item.entry.encode_as(sizes[i], recipe, &mut out);
+            let Some(recipe) = &indexer.recipes[i] else {
+                continue;
+            };
+            let marks = indexer.read_marks.get(&i).copied().unwrap_or(ReadMarks {
+                attr_flags: item.entry.attr_flags,
+                changed_while_read: item.entry.changed_while_read,
+            });
+            let read = FileAsRead {
+                size: indexer.sizes[i],
+                chunks: recipe,
+                attr_flags: marks.attr_flags,
+                changed_while_read: marks.changed_while_read,
+            };
+            item.entry.encode_as(&read, &mut out);
         } else {
             item.entry.encode(&mut out);
         }

@@ -1,5 +1,7 @@
 //! Walking the backup sources into the ordered list of tree entries, leaving out what
-//! exclude patterns and `.larderignore` files select (docs/design/patterns.md).
+//! exclude patterns, `.larderignore` files and tag files select
+//! (docs/design/patterns.md), and, with `--one-file-system`, what lies on other file
+//! systems than each source's.
 //!
 //! Directories are listed on several threads (subdirectories in parallel, their
 //! listings put back in order), and each entry is `lstat`ed relative to its open
@@ -21,10 +23,11 @@ use std::sync::{Arc, Mutex};
 use larder_store::{EntryKind, TreeEntry};
 use rayon::prelude::*;
 
+use super::exclude_tags::{tagged, ExcludeTag};
 use super::lock;
 use super::previous::{Previous, SkipRules};
 use crate::error::{EngineError, Result, Warning};
-use crate::meta::{read_xattrs, Owners};
+use crate::meta::{read_dir_attr_flags, read_xattrs, Owners};
 use crate::pattern::{parse_pattern_file, PathUnits, PatternList};
 
 /// One entry to back up: where it is, and its tree entry without a recipe yet.
@@ -100,37 +103,79 @@ pub(crate) struct Walked {
 pub(crate) struct WalkOptions<'a> {
     /// Patterns matched against snapshot paths; `.larderignore` files add their own.
     pub exclude: &'a PatternList,
+    /// Tag files that exclude the other contents of the directory holding them.
+    pub exclude_tags: &'a [ExcludeTag],
+    /// Stay on each root's file system: a directory on another one (a mount point) is
+    /// recorded, its contents are not.
+    pub one_file_system: bool,
     /// The threads that list directories.
     pub threads: &'a rayon::ThreadPool,
 }
 
-/// Lists every entry under `roots` (from [`source_roots`]) in tree order (depth-first,
-/// each directory before its contents, names sorted bytewise), with entries for the
-/// roots' parent directories, each with its `lstat` fields and owner names (extended
-/// attributes and symlink targets come from [`complete`]). Entries that `exclude` (matched against snapshot paths) or a
+/// The roots (from [`source_roots`]) that exist, each with its `lstat`. A root that
+/// does not (or cannot be `lstat`ed) is an error warning: the backup saves the others
+/// and is partial. Fails if no root exists.
+pub(crate) fn existing_roots(
+    roots: Vec<PathBuf>,
+    warnings: &mut Vec<Warning>,
+) -> Result<Vec<(PathBuf, Metadata)>> {
+    let mut kept = Vec::new();
+    let mut missing = Vec::new();
+    for root in roots {
+        match fs::symlink_metadata(&root) {
+            Ok(meta) => kept.push((root, meta)),
+            Err(e) => missing.push((root, e)),
+        }
+    }
+    if kept.is_empty() {
+        let others = missing.len().saturating_sub(1);
+        let Some((path, e)) = missing.into_iter().next() else {
+            return Err(EngineError::Source {
+                path: PathBuf::new(),
+                reason: "no source path given".into(),
+            });
+        };
+        let reason = match others {
+            0 => format!("cannot back up: {e}"),
+            n => format!("cannot back up: {e}; and none of the {n} other source paths exists"),
+        };
+        return Err(EngineError::Source { path, reason });
+    }
+    for (root, e) in missing {
+        warnings.push(Warning::error(
+            root,
+            format!("cannot back up: {e}; the other source paths are saved"),
+        ));
+    }
+    Ok(kept)
+}
+
+/// Lists every entry under `roots` (from [`existing_roots`]) in tree order
+/// (depth-first, each directory before its contents, names sorted bytewise), with
+/// entries for the roots' parent directories, each with its `lstat` fields and owner
+/// names (extended attributes, symlink targets and directories' attribute flags come
+/// from [`complete`]). Entries that `exclude` (matched against snapshot paths) or a
 /// `.larderignore` file selects are left out without being read; an excluded
 /// directory is not listed. Sockets are skipped with a notice. Problems with single
 /// paths become warnings.
+///
+/// A root's parent directories are recorded as the directories they resolve to (as
+/// `stat` follows symlinks), so that the root restores at the path it was given even
+/// where a parent is a symlink (`/lib` to `usr/lib`); a root that is itself a symlink
+/// is recorded as the symlink.
 pub(crate) fn walk(
-    roots: &[PathBuf],
+    roots: &[(PathBuf, Metadata)],
     opts: &WalkOptions<'_>,
     warnings: &mut Vec<Warning>,
 ) -> Result<Walked> {
-    let mut kept = Vec::new();
-    for root in roots {
-        let meta = fs::symlink_metadata(root).map_err(|e| EngineError::Source {
-            path: root.clone(),
-            reason: format!("cannot back up: {e}"),
-        })?;
-        kept.push((root.clone(), meta));
-    }
     let walker = Walker {
         opts,
         owners: Mutex::new(Owners::default()),
     };
     let mut out = Listing::default();
     let mut emitted_parents = std::collections::BTreeSet::new();
-    for (root, meta) in kept {
+    for (root, meta) in roots {
+        let root = root.clone();
         // The roots' parents are not scanned, so only `exclude` applies to a root, and
         // to it as to any path: through its parent directories too.
         if opts.exclude.selects(&rel_of(&root), meta.is_dir()) {
@@ -146,13 +191,10 @@ pub(crate) fn walk(
         for c in components.iter().take(components.len().saturating_sub(1)) {
             parent.push(c);
             if emitted_parents.insert(parent.clone()) {
-                match fs::symlink_metadata(&parent) {
-                    Ok(meta) => walker.add(&mut out, parent.clone(), &meta),
-                    Err(e) => out.warnings.push(Warning::error(&parent, e)),
-                }
+                walker.add_parent(&mut out, &parent);
             }
         }
-        walker.visit_root(&mut out, root, &meta);
+        walker.visit_root(&mut out, root, meta);
     }
     warnings.extend(std::mem::take(&mut out.warnings));
     let excluded = out.excluded_total();
@@ -247,6 +289,22 @@ impl Listing {
 /// components of the directory holding each, and its patterns.
 type IgnoreFiles = Vec<(usize, Arc<PatternList>)>;
 
+/// An entry of a directory being listed: its name, its type where the listing gives
+/// it, and the listing's entry.
+type Child = (OsString, Option<FileType>, DirEntry);
+
+/// Where a directory being listed lies.
+#[derive(Clone)]
+struct Scope {
+    /// Components below the snapshot root.
+    depth: usize,
+    /// The `.larderignore` files in force.
+    ignore_files: IgnoreFiles,
+    /// With `--one-file-system`, the root's device: directories on another are not
+    /// listed.
+    device: Option<u64>,
+}
+
 struct Walker<'a> {
     opts: &'a WalkOptions<'a>,
     owners: Mutex<Owners>,
@@ -279,12 +337,36 @@ impl Walker<'_> {
         }
     }
 
+    /// Adds a root's parent directory `path` as the directory it resolves to: with
+    /// the metadata `stat` gives, its attributes read there (`abs` is the resolved
+    /// path).
+    fn add_parent(&self, out: &mut Listing, path: &Path) {
+        let resolved = fs::canonicalize(path).and_then(|abs| Ok((fs::metadata(&abs)?, abs)));
+        match resolved {
+            Ok((meta, abs)) if meta.is_dir() => {
+                if let Some(entry) = self.entry(path, &meta, &mut out.warnings) {
+                    out.nodes.push(Node::Item(Item { abs, entry }));
+                }
+            }
+            Ok(_) => out.warnings.push(Warning::error(
+                path,
+                "not a directory, yet a source path lies below it",
+            )),
+            Err(e) => out.warnings.push(Warning::error(path, e)),
+        }
+    }
+
     /// Adds a root and everything below it.
     fn visit_root(&self, out: &mut Listing, root: PathBuf, meta: &Metadata) {
+        let scope = |depth| Scope {
+            depth,
+            ignore_files: IgnoreFiles::new(),
+            device: self.opts.one_file_system.then(|| meta.dev()),
+        };
         if root.as_os_str() == "/" {
             // The filesystem root itself: its children are the snapshot's top level.
             if meta.is_dir() {
-                let below = self.list(&root, 0, &IgnoreFiles::new());
+                let below = self.list(&root, &scope(0));
                 out.nodes.push(Node::Below(below));
             }
             return;
@@ -293,17 +375,18 @@ impl Walker<'_> {
         let is_dir = meta.is_dir();
         self.add(out, root.clone(), meta);
         if is_dir && matches!(out.nodes.last(), Some(Node::Item(item)) if item.abs == root) {
-            let below = self.list(&root, depth, &IgnoreFiles::new());
+            let below = self.list(&root, &scope(depth));
             out.nodes.push(Node::Below(below));
         }
     }
 
-    /// Lists the children of `dir` (`depth` components below the snapshot root) that
-    /// are not excluded, with `dir`'s `.larderignore` patterns in force, and the
-    /// subdirectories' contents, these on the walk's threads.
-    fn list(&self, dir: &Path, depth: usize, ignore_files: &IgnoreFiles) -> Listing {
+    /// Lists the children of `dir` that are not excluded, with `dir`'s
+    /// `.larderignore` patterns in force, and the subdirectories' contents, these on
+    /// the walk's threads. A directory tagged by a tag file keeps its tag files only;
+    /// one on another file system than `scope.device` is not listed.
+    fn list(&self, dir: &Path, scope: &Scope) -> Listing {
         let mut out = Listing::default();
-        let mut children: Vec<(OsString, Option<FileType>, DirEntry)> = Vec::new();
+        let mut children: Vec<Child> = Vec::new();
         match fs::read_dir(dir) {
             Ok(entries) => {
                 for entry in entries {
@@ -324,20 +407,24 @@ impl Walker<'_> {
             }
         }
         children.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-        let mut ignore_here = ignore_files.clone();
+        self.keep_tags_only_if_tagged(dir, &mut children, &mut out);
+        let mut here = Scope {
+            depth: scope.depth + 1,
+            ..scope.clone()
+        };
         if let Some((_, file_type, _)) = children
             .iter()
             .find(|(name, _, _)| name == IGNORE_FILE_NAME)
         {
             if let Some(list) = read_ignore_file(dir, *file_type, &mut out.warnings) {
-                ignore_here.push((depth, Arc::new(list)));
+                here.ignore_files.push((scope.depth, Arc::new(list)));
             }
         }
         let mut subdirs = Vec::new();
         for (name, file_type, dir_entry) in children {
             let path = dir.join(name);
             let is_dir = file_type.is_some_and(|t| t.is_dir());
-            if self.is_excluded(&rel_of(&path), is_dir, &ignore_here) {
+            if self.is_excluded(&rel_of(&path), is_dir, &here.ignore_files) {
                 out.excluded += 1;
                 continue;
             }
@@ -349,31 +436,63 @@ impl Walker<'_> {
                     continue;
                 }
             };
+            let elsewhere = scope.device.is_some_and(|dev| dev != meta.dev());
+            if elsewhere && !meta.is_dir() {
+                // A file mounted over another (a bind mount), left out as the
+                // contents of a directory on another file system are.
+                out.excluded += 1;
+                continue;
+            }
             let Some(entry) = self.entry(&path, &meta, &mut out.warnings) else {
                 continue;
             };
             if entry.kind == EntryKind::Dir {
-                subdirs.push(path.clone());
+                if elsewhere {
+                    // A mount point: recorded, its contents not (one excluded entry).
+                    out.excluded += 1;
+                } else {
+                    subdirs.push(path.clone());
+                }
             }
             out.nodes.push(Node::Item(Item { abs: path, entry }));
         }
         let listings: Vec<Listing> = self.opts.threads.install(|| {
             subdirs
                 .par_iter()
-                .map(|dir| self.list(dir, depth + 1, &ignore_here))
+                .map(|dir| self.list(dir, &here))
                 .collect()
         });
-        // Each subdirectory's listing goes right after its own entry.
-        let mut listings = listings.into_iter();
+        // Each listed subdirectory's listing goes right after its own entry.
+        let mut listings = subdirs.iter().zip(listings).peekable();
         let nodes = std::mem::take(&mut out.nodes);
         for node in nodes {
-            let is_dir = matches!(&node, Node::Item(item) if item.entry.kind == EntryKind::Dir);
+            let listed = match &node {
+                Node::Item(item) => listings.next_if(|(dir, _)| **dir == item.abs),
+                Node::Below(_) => None,
+            };
             out.nodes.push(node);
-            if is_dir {
-                out.nodes.extend(listings.next().map(Node::Below));
-            }
+            out.nodes
+                .extend(listed.map(|(_, listing)| Node::Below(listing)));
         }
         out
+    }
+
+    /// If `dir` is tagged by one of the tag files in force, leaves only those tag files
+    /// in `children` (the others count as excluded).
+    fn keep_tags_only_if_tagged(&self, dir: &Path, children: &mut Vec<Child>, out: &mut Listing) {
+        if self.opts.exclude_tags.is_empty() {
+            return;
+        }
+        let names = children.iter().map(|(n, t, _)| (n.as_os_str(), *t));
+        let tags: Vec<OsString> = tagged(dir, names, self.opts.exclude_tags, &mut out.warnings)
+            .into_iter()
+            .map(OsStr::to_os_string)
+            .collect();
+        if !tags.is_empty() {
+            let before = children.len();
+            children.retain(|(name, _, _)| tags.contains(name));
+            out.excluded += (before - children.len()) as u64;
+        }
     }
 
     /// Whether `rel` (a snapshot path whose parent directory is not excluded) is
@@ -446,11 +565,14 @@ fn read_nofollow(path: &Path) -> std::io::Result<Vec<u8>> {
     Ok(text)
 }
 
-/// Completes walked entries with their extended attributes (if `xattrs`) and symlink
-/// targets, on `threads`: taken from the previous entry when it is the same inode in
-/// the same state ([`Previous::same_inode`]), read otherwise. An entry whose symlink
-/// target cannot be read is dropped with a warning; one whose attributes cannot be
-/// read is kept without them, with a warning.
+/// Completes walked entries with their extended attributes (if `xattrs`), symlink
+/// targets and directories' attribute flags, on `threads`: taken from the previous
+/// entry when it is the same inode in the same state ([`Previous::same_inode`]), read
+/// otherwise. An entry whose symlink target cannot be read is dropped with a warning;
+/// one whose attributes cannot be read is kept without them, with a warning. Files'
+/// attribute flags are left 0 here: stage 1 reads them from the descriptor it reads
+/// the file through, and an unchanged file, not read, takes its previous entry's
+/// (`Previous::decide`).
 pub(crate) fn complete(
     items: &mut Vec<Item>,
     previous: &Previous,
@@ -483,7 +605,13 @@ fn complete_one(
             entry.xattrs.clone_from(&prev.xattrs);
         }
         entry.target.clone_from(&prev.target);
+        if entry.kind == EntryKind::Dir {
+            entry.attr_flags = prev.attr_flags;
+        }
         return (true, None);
+    }
+    if entry.kind == EntryKind::Dir {
+        entry.attr_flags = read_dir_attr_flags(&item.abs);
     }
     let mut warning = None;
     if xattrs {

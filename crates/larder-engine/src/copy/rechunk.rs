@@ -21,8 +21,8 @@ use rayon::prelude::*;
 
 use super::Sent;
 use crate::backup::{
-    thread_count, thread_pool, Batch, BlockSource, BusySpan, Indexer, Item, Piece, PieceEnd,
-    Pipeline, Reader, SerialGate, StageTimes, GROUP_BYTES, GROUP_FILES, SMALL_FILE,
+    thread_count, thread_pool, Batch, BlockSource, BusySpan, FileEnd, Indexer, Item, Piece,
+    PieceEnd, Pipeline, Reader, SerialGate, StageTimes, GROUP_BYTES, GROUP_FILES, SMALL_FILE,
 };
 use crate::error::{Result, Warning};
 use crate::tree_io::ChunkReader;
@@ -183,7 +183,7 @@ fn read_whole(
         data,
         lens: Vec::new(),
         fps: Vec::new(),
-        end: PieceEnd::Done { size },
+        end: PieceEnd::Done(FileEnd::sized(size)),
     }
 }
 

@@ -16,8 +16,10 @@
 //! 4. Then the ACLs (`system.posix_acl_access`, `system.posix_acl_default`): an ACL
 //!    sets the group bits of the mode to its mask, so `chmod` after it would change
 //!    the ACL.
-//! 5. Times last: every step above changes the ctime, and none the mtime, but a
+//! 5. Then times: every step above changes the ctime, and none the mtime, but a
 //!    restore's writes do.
+//! 6. Attribute flags very last (`chattr`): `i` forbids every change after it, `a`
+//!    every change but appending.
 //!
 //! A step that fails is reported and the next one is still tried.
 
@@ -27,9 +29,11 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use larder_store::{TreeEntry, Xattr};
+use larder_store::{attr_flag_letters, TreeEntry, Xattr};
 use rustix::fs::{AtFlags, Mode, Timespec, Timestamps, XattrFlags};
 use rustix::process::{Gid, Uid};
+
+use super::attr_flags::set_attr_flags;
 
 /// What metadata is set on: a descriptor of the entry itself, never a path.
 #[derive(Clone, Copy)]
@@ -92,9 +96,9 @@ fn is_acl(x: &Xattr) -> bool {
     x.name == b"system.posix_acl_access" || x.name == b"system.posix_acl_default"
 }
 
-/// Sets the owner, attributes, permission bits (not for symlinks, which have none) and
-/// times that `entry` records on `node`, in the module's order. Returns one message
-/// per thing that could not be set, naming it.
+/// Sets the owner, attributes, permission bits (not for symlinks, which have none),
+/// times and attribute flags that `entry` records on `node`, in the module's order.
+/// Returns one message per thing that could not be set, naming it.
 pub(crate) fn restore_metadata(
     node: Node<'_>,
     entry: &TreeEntry,
@@ -132,6 +136,10 @@ pub(crate) fn restore_metadata(
     if let Err(e) = set_times(node, entry.mtime_sec, entry.mtime_nsec) {
         failed.push(format!("cannot restore modification time: {e}"));
     }
+    if let Err(e) = restore_attr_flags(node, entry) {
+        let flags = attr_flag_letters(entry.attr_flags);
+        failed.push(format!("cannot restore attribute flags {flags}: {e}"));
+    }
     failed
 }
 
@@ -155,6 +163,18 @@ fn kept_special_bits(node: Node<'_>, entry: &TreeEntry, owner_set: bool) -> u32 
         mode &= !0o2000;
     }
     mode
+}
+
+/// Sets the attribute flags `entry` records (step 6) on an open file or directory.
+/// FIFOs, devices and symlinks take none (the ioctl needs a descriptor open for
+/// I/O). An entry without flags costs no call: what restore creates keeps the flags
+/// it was created with.
+fn restore_attr_flags(node: Node<'_>, entry: &TreeEntry) -> io::Result<()> {
+    match node {
+        _ if entry.attr_flags == 0 => Ok(()),
+        Node::Fd(fd) => set_attr_flags(&fd, entry.attr_flags),
+        Node::Special(_) | Node::Symlink { .. } => Ok(()),
+    }
 }
 
 fn xattr_failure(x: &Xattr, e: &io::Error) -> String {

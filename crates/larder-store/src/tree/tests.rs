@@ -29,10 +29,13 @@ fn entry(kind: EntryKind, path: &[u8]) -> TreeEntry {
         EntryKind::File => {
             e.size = 12;
             e.chunks = vec![Fingerprint([9; 32]); 3];
+            e.attr_flags = 0x20 | 0x40;
+            e.changed_while_read = true;
         }
         EntryKind::Symlink => e.target = b"../x".to_vec(),
         EntryKind::CharDevice | EntryKind::BlockDevice => e.rdev = 0x0801,
-        EntryKind::Dir | EntryKind::Fifo => {}
+        EntryKind::Dir => e.attr_flags = 0x10,
+        EntryKind::Fifo => {}
     }
     e
 }
@@ -64,6 +67,18 @@ fn encode_v1(e: &TreeEntry, out: &mut Vec<u8>) {
     e.encode_tail(&e.chunks, out);
 }
 
+/// An entry in the version 2 layout: version 3's without the marks byte and the
+/// attribute flags, which come right before the kind's own fields.
+fn encode_v2(e: &TreeEntry, out: &mut Vec<u8>) {
+    let mut v3 = Vec::new();
+    e.encode(&mut v3);
+    let mut tail = Vec::new();
+    e.encode_tail(&e.chunks, &mut tail);
+    let fields = v3.len() - tail.len() - 5;
+    out.extend_from_slice(&v3[..fields]);
+    out.extend_from_slice(&tail);
+}
+
 #[test]
 fn round_trips_every_kind_and_raw_names() {
     let entries = vec![
@@ -75,8 +90,57 @@ fn round_trips_every_kind_and_raw_names() {
         entry(EntryKind::BlockDevice, b"a/sda"),
     ];
     let bytes = stream(&entries);
-    assert_eq!(&bytes[..8], b"LARDERT2");
+    assert_eq!(&bytes[..8], b"LARDERT3");
     assert_eq!(decode(&bytes).unwrap(), entries);
+}
+
+/// Trees written before the marks and attribute flags existed read back with neither.
+#[test]
+fn version_2_streams_read_with_no_marks_or_flags() {
+    let old = [
+        entry(EntryKind::Dir, b"a"),
+        entry(EntryKind::File, b"a/f"),
+        entry(EntryKind::Symlink, b"a/l"),
+        entry(EntryKind::BlockDevice, b"a/b"),
+    ];
+    let mut bytes = b"LARDERT2".to_vec();
+    for e in &old {
+        encode_v2(e, &mut bytes);
+    }
+    bytes.push(0);
+    assert_eq!(TreeDecoder::new(&bytes).unwrap().version(), 2);
+    let expected: Vec<TreeEntry> = old
+        .iter()
+        .map(|e| TreeEntry {
+            attr_flags: 0,
+            changed_while_read: false,
+            ..e.clone()
+        })
+        .collect();
+    assert_eq!(decode(&bytes).unwrap(), expected);
+}
+
+/// The marks byte and the flags sit right before the kind's fields, byte for byte as
+/// format.md draws them.
+#[test]
+fn marks_and_flags_are_laid_out_as_documented() {
+    let mut e = entry(EntryKind::File, b"f");
+    e.xattrs.clear();
+    e.user.clear();
+    e.group.clear();
+    e.chunks.clear();
+    e.attr_flags = 0x10 | 0x8000_0000;
+    let mut bytes = Vec::new();
+    e.encode(&mut bytes);
+    // kind, path, mode, mtime, ctime, uid, gid, size, inode, device, nlink, two empty
+    // names, no attributes; then marks, flags and a zero chunk count.
+    let fields = 1 + 4 + 1 + 4 + 12 + 12 + 4 + 4 + 8 + 8 + 8 + 4 + 1 + 1 + 4;
+    assert_eq!(bytes.len(), fields + 1 + 4 + 8);
+    assert_eq!(bytes[fields], 1, "the changed mark");
+    // Bits outside the recorded set are left out.
+    assert_eq!(&bytes[fields + 1..fields + 5], &0x10u32.to_le_bytes());
+    assert_eq!(attr_flag_letters(0x10 | 0x20 | 0x8000_0000), "+ia");
+    assert_eq!(attr_flag_letters(0), "");
 }
 
 #[test]
@@ -165,6 +229,15 @@ fn malformed_fields_are_refused() {
     let mut bytes = stream(&[entry(EntryKind::Dir, b"d")]);
     bytes[8] = 7;
     assert!(decode(&bytes).is_err(), "accepted kind 7");
+    // A directory's stream ends with its marks, its flags and the end marker.
+    let good = stream(&[entry(EntryKind::Dir, b"d")]);
+    let marks_at = good.len() - 6;
+    let mut bytes = good.clone();
+    bytes[marks_at] = 2;
+    assert!(decode(&bytes).is_err(), "accepted an unknown mark");
+    let mut bytes = good;
+    bytes[marks_at + 4] = 0x80;
+    assert!(decode(&bytes).is_err(), "accepted unknown attribute flags");
 }
 
 #[test]
@@ -221,35 +294,40 @@ fn arb_entry() -> impl Strategy<Value = TreeEntry> {
         (0..NANOS, 0..NANOS, any::<u64>()),
         names,
         proptest::collection::vec(any::<[u8; 32]>(), 0..4),
+        (any::<u32>(), any::<bool>()),
     )
-        .prop_map(|(kind, path, nums, (mn, cn, rdev), xattrs, fps)| {
-            let mut e = TreeEntry::new(kind, path);
-            (
-                e.mode,
-                e.mtime_sec,
-                e.ctime_sec,
-                e.uid,
-                e.gid,
-                e.size,
-                e.inode,
-                e.device,
-                e.nlink,
-            ) = nums;
-            e.mtime_nsec = mn;
-            e.ctime_nsec = cn;
-            e.user = b"user".to_vec();
-            e.xattrs = xattrs
-                .into_iter()
-                .map(|(name, value)| Xattr { name, value })
-                .collect();
-            match kind {
-                EntryKind::File => e.chunks = fps.into_iter().map(Fingerprint).collect(),
-                EntryKind::Symlink => e.target = b"t".to_vec(),
-                EntryKind::CharDevice | EntryKind::BlockDevice => e.rdev = rdev,
-                EntryKind::Dir | EntryKind::Fifo => {}
-            }
-            e
-        })
+        .prop_map(
+            |(kind, path, nums, (mn, cn, rdev), xattrs, fps, (flags, changed))| {
+                let mut e = TreeEntry::new(kind, path);
+                (
+                    e.mode,
+                    e.mtime_sec,
+                    e.ctime_sec,
+                    e.uid,
+                    e.gid,
+                    e.size,
+                    e.inode,
+                    e.device,
+                    e.nlink,
+                ) = nums;
+                e.mtime_nsec = mn;
+                e.ctime_nsec = cn;
+                e.user = b"user".to_vec();
+                e.attr_flags = flags & ATTR_FLAGS_KEPT;
+                e.changed_while_read = changed;
+                e.xattrs = xattrs
+                    .into_iter()
+                    .map(|(name, value)| Xattr { name, value })
+                    .collect();
+                match kind {
+                    EntryKind::File => e.chunks = fps.into_iter().map(Fingerprint).collect(),
+                    EntryKind::Symlink => e.target = b"t".to_vec(),
+                    EntryKind::CharDevice | EntryKind::BlockDevice => e.rdev = rdev,
+                    EntryKind::Dir | EntryKind::Fifo => {}
+                }
+                e
+            },
+        )
 }
 
 proptest! {
@@ -258,13 +336,13 @@ proptest! {
         prop_assert_eq!(decode(&stream(&entries)).unwrap(), entries);
     }
 
-    /// The in-CI twin of the `tree` fuzz target, for both versions.
+    /// The in-CI twin of the `tree` fuzz target, for every version.
     #[test]
     fn arbitrary_bytes_never_panic(
         tail in proptest::collection::vec(any::<u8>(), 0..256),
-        v2 in any::<bool>(),
+        version in 0..3usize,
     ) {
-        let mut bytes = if v2 { MAGIC_V2.to_vec() } else { MAGIC_V1.to_vec() };
+        let mut bytes = [MAGIC_V1, MAGIC_V2, MAGIC_V3][version].to_vec();
         bytes.extend(tail);
         for e in TreeDecoder::new(&bytes).unwrap().flatten() {
             prop_assert!(is_safe_relative_path(&e.path));
