@@ -12,6 +12,7 @@ mod output;
 mod password;
 mod pattern_args;
 mod repo_open;
+mod security;
 mod size;
 
 use std::process::ExitCode;

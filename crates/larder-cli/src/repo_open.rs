@@ -22,6 +22,7 @@ use larder_store::{
 use crate::location::RepoLocation;
 use crate::output::Output;
 use crate::password::{self, Password, PasswordArgs};
+use crate::security;
 
 /// The global options that say which repository a command works on, its password, and
 /// how long it waits for another process's lock.
@@ -38,6 +39,8 @@ pub struct RepoOpener {
 pub struct Storage {
     pub backend: Arc<dyn Backend>,
     pub local: Option<PathBuf>,
+    /// Where it is, as `--repo` (or the default) names it.
+    pub location: RepoLocation,
 }
 
 impl RepoOpener {
@@ -94,10 +97,12 @@ impl RepoOpener {
             RepoLocation::Local(path) => Ok(Storage {
                 backend: Arc::new(LocalBackend::new(path)),
                 local: Some(path.clone()),
+                location: location.clone(),
             }),
             remote => Ok(Storage {
                 backend: remote.remote_backend(policy)?,
                 local: None,
+                location: location.clone(),
             }),
         }
     }
@@ -114,8 +119,12 @@ impl RepoOpener {
         };
         let config = RepoConfig::new(chunker, HashAlgo::Blake3)
             .with_encryption(larder_crypto::AeadKind::Aes256Gcm);
-        let generated = self.password.given()?.is_none();
-        let password = self.new_default_password()?;
+        let given = self.password.given()?;
+        let generated = given.is_none();
+        let password = match given {
+            Some(p) => password::non_empty(p)?,
+            None => password::generate_password_file(&password::default_password_file()?)?,
+        };
         let params = if generated {
             KdfParams::GENERATED
         } else {
@@ -125,6 +134,7 @@ impl RepoOpener {
             &self.storage_at(&RepoLocation::Local(path.clone()))?,
             &config,
             Some((&password, params)),
+            out,
         )
         .with_context(|| format!("creating the default repository at {}", path.display()))?;
         out.note(&format!(
@@ -142,11 +152,11 @@ impl RepoOpener {
         Ok(path)
     }
 
-    /// The password of a new default repository: a given one, else one generated into
-    /// the default password file.
+    /// The password of a new default repository: a given one (not empty), else one
+    /// generated into the default password file.
     pub fn new_default_password(&self) -> Result<Password> {
         match self.password.given()? {
-            Some(p) => Ok(p),
+            Some(p) => password::non_empty(p),
             None => password::generate_password_file(&password::default_password_file()?),
         }
     }
@@ -161,7 +171,7 @@ impl RepoOpener {
     /// an encrypted repository.
     pub fn open_keyed(&self, mode: LockMode, out: &Output) -> Result<(Repository, Option<String>)> {
         let storage = self.storage(out)?;
-        let (keys, slot) = match self.unlock(&*storage.backend)? {
+        let (keys, slot) = match self.unlock(&storage, out)? {
             Some((keys, slot)) => (Some(keys), Some(slot)),
             None => (None, None),
         };
@@ -179,9 +189,13 @@ impl RepoOpener {
         Ok((repo, slot))
     }
 
-    /// The keys of the repository in `backend` if it is encrypted, and the slot that
+    /// The keys of the repository in `storage` if it is encrypted, and the slot that
     /// opened them; `None` for a plaintext one, or where there is none (opening says).
-    fn unlock(&self, backend: &dyn Backend) -> Result<Option<(RepoKeys, String)>> {
+    /// A plaintext config that may have replaced an encrypted one is refused
+    /// ([`RepoOpener::refuse_plaintext`]) before anything is written; an encrypted
+    /// repository, once unlocked, is remembered as one ([`security`]).
+    fn unlock(&self, storage: &Storage, out: &Output) -> Result<Option<(RepoKeys, String)>> {
+        let backend = &*storage.backend;
         let config = match backend.read(FileKind::Config, CONFIG_NAME) {
             Err(StoreError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
                 return Ok(None)
@@ -189,6 +203,7 @@ impl RepoOpener {
             config => config?,
         };
         if !config_is_sealed(&config) {
+            self.refuse_plaintext(storage)?;
             return Ok(None);
         }
         let default_file = match self.is_default() {
@@ -199,14 +214,57 @@ impl RepoOpener {
             .password
             .get(default_file.as_deref())
             .context("the repository is encrypted")?;
-        Ok(Some(keys::unlock(backend, password.as_bytes())?))
+        let (keys, slot) = keys::unlock(backend, password.as_bytes())?;
+        let id = hex(&keys.repo_id());
+        if let Err(e) = security::remember_encrypted(&storage.location, &id) {
+            out.warn(&format!(
+                "cannot remember that repository {} is encrypted: {e:#}",
+                storage.location
+            ));
+        }
+        Ok(Some((keys, slot)))
     }
+
+    /// Refuses the plaintext config of the repository in `storage` where it may have
+    /// replaced an encrypted one's (docs/design/crypto.md, "Threat model"): when key
+    /// slots stand beside it, when a password was given, or when this client
+    /// remembers the repository as encrypted. Reads only.
+    fn refuse_plaintext(&self, storage: &Storage) -> Result<()> {
+        let mut reasons = Vec::new();
+        if !storage.backend.list(FileKind::Key)?.is_empty() {
+            reasons.push("key slots (keys/) stand beside it".to_string());
+        }
+        if let Some(source) = self.password.source() {
+            reasons.push(format!(
+                "a password was given ({source}); to open a plaintext repository, give none"
+            ));
+        }
+        if let Some(record) = security::remembered_encrypted(&storage.location)? {
+            reasons.push(format!(
+                "it was encrypted when this client last opened it (if you replaced it with a \
+                 plaintext repository yourself, remove {})",
+                record.display()
+            ));
+        }
+        if reasons.is_empty() {
+            return Ok(());
+        }
+        Err(StoreError::PlaintextConfig {
+            location: storage.location.to_string(),
+            reason: reasons.join("; "),
+        }
+        .into())
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The id of the repository in `backend`: its key's, or its plaintext config's.
 fn repo_id(backend: &dyn Backend, keys: Option<&RepoKeys>) -> Result<String> {
     if let Some(keys) = keys {
-        return Ok(keys.repo_id().iter().map(|b| format!("{b:02x}")).collect());
+        return Ok(hex(&keys.repo_id()));
     }
     let raw = match backend.read(FileKind::Config, CONFIG_NAME) {
         Err(StoreError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
@@ -241,11 +299,14 @@ pub fn cache_dir(id: &str) -> Result<PathBuf> {
 }
 
 /// Creates a repository with `config` in `storage`: encrypted under the password
-/// given (with its Argon2id parameters) if the config names encryption.
+/// given (with its Argon2id parameters) if the config names encryption. This client
+/// then remembers whether it is encrypted ([`security`]): creating is the user's own
+/// say, whatever was there before.
 pub fn create(
     storage: &Storage,
     config: &RepoConfig,
     password: Option<(&Password, KdfParams)>,
+    out: &Output,
 ) -> Result<()> {
     let keys = match config.encryption {
         None => None,
@@ -278,6 +339,16 @@ pub fn create(
                 keys_slot.map(|(_, s)| s),
             )?
         }
+    }
+    let remembered = match config.encryption {
+        Some(_) => security::remember_encrypted(&storage.location, &config.id),
+        None => security::forget(&storage.location),
+    };
+    if let Err(e) = remembered {
+        out.warn(&format!(
+            "cannot remember whether repository {} is encrypted: {e:#}",
+            storage.location
+        ));
     }
     Ok(())
 }

@@ -192,11 +192,14 @@ impl RepoConfig {
         Ok(config)
     }
 
-    /// Checks the chunker, the container size, the compression, and that a version 1
-    /// config does not name compression (a version 1 larder would ignore the field and
-    /// misread the data). A chunker that needs a key (`keyed`) needs an encrypted
+    /// Checks the id (32 hex digits), the chunker, the container size, the
+    /// compression, and that a version 1 config does not name compression (a version 1
+    /// larder would ignore the field and misread the data). A chunker that needs a key (`keyed`) needs an encrypted
     /// repository: only it holds one.
     pub fn validate(&self) -> Result<()> {
+        // The id names local directories (a remote repository's cache): 32 hex
+        // digits, never a path.
+        self.id_bytes()?;
         self.chunker
             .validate()
             .map_err(|e| StoreError::Config(e.to_string()))?;

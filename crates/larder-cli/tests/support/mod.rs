@@ -282,6 +282,8 @@ pub struct Repo {
     xdg: PathBuf,
     /// Run larder as this uid/gid (needs root).
     user: Option<u32>,
+    /// Whether the remote repository at `url` is plaintext ([`Repo::mark_plaintext`]).
+    remote_plaintext: std::cell::Cell<bool>,
     pub scratch: Scratch,
 }
 
@@ -296,6 +298,7 @@ impl Repo {
             env: Vec::new(),
             xdg,
             user: None,
+            remote_plaintext: std::cell::Cell::new(false),
             scratch,
         }
     }
@@ -359,13 +362,34 @@ impl Repo {
         self.user = Some(uid);
     }
 
-    /// `larder --repo REPO ARGS...`, not yet run.
+    /// Marks the remote repository at `url` as plaintext: its runs get no
+    /// `LARDER_PASSWORD`, as those of a local plaintext repository do.
+    pub fn mark_plaintext(&self) {
+        self.remote_plaintext.set(true);
+    }
+
+    /// Whether the repository is plaintext: runs then get no `LARDER_PASSWORD`, with
+    /// which larder refuses a plaintext repository (it may be an encrypted one whose
+    /// config the storage replaced).
+    pub fn is_plaintext(&self) -> bool {
+        match &self.url {
+            Some(_) => self.remote_plaintext.get(),
+            None => fs::read(self.path.join("config"))
+                .is_ok_and(|c| !larder_store::config_is_sealed(&c)),
+        }
+    }
+
+    /// `larder --repo REPO ARGS...`, not yet run; without `LARDER_PASSWORD` when the
+    /// repository is plaintext.
     pub fn command<I, S>(&self, args: I) -> Command
     where
         I: IntoIterator<Item = S>,
         S: AsRef<OsStr>,
     {
         let mut c = larder_command(&self.xdg);
+        if self.is_plaintext() {
+            c.env_remove("LARDER_PASSWORD");
+        }
         match &self.url {
             Some(url) => c.arg("--repo").arg(url),
             None => c.arg("--repo").arg(&self.path),

@@ -181,8 +181,10 @@ impl Repository {
             }
             raw => raw?,
         };
-        if objects::config_is_sealed(&raw) && keys.is_none() {
-            return Err(StoreError::NeedsKey(location()));
+        match (objects::config_is_sealed(&raw), &keys) {
+            (true, None) => return Err(StoreError::NeedsKey(location())),
+            (false, _) => refuse_plaintext(&*backend, keys.is_some())?,
+            (true, Some(_)) => {}
         }
         let lock = RepoLock::acquire(&backend, mode, wait)?;
         let name = format!("{}/{CONFIG_NAME}", backend.location());
@@ -263,6 +265,24 @@ impl Repository {
         };
         Ok(*self.deletes_allowed.get_or_init(|| allowed))
     }
+}
+
+/// Refuses a plaintext config where it may have replaced an encrypted repository's
+/// (docs/design/crypto.md, "Threat model"): when the caller holds the repository's
+/// keys (it read a sealed config a moment ago), or when key slots stand beside it.
+/// Reads only, so nothing is written before the refusal.
+fn refuse_plaintext(backend: &dyn Backend, have_keys: bool) -> Result<()> {
+    let reason = if have_keys {
+        "it was sealed when its key was unlocked"
+    } else if !backend.list(FileKind::Key)?.is_empty() {
+        "key slots (keys/) stand beside it"
+    } else {
+        return Ok(());
+    };
+    Err(StoreError::PlaintextConfig {
+        location: backend.location(),
+        reason: reason.into(),
+    })
 }
 
 /// Makes the local state directory's `tmp/` and `index/`, which the disk index uses.
