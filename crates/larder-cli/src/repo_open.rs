@@ -277,7 +277,7 @@ fn repo_id(backend: &dyn Backend, keys: Option<&RepoKeys>) -> Result<String> {
 
 /// The cache of the remote repository `id`: `$XDG_CACHE_HOME/larder/<id>` (else
 /// `~/.cache/larder/<id>`), in a directory marked as a cache (CACHEDIR.TAG) so that
-/// backup tools skip it.
+/// backup tools skip it, private to its owner (0700) as its files are (0600).
 pub fn cache_dir(id: &str) -> Result<PathBuf> {
     let base = match std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {
         Some(d) => PathBuf::from(d),
@@ -287,13 +287,19 @@ pub fn cache_dir(id: &str) -> Result<PathBuf> {
         .join(".cache"),
     };
     let root = base.join("larder");
-    std::fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
+    larder_store::create_private_dir(&root)
+        .with_context(|| format!("creating {}", root.display()))?;
     let tag = root.join("CACHEDIR.TAG");
     if !tag.exists() {
-        let _ = std::fs::write(
-            &tag,
-            "Signature: 8a477f597d28d172789f06886806bc55\n# larder's cache of remote repositories' metadata\n",
-        );
+        let _ = larder_store::private_file_options()
+            .create_new(true)
+            .open(&tag)
+            .and_then(|mut f| {
+                std::io::Write::write_all(
+                    &mut f,
+                    b"Signature: 8a477f597d28d172789f06886806bc55\n# larder's cache of remote repositories' metadata\n",
+                )
+            });
     }
     Ok(root.join(id))
 }

@@ -17,14 +17,14 @@ mod segment;
 mod snapshot;
 mod tree;
 
+pub use backend::{
+    create_private_dir, private_file_options, Backend, CachedBackend, FileKind, LocalBackend,
+    RetryBackend, RetryPolicy, SplitBackend, CONFIG_NAME, DIR_MODE, FILE_MODE,
+};
 #[cfg(feature = "object-store")]
 pub use backend::{parse_s3_url, ObjectBackend};
 #[cfg(feature = "sftp")]
 pub use backend::{parse_sftp_url, SftpBackend, SftpUrl, SshCommand};
-pub use backend::{
-    Backend, CachedBackend, FileKind, LocalBackend, RetryBackend, RetryPolicy, SplitBackend,
-    CONFIG_NAME,
-};
 pub use chunk_codec::{ChunkCodec, ChunkSeal, IdCode, StoredChunk};
 pub use compression::{
     ChunkEncoding, Compression, UnitPlace, DEFAULT_UNIT_CHUNKS, DEFAULT_ZSTD_LEVEL,

@@ -56,9 +56,8 @@ impl FlockLock {
     /// Takes the lock on `root/lock` in `mode`, trying again for up to `wait`.
     pub fn acquire(root: &Path, mode: LockMode, wait: Duration) -> Result<Self> {
         let path = root.join("lock");
-        let mut file = File::options()
+        let mut file = crate::backend::private_file_options()
             .read(true)
-            .write(true)
             .create(true)
             .truncate(false)
             .open(&path)

@@ -2,7 +2,7 @@
 //! through the backend, its local state (the disk index) in a local directory
 //! (docs/design/remote.md, "Local state").
 
-use std::fs::{self, File};
+use std::fs;
 use std::path::Path;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -11,7 +11,10 @@ use std::time::Duration;
 use larder_crypto::{KeySlot, RepoKeys};
 
 use super::{io, objects, DiskState, IndexSettings, OpenReport, RepoConfig, RepoIndex, Repository};
-use crate::backend::{sync_dir, Backend, FileKind, LocalBackend, SplitBackend, CONFIG_NAME};
+use crate::backend::{
+    create_private_dir, private_file_options, sync_dir, Backend, FileKind, LocalBackend,
+    SplitBackend, CONFIG_NAME,
+};
 use crate::error::{Result, StoreError};
 use crate::lock::{LockMode, RepoLock};
 
@@ -70,12 +73,17 @@ impl Repository {
         if root.exists() && fs::read_dir(root).map_err(io(root))?.next().is_some() {
             return Err(StoreError::AlreadyExists(root.to_path_buf()));
         }
-        fs::create_dir_all(root).map_err(io(root))?;
+        create_private_dir(root).map_err(io(root))?;
         for dir in LOCAL_DIRS {
             let p = root.join(dir);
-            fs::create_dir_all(&p).map_err(io(&p))?;
+            create_private_dir(&p).map_err(io(&p))?;
         }
-        File::create(root.join("lock")).map_err(io(root))?;
+        let lock = root.join("lock");
+        private_file_options()
+            .create(true)
+            .truncate(false)
+            .open(&lock)
+            .map_err(io(&lock))?;
         for dir in LOCAL_DIRS {
             sync_dir(&root.join(dir))?;
         }
@@ -289,7 +297,7 @@ fn refuse_plaintext(backend: &dyn Backend, have_keys: bool) -> Result<()> {
 pub(super) fn prepare_state(state: &Path) -> Result<()> {
     for dir in ["tmp", "index"] {
         let p = state.join(dir);
-        fs::create_dir_all(&p).map_err(io(&p))?;
+        create_private_dir(&p).map_err(io(&p))?;
     }
     Ok(())
 }
