@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use larder_chunk::{ChunkerConfig, ChunkerKind};
 use larder_crypto::{FingerprintKind, KdfParams, KeyKind, KeySlot, RepoKeys};
 use larder_hash::HashAlgo;
@@ -31,6 +31,8 @@ pub struct RepoOpener {
     retry_lock: Duration,
     /// Attempts per request to a remote repository (`--retries`).
     retries: u32,
+    /// `--no-lock`: readers take no lock; writers refuse to run.
+    no_lock: bool,
     pub password: PasswordArgs,
 }
 
@@ -48,12 +50,14 @@ impl RepoOpener {
         location: Option<RepoLocation>,
         retry_lock: Duration,
         retries: u32,
+        no_lock: bool,
         password: PasswordArgs,
     ) -> Self {
         Self {
             location,
             retry_lock,
             retries,
+            no_lock,
             password,
         }
     }
@@ -61,7 +65,13 @@ impl RepoOpener {
     /// An opener of the repository at `location` with `password`, waiting for its lock
     /// and retrying its requests as this one does (`copy`'s source).
     pub fn other(&self, location: RepoLocation, password: PasswordArgs) -> RepoOpener {
-        Self::new(Some(location), self.retry_lock, self.retries, password)
+        Self::new(
+            Some(location),
+            self.retry_lock,
+            self.retries,
+            self.no_lock,
+            password,
+        )
     }
 
     /// Whether the command works on the default repository.
@@ -170,6 +180,14 @@ impl RepoOpener {
     /// Like [`RepoOpener::open`], also returning the id of the key slot that unlocked
     /// an encrypted repository.
     pub fn open_keyed(&self, mode: LockMode, out: &Output) -> Result<(Repository, Option<String>)> {
+        let mode = match (mode, self.no_lock) {
+            (LockMode::Exclusive, true) => {
+                self.require_lock("writes to the repository")?;
+                mode
+            }
+            (LockMode::Shared, true) => LockMode::Unlocked,
+            (mode, _) => mode,
+        };
         let storage = self.storage(out)?;
         let (keys, slot) = match self.unlock(&storage, out)? {
             Some((keys, slot)) => (Some(keys), Some(slot)),
@@ -184,9 +202,35 @@ impl RepoOpener {
             }
         };
         let repo = Repository::open_in(backend, &state, mode, self.retry_lock, keys)?;
+        if let Some(why) = &repo.report().lock_note_failure {
+            out.warn(&format!(
+                "could not record this process in the lock file ({why}); the repository is locked all the same"
+            ));
+        }
         report_gc_recovery(repo.report(), out);
         report_index_recovery(repo.report(), out);
         Ok((repo, slot))
+    }
+
+    /// Refuses `--no-lock` for a command that `does` something only a lock makes safe
+    /// (in words: "writes to the repository").
+    pub fn require_lock(&self, does: &str) -> Result<()> {
+        if self.no_lock {
+            bail!("--no-lock is only for commands that read: this one {does}");
+        }
+        Ok(())
+    }
+
+    /// The storage of the repository and, for an encrypted one whose lock is lock
+    /// objects, its keys (which open them): what `unlock` needs. A local directory's
+    /// lock needs no key, so no password is asked for there.
+    pub fn lock_storage(&self, out: &Output) -> Result<(Storage, Option<RepoKeys>)> {
+        let storage = self.storage(out)?;
+        if storage.backend.flock_dir().is_some() {
+            return Ok((storage, None));
+        }
+        let keys = self.unlock(&storage, out)?.map(|(keys, _)| keys);
+        Ok((storage, keys))
     }
 
     /// The keys of the repository in `storage` if it is encrypted, and the slot that

@@ -39,8 +39,8 @@ pub use container::{
 pub use error::{error_chain, Result, StoreError};
 pub use gc_plan::GcPlan;
 pub use lock::{
-    FlockLock, LockHolder, LockMode, LockObject, ObjectLock, RepoLock, LOCK_REFRESH,
-    LOCK_STALE_AFTER,
+    printable, FlockLock, LockHolder, LockMode, LockObject, ObjectLock, RemovedLock, RepoLock,
+    LOCK_REFRESH, LOCK_STALE_AFTER,
 };
 pub use partition_object::{object_name, parse_object_name, PartitionObject, PartitionObjectKind};
 pub use repo::{

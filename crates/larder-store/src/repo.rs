@@ -286,6 +286,9 @@ pub struct OpenReport {
     /// Why a reader fell back to the memory index, if it did (the disk index was
     /// missing, dirty, damaged or stale; a writer's open repairs it).
     pub disk_fallback: Option<String>,
+    /// Why the lock note could not be written, if it could not (a full disk): the
+    /// lock is held all the same (docs/design/format.md, "Locking").
+    pub lock_note_failure: Option<String>,
 }
 
 /// Why a disk index that names deleted containers is not used.

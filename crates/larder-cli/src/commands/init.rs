@@ -133,6 +133,7 @@ pub fn run(args: InitArgs, g: &Globals, out: &Output) -> Result<ExitCode> {
         Ok(config) => config,
         Err(msg) => return Ok(out.usage(&msg)),
     };
+    g.repo.require_lock("creates a repository")?;
     let location = g.repo.init_location()?;
     if let Err(e) = config.index.validate() {
         return Ok(out.usage(&e.to_string()));

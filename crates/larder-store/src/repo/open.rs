@@ -194,9 +194,10 @@ impl Repository {
             (false, _) => refuse_plaintext(&*backend, keys.is_some())?,
             (true, Some(_)) => {}
         }
-        let lock = RepoLock::acquire(&backend, mode, wait)?;
+        let keys = keys.map(Arc::new);
+        let lock = RepoLock::acquire(&backend, mode, wait, keys.as_ref())?;
         let name = format!("{}/{CONFIG_NAME}", backend.location());
-        let config = objects::decode_config(&raw, &name, keys.as_ref())?;
+        let config = objects::decode_config(&raw, &name, keys.as_deref())?;
         if !config.index.is_memory() {
             prepare_state(state)?;
         }
@@ -211,8 +212,11 @@ impl Repository {
             pending: Vec::new(),
             segments: Vec::new(),
             next_container: AtomicU64::new(1),
-            report: OpenReport::default(),
-            keys: keys.map(Arc::new),
+            report: OpenReport {
+                lock_note_failure: lock.note_failure().map(str::to_string),
+                ..OpenReport::default()
+            },
+            keys,
             deletes_allowed: std::sync::OnceLock::new(),
             lock,
         };
