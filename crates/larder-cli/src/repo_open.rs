@@ -247,6 +247,8 @@ impl RepoOpener {
             config => config?,
         };
         if !config_is_sealed(&config) {
+            // A config that is no config at all is named as such first.
+            RepoConfig::decode(&config, &format!("{}/{CONFIG_NAME}", backend.location()))?;
             self.refuse_plaintext(storage)?;
             return Ok(None);
         }

@@ -189,15 +189,17 @@ impl Repository {
             }
             raw => raw?,
         };
-        match (objects::config_is_sealed(&raw), &keys) {
-            (true, None) => return Err(StoreError::NeedsKey(location())),
-            (false, _) => refuse_plaintext(&*backend, keys.is_some())?,
-            (true, Some(_)) => {}
+        let sealed = objects::config_is_sealed(&raw);
+        if sealed && keys.is_none() {
+            return Err(StoreError::NeedsKey(location()));
+        }
+        let name = format!("{}/{CONFIG_NAME}", backend.location());
+        let config = objects::decode_config(&raw, &name, keys.as_ref())?;
+        if !sealed {
+            refuse_plaintext(&*backend, keys.is_some())?;
         }
         let keys = keys.map(Arc::new);
         let lock = RepoLock::acquire(&backend, mode, wait, keys.as_ref())?;
-        let name = format!("{}/{CONFIG_NAME}", backend.location());
-        let config = objects::decode_config(&raw, &name, keys.as_deref())?;
         if !config.index.is_memory() {
             prepare_state(state)?;
         }
