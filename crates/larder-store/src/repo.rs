@@ -39,6 +39,7 @@ const SEGMENT_FIXED_BYTES: u64 = 56;
 const CONTAINER_SIZES: std::ops::RangeInclusive<usize> = (4 << 10)..=(1 << 30);
 
 mod gc;
+mod gc_full;
 mod index;
 mod objects;
 mod open;

@@ -84,6 +84,7 @@ impl Repository {
             .truncate(false)
             .open(&lock)
             .map_err(io(&lock))?;
+        super::gc_full::make_reserve(root);
         for dir in LOCAL_DIRS {
             sync_dir(&root.join(dir))?;
         }
