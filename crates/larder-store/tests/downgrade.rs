@@ -78,7 +78,7 @@ fn swap_in_plaintext_config(root: &Path, scratch: &Path) {
 fn refused(root: &Path, keys: Option<RepoKeys>, reason: &str) {
     let backend = Arc::new(LocalBackend::new(root));
     for mode in [LockMode::Shared, LockMode::Exclusive] {
-        let keys = keys.as_ref().map(|k| RepoKeys::clone(k));
+        let keys = keys.clone();
         match Repository::open_in(backend.clone(), root, mode, Duration::ZERO, keys) {
             Err(e @ StoreError::PlaintextConfig { .. }) => {
                 let message = error_chain(&e);

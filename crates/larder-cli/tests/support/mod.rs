@@ -256,16 +256,31 @@ pub fn run_command(mut cmd: Command, timeout: Duration) -> Output {
     output
 }
 
-/// Runs `larder ARGS` with a clean environment and a private `XDG_DATA_HOME`.
+/// Runs `larder ARGS` with a clean environment and a private `XDG_DATA_HOME`; without
+/// `LARDER_PASSWORD` when `--repo` names a local plaintext repository (larder refuses
+/// a plaintext repository given a password).
 #[track_caller]
 pub fn larder<I, S>(xdg_data_home: &Path, args: I) -> Output
 where
     I: IntoIterator<Item = S>,
     S: AsRef<OsStr>,
 {
+    let args: Vec<OsString> = args.into_iter().map(|a| a.as_ref().to_owned()).collect();
     let mut c = larder_command(xdg_data_home);
+    let repo = args
+        .windows(2)
+        .find(|w| w[0] == "--repo")
+        .map(|w| PathBuf::from(&w[1]));
+    if repo.is_some_and(|r| is_plaintext_dir(&r)) {
+        c.env_remove("LARDER_PASSWORD");
+    }
     c.args(args);
     run_command(c, RUN_TIMEOUT)
+}
+
+/// Whether `dir` holds a repository whose config is plaintext.
+pub fn is_plaintext_dir(dir: &Path) -> bool {
+    fs::read(dir.join("config")).is_ok_and(|c| !larder_store::config_is_sealed(&c))
 }
 
 // ---------------------------------------------------------------------------------
@@ -374,8 +389,7 @@ impl Repo {
     pub fn is_plaintext(&self) -> bool {
         match &self.url {
             Some(_) => self.remote_plaintext.get(),
-            None => fs::read(self.path.join("config"))
-                .is_ok_and(|c| !larder_store::config_is_sealed(&c)),
+            None => is_plaintext_dir(&self.path),
         }
     }
 
