@@ -273,8 +273,9 @@ impl RepoOpener {
 
     /// Refuses the plaintext config of the repository in `storage` where it may have
     /// replaced an encrypted one's (docs/design/crypto.md, "Threat model"): when key
-    /// slots stand beside it, when a password was given, or when this client
-    /// remembers the repository as encrypted. Reads only.
+    /// slots stand beside it, when a password was given (the default repository's
+    /// generated password file counts), or when this client remembers the repository
+    /// as encrypted. Reads only.
     fn refuse_plaintext(&self, storage: &Storage) -> Result<()> {
         let mut reasons = Vec::new();
         if !storage.backend.list(FileKind::Key)?.is_empty() {
@@ -283,6 +284,17 @@ impl RepoOpener {
         if let Some(source) = self.password.source() {
             reasons.push(format!(
                 "a password was given ({source}); to open a plaintext repository, give none"
+            ));
+        }
+        let default_file = self
+            .is_default()
+            .then(password::default_password_file)
+            .and_then(Result::ok)
+            .filter(|f| f.exists());
+        if let Some(file) = default_file {
+            reasons.push(format!(
+                "the default repository's password file {} exists",
+                file.display()
             ));
         }
         if let Some(record) = security::remembered_encrypted(&storage.location)? {

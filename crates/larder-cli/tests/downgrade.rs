@@ -236,3 +236,27 @@ fn a_remote_repository_is_refused_too_and_its_cache_holds_no_config() {
         "the cache followed the id out of its directory"
     );
 }
+
+/// The default repository, made encrypted on first use with a generated password:
+/// a plaintext config swapped in is refused by the password file alone, even when
+/// this client's record of it is gone.
+#[test]
+fn the_default_repository_is_refused_by_its_password_file() {
+    let scratch = support::Scratch::new();
+    let xdg = scratch.dir("xdg");
+    let mut c = support::larder_command(&xdg);
+    c.env_remove("LARDER_PASSWORD").arg("snapshots");
+    support::run_command(c, support::RUN_TIMEOUT).expect_ok();
+    let default = xdg.join("larder/repo");
+    let plain = Repo::init_plain(&[]);
+    fs::copy(plain.path.join("config"), default.join("config")).unwrap();
+    fs::remove_dir_all(default.join("keys")).unwrap();
+    fs::remove_dir_all(xdg.join("config/larder/security")).unwrap();
+    let before = contents(&default);
+    let mut c = support::larder_command(&xdg);
+    c.env_remove("LARDER_PASSWORD").arg("snapshots");
+    let out = support::run_command(c, support::RUN_TIMEOUT);
+    out.expect_code(1)
+        .expect_stderr(&["not encrypted", "default-repo.password"]);
+    assert!(contents(&default) == before, "the refused command wrote");
+}

@@ -244,9 +244,7 @@ fn the_lock_note_holds_no_command_line_and_is_private() {
     let lock = repo.path.join("lock");
     let mut child = writer_holding_the_lock(&repo, || fs::metadata(&lock).unwrap().len() > 0);
     std::thread::sleep(Duration::from_millis(100));
-    // SAFETY: kill has no memory-safety preconditions; the child is not yet reaped.
-    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGKILL) };
-    child.wait().unwrap();
+    child.kill();
     let note = fs::read_to_string(&lock).unwrap();
     assert!(!note.is_empty(), "the killed writer's note is gone");
     assert!(
@@ -269,9 +267,30 @@ fn the_lock_note_holds_no_command_line_and_is_private() {
     assert!(!out.stdout.contains("s3cr3t"), "{out}");
 }
 
+/// A writer that a test kills; killed on drop too, should the test fail first.
+struct Writer(std::process::Child);
+
+impl Writer {
+    fn id(&self) -> u32 {
+        self.0.id()
+    }
+
+    fn kill(&mut self) {
+        // SAFETY: kill has no memory-safety preconditions; the child is not yet reaped.
+        unsafe { libc::kill(self.0.id() as libc::pid_t, libc::SIGKILL) };
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
 /// Starts `larder backup --stdin` on `repo` with a password command that holds a
 /// secret, and waits until `ready` says it holds the lock.
-fn writer_holding_the_lock(repo: &Repo, ready: impl Fn() -> bool) -> std::process::Child {
+fn writer_holding_the_lock(repo: &Repo, ready: impl Fn() -> bool) -> Writer {
     use std::io::Write;
     let secret = repo.scratch.path().join("password");
     fs::write(&secret, support::PASSWORD).unwrap();
@@ -337,9 +356,7 @@ fn an_encrypted_remote_repositorys_lock_object_is_sealed() {
     );
     assert_eq!(objects().len(), 1, "unlock removed a live holder's lock");
 
-    // SAFETY: kill has no memory-safety preconditions; the child is not yet reaped.
-    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGKILL) };
-    child.wait().unwrap();
+    child.kill();
     let out = repo.run(["unlock"]);
     out.expect_ok();
     assert!(
