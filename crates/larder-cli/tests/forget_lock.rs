@@ -298,8 +298,9 @@ fn writer_holding_the_lock(repo: &Repo, ready: impl Fn() -> bool) -> Writer {
     let mut c = repo.command(["--password-command", &command, "backup", "--stdin"]);
     c.env_remove("LARDER_PASSWORD")
         .stdin(std::process::Stdio::piped());
-    let mut child = c.spawn().unwrap();
+    let mut child = Writer(c.spawn().unwrap());
     child
+        .0
         .stdin
         .as_mut()
         .unwrap()
