@@ -321,7 +321,7 @@ mod tests {
             assert_eq!(ObjectKind::from_code(kind.code()), Some(kind));
         }
         assert_eq!(ObjectKind::from_code(0), None);
-        assert_eq!(ObjectKind::from_code(10), None);
+        assert_eq!(ObjectKind::from_code(11), None);
     }
 
     #[test]
