@@ -392,3 +392,43 @@ pub(super) fn remove_stale(
     }
     Ok(removed)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::LocalBackend;
+
+    /// What the refresher checks before it rewrites its object: that the object under
+    /// its name is still there and still its own.
+    #[test]
+    fn a_holder_knows_its_object_gone_or_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("tmp")).unwrap();
+        let backend = LocalBackend::new(dir.path());
+        let keys = RepoKeys::generate(
+            [9; 16],
+            larder_crypto::AeadKind::Aes256Gcm,
+            larder_crypto::FingerprintKind::KeyedBlake3,
+        );
+        for keys in [None, Some(&keys)] {
+            let held = Held {
+                backend: &backend,
+                keys,
+                name: "00000000000000f1",
+            };
+            let own = LockObject::new(LockMode::Exclusive);
+            let nonce = own.holder.nonce.clone();
+            backend
+                .write(FileKind::Lock, held.name, &own.encode(held.name, keys))
+                .unwrap();
+            assert!(held.still_own(&nonce).unwrap());
+            let other = LockObject::new(LockMode::Exclusive);
+            backend
+                .write(FileKind::Lock, held.name, &other.encode(held.name, keys))
+                .unwrap();
+            assert!(!held.still_own(&nonce).unwrap(), "replaced");
+            backend.remove(FileKind::Lock, held.name).unwrap();
+            assert!(!held.still_own(&nonce).unwrap(), "removed");
+        }
+    }
+}
