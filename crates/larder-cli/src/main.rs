@@ -14,6 +14,7 @@ mod output;
 mod password;
 mod pattern_args;
 mod repo_open;
+mod security;
 mod size;
 
 use std::ffi::OsString;
@@ -48,6 +49,10 @@ struct Cli {
     /// Wait up to DURATION (e.g. 30s, 5m) for a repository lock held by another process
     #[arg(long, global = true, value_name = "DURATION", value_parser = duration::parse)]
     retry_lock: Option<Duration>,
+    /// Take no lock, for storage where none can be taken (read-only): only commands
+    /// that read accept it, and a writer running meanwhile may make them fail
+    #[arg(long, global = true)]
+    no_lock: bool,
     /// Attempts per request to a remote repository that fails transiently (dropped
     /// connection, throttling, server error), with growing pauses between them
     #[arg(
@@ -230,6 +235,7 @@ fn run(cli: Cli, out: &Output) -> Result<ExitCode> {
             cli.repo,
             cli.retry_lock.unwrap_or_default(),
             cli.retries,
+            cli.no_lock,
             cli.password,
         ),
         cluster: cli.cluster,

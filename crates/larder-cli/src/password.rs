@@ -57,6 +57,18 @@ impl PasswordRole {
         }
     }
 
+    /// The names of the options and the environment variable that give the password.
+    fn sources(self) -> [&'static str; 3] {
+        match self {
+            Self::Repository => ["--password-file", "--password-command", "LARDER_PASSWORD"],
+            Self::CopySource => [
+                "--from-password-file",
+                "--from-password-command",
+                "LARDER_FROM_PASSWORD",
+            ],
+        }
+    }
+
     /// What to do when no password was given and there is no terminal to ask on.
     fn advice(self) -> &'static str {
         match self {
@@ -126,7 +138,34 @@ impl KdfArgs {
     }
 }
 
+/// The refusal of an empty new password, the same for `init`, `key add` and `key passwd`.
+pub const EMPTY_PASSWORD: &str =
+    "refusing an empty password: an encrypted repository's password must not be empty";
+
+/// `password`, unless it is empty.
+pub fn non_empty(password: Password) -> Result<Password> {
+    if password.is_empty() {
+        bail!(EMPTY_PASSWORD);
+    }
+    Ok(password)
+}
+
 impl PasswordArgs {
+    /// The source that gives a password, in words (`--password-command`, or
+    /// `LARDER_PASSWORD` when it is set, even empty), if one does; nothing is read or
+    /// run. A plaintext repository is refused when one does (docs/design/crypto.md,
+    /// "Threat model").
+    pub fn source(&self) -> Option<&'static str> {
+        let [file, command, env] = self.role.sources();
+        if self.password_file.is_some() {
+            Some(file)
+        } else if self.password_command.is_some() {
+            Some(command)
+        } else {
+            std::env::var_os(env).map(|_| env)
+        }
+    }
+
     /// The password from `--password-file`, `--password-command` or `LARDER_PASSWORD`
     /// (their `--from-` twins and `LARDER_FROM_PASSWORD` for a copy's source), if one
     /// of them is given.
@@ -161,10 +200,7 @@ impl NewPasswordArgs {
     pub fn get_or(&self, given: &PasswordArgs) -> Result<Password> {
         if self.new_password_file.is_none() && std::env::var_os("LARDER_NEW_PASSWORD").is_none() {
             if let Some(p) = given.given()? {
-                if p.is_empty() {
-                    bail!("refusing an empty password");
-                }
-                return Ok(p);
+                return non_empty(p);
             }
         }
         self.get()
@@ -187,10 +223,7 @@ impl NewPasswordArgs {
             }
             first
         };
-        if password.is_empty() {
-            bail!("refusing an empty password");
-        }
-        Ok(password)
+        non_empty(password)
     }
 }
 
@@ -204,6 +237,8 @@ fn first_line_of_file(path: &Path) -> Result<Password> {
     ))
 }
 
+/// Runs `cmd` with `sh -c` and returns the first line it prints. Its errors never
+/// show `cmd`, which may hold a secret (a token, a password given to a vault).
 fn run_password_command(cmd: &str) -> Result<Password> {
     let output = Command::new("sh")
         .arg("-c")
@@ -211,10 +246,10 @@ fn run_password_command(cmd: &str) -> Result<Password> {
         .stdin(Stdio::inherit())
         .stderr(Stdio::inherit())
         .output()
-        .with_context(|| format!("running the password command {cmd:?}"))?;
+        .context("running the password command (`sh -c`)")?;
     let stdout = Zeroizing::new(output.stdout);
     if !output.status.success() {
-        bail!("the password command {cmd:?} failed ({})", output.status);
+        bail!("the password command failed ({})", output.status);
     }
     let text = std::str::from_utf8(&stdout).context("the password command printed non-UTF-8")?;
     Ok(Zeroizing::new(

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use larder_chunk::{ChunkerConfig, ChunkerKind};
 use larder_crypto::{FingerprintKind, KdfParams, KeyKind, KeySlot, RepoKeys};
 use larder_hash::HashAlgo;
@@ -22,6 +22,7 @@ use larder_store::{
 use crate::location::RepoLocation;
 use crate::output::Output;
 use crate::password::{self, Password, PasswordArgs};
+use crate::security;
 
 /// The global options that say which repository a command works on, its password, and
 /// how long it waits for another process's lock.
@@ -30,6 +31,8 @@ pub struct RepoOpener {
     retry_lock: Duration,
     /// Attempts per request to a remote repository (`--retries`).
     retries: u32,
+    /// `--no-lock`: readers take no lock; writers refuse to run.
+    no_lock: bool,
     pub password: PasswordArgs,
 }
 
@@ -38,6 +41,8 @@ pub struct RepoOpener {
 pub struct Storage {
     pub backend: Arc<dyn Backend>,
     pub local: Option<PathBuf>,
+    /// Where it is, as `--repo` (or the default) names it.
+    pub location: RepoLocation,
 }
 
 impl RepoOpener {
@@ -45,12 +50,14 @@ impl RepoOpener {
         location: Option<RepoLocation>,
         retry_lock: Duration,
         retries: u32,
+        no_lock: bool,
         password: PasswordArgs,
     ) -> Self {
         Self {
             location,
             retry_lock,
             retries,
+            no_lock,
             password,
         }
     }
@@ -58,7 +65,13 @@ impl RepoOpener {
     /// An opener of the repository at `location` with `password`, waiting for its lock
     /// and retrying its requests as this one does (`copy`'s source).
     pub fn other(&self, location: RepoLocation, password: PasswordArgs) -> RepoOpener {
-        Self::new(Some(location), self.retry_lock, self.retries, password)
+        Self::new(
+            Some(location),
+            self.retry_lock,
+            self.retries,
+            self.no_lock,
+            password,
+        )
     }
 
     /// Whether the command works on the default repository.
@@ -94,10 +107,12 @@ impl RepoOpener {
             RepoLocation::Local(path) => Ok(Storage {
                 backend: Arc::new(LocalBackend::new(path)),
                 local: Some(path.clone()),
+                location: location.clone(),
             }),
             remote => Ok(Storage {
                 backend: remote.remote_backend(policy)?,
                 local: None,
+                location: location.clone(),
             }),
         }
     }
@@ -114,8 +129,12 @@ impl RepoOpener {
         };
         let config = RepoConfig::new(chunker, HashAlgo::Blake3)
             .with_encryption(larder_crypto::AeadKind::Aes256Gcm);
-        let generated = self.password.given()?.is_none();
-        let password = self.new_default_password()?;
+        let given = self.password.given()?;
+        let generated = given.is_none();
+        let password = match given {
+            Some(p) => password::non_empty(p)?,
+            None => password::generate_password_file(&password::default_password_file()?)?,
+        };
         let params = if generated {
             KdfParams::GENERATED
         } else {
@@ -125,6 +144,7 @@ impl RepoOpener {
             &self.storage_at(&RepoLocation::Local(path.clone()))?,
             &config,
             Some((&password, params)),
+            out,
         )
         .with_context(|| format!("creating the default repository at {}", path.display()))?;
         out.note(&format!(
@@ -142,11 +162,11 @@ impl RepoOpener {
         Ok(path)
     }
 
-    /// The password of a new default repository: a given one, else one generated into
-    /// the default password file.
+    /// The password of a new default repository: a given one (not empty), else one
+    /// generated into the default password file.
     pub fn new_default_password(&self) -> Result<Password> {
         match self.password.given()? {
-            Some(p) => Ok(p),
+            Some(p) => password::non_empty(p),
             None => password::generate_password_file(&password::default_password_file()?),
         }
     }
@@ -160,8 +180,16 @@ impl RepoOpener {
     /// Like [`RepoOpener::open`], also returning the id of the key slot that unlocked
     /// an encrypted repository.
     pub fn open_keyed(&self, mode: LockMode, out: &Output) -> Result<(Repository, Option<String>)> {
+        let mode = match (mode, self.no_lock) {
+            (LockMode::Exclusive, true) => {
+                self.require_lock("writes to the repository")?;
+                mode
+            }
+            (LockMode::Shared, true) => LockMode::Unlocked,
+            (mode, _) => mode,
+        };
         let storage = self.storage(out)?;
-        let (keys, slot) = match self.unlock(&*storage.backend)? {
+        let (keys, slot) = match self.unlock(&storage, out)? {
             Some((keys, slot)) => (Some(keys), Some(slot)),
             None => (None, None),
         };
@@ -174,14 +202,44 @@ impl RepoOpener {
             }
         };
         let repo = Repository::open_in(backend, &state, mode, self.retry_lock, keys)?;
+        if let Some(why) = &repo.report().lock_note_failure {
+            out.warn(&format!(
+                "could not record this process in the lock file ({why}); the repository is locked all the same"
+            ));
+        }
         report_gc_recovery(repo.report(), out);
         report_index_recovery(repo.report(), out);
         Ok((repo, slot))
     }
 
-    /// The keys of the repository in `backend` if it is encrypted, and the slot that
+    /// Refuses `--no-lock` for a command that `does` something only a lock makes safe
+    /// (in words: "writes to the repository").
+    pub fn require_lock(&self, does: &str) -> Result<()> {
+        if self.no_lock {
+            bail!("--no-lock is only for commands that read: this one {does}");
+        }
+        Ok(())
+    }
+
+    /// The storage of the repository and, for an encrypted one whose lock is lock
+    /// objects, its keys (which open them): what `unlock` needs. A local directory's
+    /// lock needs no key, so no password is asked for there.
+    pub fn lock_storage(&self, out: &Output) -> Result<(Storage, Option<RepoKeys>)> {
+        let storage = self.storage(out)?;
+        if storage.backend.flock_dir().is_some() {
+            return Ok((storage, None));
+        }
+        let keys = self.unlock(&storage, out)?.map(|(keys, _)| keys);
+        Ok((storage, keys))
+    }
+
+    /// The keys of the repository in `storage` if it is encrypted, and the slot that
     /// opened them; `None` for a plaintext one, or where there is none (opening says).
-    fn unlock(&self, backend: &dyn Backend) -> Result<Option<(RepoKeys, String)>> {
+    /// A plaintext config that may have replaced an encrypted one is refused
+    /// ([`RepoOpener::refuse_plaintext`]) before anything is written; an encrypted
+    /// repository, once unlocked, is remembered as one ([`security`]).
+    fn unlock(&self, storage: &Storage, out: &Output) -> Result<Option<(RepoKeys, String)>> {
+        let backend = &*storage.backend;
         let config = match backend.read(FileKind::Config, CONFIG_NAME) {
             Err(StoreError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
                 return Ok(None)
@@ -189,6 +247,9 @@ impl RepoOpener {
             config => config?,
         };
         if !config_is_sealed(&config) {
+            // A config that is no config at all is named as such first.
+            RepoConfig::decode(&config, &format!("{}/{CONFIG_NAME}", backend.location()))?;
+            self.refuse_plaintext(storage)?;
             return Ok(None);
         }
         let default_file = match self.is_default() {
@@ -199,14 +260,69 @@ impl RepoOpener {
             .password
             .get(default_file.as_deref())
             .context("the repository is encrypted")?;
-        Ok(Some(keys::unlock(backend, password.as_bytes())?))
+        let (keys, slot) = keys::unlock(backend, password.as_bytes())?;
+        let id = hex(&keys.repo_id());
+        if let Err(e) = security::remember_encrypted(&storage.location, &id) {
+            out.warn(&format!(
+                "cannot remember that repository {} is encrypted: {e:#}",
+                storage.location
+            ));
+        }
+        Ok(Some((keys, slot)))
     }
+
+    /// Refuses the plaintext config of the repository in `storage` where it may have
+    /// replaced an encrypted one's (docs/design/crypto.md, "Threat model"): when key
+    /// slots stand beside it, when a password was given (the default repository's
+    /// generated password file counts), or when this client remembers the repository
+    /// as encrypted. Reads only.
+    fn refuse_plaintext(&self, storage: &Storage) -> Result<()> {
+        let mut reasons = Vec::new();
+        if !storage.backend.list(FileKind::Key)?.is_empty() {
+            reasons.push("key slots (keys/) stand beside it".to_string());
+        }
+        if let Some(source) = self.password.source() {
+            reasons.push(format!(
+                "a password was given ({source}); to open a plaintext repository, give none"
+            ));
+        }
+        let default_file = self
+            .is_default()
+            .then(password::default_password_file)
+            .and_then(Result::ok)
+            .filter(|f| f.exists());
+        if let Some(file) = default_file {
+            reasons.push(format!(
+                "the default repository's password file {} exists",
+                file.display()
+            ));
+        }
+        if let Some(record) = security::remembered_encrypted(&storage.location)? {
+            reasons.push(format!(
+                "it was encrypted when this client last opened it (if you replaced it with a \
+                 plaintext repository yourself, remove {})",
+                record.display()
+            ));
+        }
+        if reasons.is_empty() {
+            return Ok(());
+        }
+        Err(StoreError::PlaintextConfig {
+            location: storage.location.to_string(),
+            reason: reasons.join("; "),
+        }
+        .into())
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The id of the repository in `backend`: its key's, or its plaintext config's.
 fn repo_id(backend: &dyn Backend, keys: Option<&RepoKeys>) -> Result<String> {
     if let Some(keys) = keys {
-        return Ok(keys.repo_id().iter().map(|b| format!("{b:02x}")).collect());
+        return Ok(hex(&keys.repo_id()));
     }
     let raw = match backend.read(FileKind::Config, CONFIG_NAME) {
         Err(StoreError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
@@ -219,7 +335,7 @@ fn repo_id(backend: &dyn Backend, keys: Option<&RepoKeys>) -> Result<String> {
 
 /// The cache of the remote repository `id`: `$XDG_CACHE_HOME/larder/<id>` (else
 /// `~/.cache/larder/<id>`), in a directory marked as a cache (CACHEDIR.TAG) so that
-/// backup tools skip it.
+/// backup tools skip it, private to its owner (0700) as its files are (0600).
 pub fn cache_dir(id: &str) -> Result<PathBuf> {
     let base = match std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {
         Some(d) => PathBuf::from(d),
@@ -229,23 +345,32 @@ pub fn cache_dir(id: &str) -> Result<PathBuf> {
         .join(".cache"),
     };
     let root = base.join("larder");
-    std::fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
+    larder_store::create_private_dir(&root)
+        .with_context(|| format!("creating {}", root.display()))?;
     let tag = root.join("CACHEDIR.TAG");
     if !tag.exists() {
-        let _ = std::fs::write(
-            &tag,
-            "Signature: 8a477f597d28d172789f06886806bc55\n# larder's cache of remote repositories' metadata\n",
-        );
+        let _ = larder_store::private_file_options()
+            .create_new(true)
+            .open(&tag)
+            .and_then(|mut f| {
+                std::io::Write::write_all(
+                    &mut f,
+                    b"Signature: 8a477f597d28d172789f06886806bc55\n# larder's cache of remote repositories' metadata\n",
+                )
+            });
     }
     Ok(root.join(id))
 }
 
 /// Creates a repository with `config` in `storage`: encrypted under the password
-/// given (with its Argon2id parameters) if the config names encryption.
+/// given (with its Argon2id parameters) if the config names encryption. This client
+/// then remembers whether it is encrypted ([`security`]): creating is the user's own
+/// say, whatever was there before.
 pub fn create(
     storage: &Storage,
     config: &RepoConfig,
     password: Option<(&Password, KdfParams)>,
+    out: &Output,
 ) -> Result<()> {
     let keys = match config.encryption {
         None => None,
@@ -278,6 +403,16 @@ pub fn create(
                 keys_slot.map(|(_, s)| s),
             )?
         }
+    }
+    let remembered = match config.encryption {
+        Some(_) => security::remember_encrypted(&storage.location, &config.id),
+        None => security::forget(&storage.location),
+    };
+    if let Err(e) = remembered {
+        out.warn(&format!(
+            "cannot remember whether repository {} is encrypted: {e:#}",
+            storage.location
+        ));
     }
     Ok(())
 }

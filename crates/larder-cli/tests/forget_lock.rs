@@ -4,6 +4,9 @@
 
 mod support;
 
+#[path = "../../larder-store/tests/support/s3s.rs"]
+mod s3s;
+
 use std::fs;
 use std::time::Duration;
 
@@ -229,4 +232,139 @@ fn a_stale_lock_note_is_harmless_named_as_stale_and_removable() {
         b"",
         "a finished writer left its note behind"
     );
+}
+
+/// The lock note says who holds the lock and nothing more: not the command line, whose
+/// `--password-command` may hold a secret; the lock file is 0600; a note left by a
+/// killed writer shows no secret either.
+#[test]
+fn the_lock_note_holds_no_command_line_and_is_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let repo = Repo::init(&[]);
+    let lock = repo.path.join("lock");
+    let mut child = writer_holding_the_lock(&repo, || fs::metadata(&lock).unwrap().len() > 0);
+    std::thread::sleep(Duration::from_millis(100));
+    child.kill();
+    let note = fs::read_to_string(&lock).unwrap();
+    assert!(!note.is_empty(), "the killed writer's note is gone");
+    assert!(
+        !note.contains("s3cr3t"),
+        "the note shows the password command: {note}"
+    );
+    assert!(
+        !note.contains("backup"),
+        "the note shows the command line: {note}"
+    );
+    let holder: Value = serde_json::from_str(&note).unwrap();
+    assert_eq!(holder["pid"], child.id());
+    assert_eq!(holder["nonce"].as_str().map(str::len), Some(32), "{note}");
+    assert_eq!(
+        fs::metadata(&lock).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let out = repo.run(["unlock"]);
+    out.expect_ok();
+    assert!(!out.stdout.contains("s3cr3t"), "{out}");
+}
+
+/// A writer that a test kills; killed on drop too, should the test fail first.
+struct Writer(std::process::Child);
+
+impl Writer {
+    fn id(&self) -> u32 {
+        self.0.id()
+    }
+
+    fn kill(&mut self) {
+        // SAFETY: kill has no memory-safety preconditions; the child is not yet reaped.
+        unsafe { libc::kill(self.0.id() as libc::pid_t, libc::SIGKILL) };
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Starts `larder backup --stdin` on `repo` with a password command that holds a
+/// secret, and waits until `ready` says it holds the lock.
+fn writer_holding_the_lock(repo: &Repo, ready: impl Fn() -> bool) -> Writer {
+    use std::io::Write;
+    let secret = repo.scratch.path().join("password");
+    fs::write(&secret, support::PASSWORD).unwrap();
+    let command = format!("cat {} # --token=s3cr3t-t0ken", secret.display());
+    let mut c = repo.command(["--password-command", &command, "backup", "--stdin"]);
+    c.env_remove("LARDER_PASSWORD")
+        .stdin(std::process::Stdio::piped());
+    let mut child = Writer(c.spawn().unwrap());
+    child
+        .0
+        .stdin
+        .as_mut()
+        .unwrap()
+        .write_all(b"some data")
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !ready() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the writer took no lock"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child
+}
+
+/// An encrypted remote repository's lock object shows the storage nothing of its
+/// holder (host, pid, user, command line): it is sealed. `unlock` still opens it,
+/// keeps it while its holder lives and removes it once the holder is killed.
+#[test]
+fn an_encrypted_remote_repositorys_lock_object_is_sealed() {
+    let server = s3s::S3sServer::start(&["larder"]);
+    let mut repo = Repo::uninit();
+    repo.url = Some("s3://larder/repo".into());
+    repo.env = server.env();
+    let mut init = vec!["init"];
+    init.extend_from_slice(&support::CHEAP_KDF);
+    repo.run(&init).expect_ok();
+    let locks = server.bucket_dir("larder").join("repo/locks");
+    let objects = || -> Vec<std::path::PathBuf> {
+        fs::read_dir(&locks)
+            .map(|rd| rd.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default()
+    };
+    let mut child = writer_holding_the_lock(&repo, || !objects().is_empty());
+    let bytes = fs::read(&objects()[0]).unwrap();
+    let text = String::from_utf8_lossy(&bytes);
+    let host = LockHolder::current().hostname;
+    assert!(
+        bytes.starts_with(b"LARDERE1"),
+        "the lock object is not sealed: {text}"
+    );
+    for shown in [host.as_str(), "s3cr3t", "backup", &child.id().to_string()] {
+        assert!(
+            !text.contains(shown),
+            "the lock object shows {shown:?}: {text}"
+        );
+    }
+    let held = repo.run(["unlock"]);
+    held.expect_ok();
+    assert!(
+        held.stdout.contains("not locked; nothing to remove"),
+        "{held}"
+    );
+    assert_eq!(objects().len(), 1, "unlock removed a live holder's lock");
+
+    child.kill();
+    let out = repo.run(["unlock"]);
+    out.expect_ok();
+    assert!(
+        out.stdout
+            .contains(&format!("removed the stale lock of pid {}", child.id())),
+        "{out}"
+    );
+    assert!(!out.stdout.contains("s3cr3t"), "{out}");
+    assert!(objects().is_empty());
 }

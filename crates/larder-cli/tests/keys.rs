@@ -236,3 +236,70 @@ fn a_tampered_container_fails_check_and_restore_of_its_files_only_with_exit_3() 
         pseudo_random(2, 1 << 20)
     );
 }
+
+/// An empty password, from any source, is refused with one message by every command
+/// that sets one (`init`, the default repository's creation, `key add`, `key
+/// passwd`), and nothing is created.
+#[test]
+fn an_empty_password_is_refused_by_init_and_every_key_command() {
+    const EMPTY: &str = "refusing an empty password";
+    let repo = Repo::uninit();
+    let init = |env: &[(&str, &str)], extra: &[&str]| {
+        let mut args = vec!["init"];
+        args.extend_from_slice(&support::CHEAP_KDF);
+        args.extend_from_slice(extra);
+        let mut c = repo.command(&args);
+        c.env_remove("LARDER_PASSWORD");
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        support::run_command(c, support::RUN_TIMEOUT)
+    };
+    for (env, extra) in [
+        (vec![("LARDER_PASSWORD", "")], vec![]),
+        (vec![], vec!["--password-command", "true"]),
+        (vec![("LARDER_NEW_PASSWORD", "")], vec![]),
+    ] {
+        init(&env, &extra).expect_code(1).expect_stderr(&[EMPTY]);
+        assert!(
+            !repo.path.join("config").exists(),
+            "a refused init made a repository"
+        );
+    }
+    // The default repository, made on first use with the password given.
+    let mut c = support::larder_command(repo.xdg());
+    c.env("LARDER_PASSWORD", "").arg("snapshots");
+    support::run_command(c, support::RUN_TIMEOUT)
+        .expect_code(1)
+        .expect_stderr(&[EMPTY]);
+    assert!(!repo.xdg().join("larder/repo/config").exists());
+
+    init(&[("LARDER_PASSWORD", PASSWORD)], &[]).expect_ok();
+    for command in [vec!["key", "add"], vec!["key", "passwd"]] {
+        let mut c = repo.command(&command);
+        c.env("LARDER_NEW_PASSWORD", "");
+        support::run_command(c, support::RUN_TIMEOUT)
+            .expect_code(1)
+            .expect_stderr(&[EMPTY]);
+    }
+    assert_eq!(slots(&repo, PASSWORD).len(), 1);
+}
+
+/// A password command's text may hold a secret (a token): no error shows it.
+#[test]
+fn a_failing_password_command_is_not_echoed() {
+    let repo = Repo::init(&[]);
+    for command in [
+        "exit 3 # --token=s3cr3t-t0ken",
+        "printf '\\377\\n' # --token=s3cr3t-t0ken",
+    ] {
+        let mut c = repo.command(["--password-command", command, "snapshots"]);
+        c.env_remove("LARDER_PASSWORD");
+        let out = support::run_command(c, support::RUN_TIMEOUT);
+        out.expect_code(1).expect_stderr(&["password command"]);
+        assert!(
+            !out.stderr.contains("s3cr3t"),
+            "the command was echoed\n{out}"
+        );
+    }
+}

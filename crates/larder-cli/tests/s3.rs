@@ -28,6 +28,9 @@ fn init(repo: &Repo, extra: &[&str]) {
     args.extend_from_slice(&support::CHEAP_KDF);
     args.extend_from_slice(extra);
     repo.run(&args).expect_ok();
+    if extra.windows(2).any(|w| w == ["--encryption", "none"]) {
+        repo.mark_plaintext();
+    }
 }
 
 fn source(repo: &Repo) -> PathBuf {

@@ -34,6 +34,9 @@ pub enum ObjectKind {
     /// A disk index page, build header or record (`index_page.rs`). Name: file code
     /// ([`crate::IndexPart`], one byte) ‖ page number (u64).
     DiskIndexPage,
+    /// A repository's lock object (docs/design/remote.md, "Lock objects"). Name: its
+    /// name, 16 hex digits, as a u64.
+    LockObject,
 }
 
 /// Which envelope an object kind is stored in.
@@ -46,7 +49,7 @@ enum Envelope {
 }
 
 impl ObjectKind {
-    pub const ALL: [ObjectKind; 9] = [
+    pub const ALL: [ObjectKind; 10] = [
         Self::Config,
         Self::IndexSegment,
         Self::ContainerTable,
@@ -56,6 +59,7 @@ impl ObjectKind {
         Self::Chunk,
         Self::ContainerDataKey,
         Self::DiskIndexPage,
+        Self::LockObject,
     ];
 
     pub fn code(self) -> u8 {
@@ -69,6 +73,7 @@ impl ObjectKind {
             Self::Chunk => 7,
             Self::ContainerDataKey => 8,
             Self::DiskIndexPage => 9,
+            Self::LockObject => 10,
         }
     }
 
@@ -88,6 +93,7 @@ impl ObjectKind {
             Self::Chunk => "chunk",
             Self::ContainerDataKey => "container data key",
             Self::DiskIndexPage => "disk index page",
+            Self::LockObject => "lock object",
         }
     }
 
@@ -315,7 +321,7 @@ mod tests {
             assert_eq!(ObjectKind::from_code(kind.code()), Some(kind));
         }
         assert_eq!(ObjectKind::from_code(0), None);
-        assert_eq!(ObjectKind::from_code(10), None);
+        assert_eq!(ObjectKind::from_code(11), None);
     }
 
     #[test]

@@ -51,7 +51,8 @@ pub use forget::{
     RetentionPolicy,
 };
 pub use gc::{gc, gc_preview, mark, GcSummary};
-pub use meta::{read_xattrs, user_name};
+pub use larder_store::user_name;
+pub use meta::read_xattrs;
 pub use names::{display_path, escape_controls, escape_name, BytesField};
 pub use pattern::{parse_pattern_file, Pattern, PatternList};
 pub use repair::{

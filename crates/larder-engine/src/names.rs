@@ -13,22 +13,10 @@
 //!   UTF-8 ([`BytesField`]), so that the output is always representable.
 
 use std::borrow::Cow;
-use std::fmt::Write as _;
 
 use serde::ser::{Serialize, SerializeMap, Serializer};
 
-/// `name` made safe to print: `\` becomes `\\`, a control character `\xNN` (ASCII)
-/// or `\u{N}` (other), and a byte that is not part of valid UTF-8 `\xNN`. Names that
-/// need none of this print as they are.
-pub fn escape_name(name: &[u8]) -> String {
-    escape(name, true)
-}
-
-/// `text` made safe to write to a terminal: as [`escape_name`], except that `\` stays
-/// as it is, so that text with names already escaped comes out unchanged.
-pub fn escape_controls(text: &[u8]) -> String {
-    escape(text, false)
-}
+pub use larder_store::{escape_controls, escape_name};
 
 /// A snapshot path as larder shows it: with a leading `/`, the source path it was
 /// backed up from, escaped by [`escape_name`].
@@ -36,29 +24,6 @@ pub fn display_path(path: &[u8]) -> String {
     let mut out = String::with_capacity(path.len() + 1);
     out.push('/');
     out.push_str(&escape_name(path));
-    out
-}
-
-fn escape(bytes: &[u8], backslash: bool) -> String {
-    let mut out = String::with_capacity(bytes.len());
-    for chunk in bytes.utf8_chunks() {
-        for c in chunk.valid().chars() {
-            match c {
-                '\\' if backslash => out.push_str("\\\\"),
-                // Writing to a String cannot fail.
-                c if c.is_ascii_control() => {
-                    let _ = write!(out, "\\x{:02x}", u32::from(c));
-                }
-                c if c.is_control() => {
-                    let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
-                }
-                c => out.push(c),
-            }
-        }
-        for byte in chunk.invalid() {
-            let _ = write!(out, "\\x{byte:02x}");
-        }
-    }
     out
 }
 

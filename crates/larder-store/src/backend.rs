@@ -3,7 +3,7 @@
 use std::fs::{self, File};
 use std::io::ErrorKind;
 use std::ops::Range;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -282,13 +282,36 @@ impl LocalBackend {
             // The kind's directory is made on its first file (keys/ in an encrypted
             // repository).
             if let Some(dir) = dest.parent() {
-                fs::create_dir_all(dir).map_err(|e| StoreError::io(dir, e))?;
+                create_private_dir(dir).map_err(|e| StoreError::io(dir, e))?;
                 placed = place(&tmp, &dest);
             }
         }
         let _ = fs::remove_file(&tmp);
         placed.map_err(|e| StoreError::io(dest, e))
     }
+}
+
+/// The mode of every file larder makes in a repository, its cache and its local state:
+/// private to its owner whatever the umask (restic's choice; the umask can only take
+/// bits away).
+pub const FILE_MODE: u32 = 0o600;
+/// The mode of every directory larder makes there.
+pub const DIR_MODE: u32 = 0o700;
+
+/// Creates `dir` and its missing parents, each [`DIR_MODE`]; an existing directory
+/// keeps its mode (its owner chose it).
+pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(DIR_MODE)
+        .create(dir)
+}
+
+/// Options that create a file of [`FILE_MODE`] (writing, not yet creating).
+pub fn private_file_options() -> fs::OpenOptions {
+    let mut options = fs::OpenOptions::new();
+    options.write(true).mode(FILE_MODE);
+    options
 }
 
 /// fsyncs a directory so that renames into it are durable.
@@ -387,7 +410,7 @@ impl Backend for LocalBackend {
 
     fn clean_tmp(&self) -> Result<usize> {
         let tmp = self.root.join("tmp");
-        fs::create_dir_all(&tmp).map_err(|e| StoreError::io(&tmp, e))?;
+        create_private_dir(&tmp).map_err(|e| StoreError::io(&tmp, e))?;
         let mut removed = 0;
         for entry in fs::read_dir(&tmp).map_err(|e| StoreError::io(&tmp, e))? {
             let path = entry.map_err(|e| StoreError::io(&tmp, e))?.path();

@@ -5,7 +5,7 @@
 
 use std::alloc::{self, Layout};
 use std::cell::RefCell;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
@@ -74,7 +74,9 @@ fn set_direct(file: &File, on: bool) -> io::Result<()> {
 /// Creates `path` (which must not exist) holding `data`, durable on return (data and
 /// size; the caller fsyncs the directory after renaming).
 pub(crate) fn write_durable(path: &Path, data: &[u8]) -> io::Result<()> {
-    let mut file = OpenOptions::new().write(true).create_new(true).open(path)?;
+    let mut file = crate::backend::private_file_options()
+        .create_new(true)
+        .open(path)?;
     let aligned = data.len() / ALIGN * ALIGN;
     let mut done = 0;
     if aligned >= 16 * ALIGN && set_direct(&file, true).is_ok() {

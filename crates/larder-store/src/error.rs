@@ -61,6 +61,12 @@ pub enum StoreError {
     WrongPassword,
     #[error("repository {} is encrypted: it needs its password or key", .0.display())]
     NeedsKey(PathBuf),
+    #[error("refusing to open repository {location}: its config is not encrypted, but {reason}. An encrypted repository's config is always sealed: the storage may have replaced it to make larder write in the clear (docs/design/crypto.md, \"Threat model\")")]
+    PlaintextConfig {
+        location: String,
+        /// Why the repository may be an encrypted one, in words.
+        reason: String,
+    },
     #[error("this key is write-only: it cannot {0}")]
     WriteOnly(&'static str),
     #[error("key {0}")]

@@ -2,6 +2,7 @@
 //! consistent. The byte layouts are specified in `docs/design/format.md`; each module
 //! here implements one of its sections.
 
+mod accounts;
 mod backend;
 mod chunk_codec;
 mod compression;
@@ -11,20 +12,22 @@ mod error;
 mod gc_plan;
 pub mod keys;
 mod lock;
+mod names;
 mod partition_object;
 mod repo;
 mod segment;
 mod snapshot;
 mod tree;
 
+pub use accounts::{group_name, user_name};
+pub use backend::{
+    create_private_dir, private_file_options, Backend, CachedBackend, FileKind, LocalBackend,
+    RetryBackend, RetryPolicy, SplitBackend, CONFIG_NAME, DIR_MODE, FILE_MODE,
+};
 #[cfg(feature = "object-store")]
 pub use backend::{parse_s3_url, ObjectBackend};
 #[cfg(feature = "sftp")]
 pub use backend::{parse_sftp_url, SftpBackend, SftpUrl, SshCommand};
-pub use backend::{
-    Backend, CachedBackend, FileKind, LocalBackend, RetryBackend, RetryPolicy, SplitBackend,
-    CONFIG_NAME,
-};
 pub use chunk_codec::{ChunkCodec, ChunkSeal, IdCode, StoredChunk};
 pub use compression::{
     ChunkEncoding, Compression, UnitPlace, DEFAULT_UNIT_CHUNKS, DEFAULT_ZSTD_LEVEL,
@@ -39,9 +42,10 @@ pub use container::{
 pub use error::{error_chain, Result, StoreError};
 pub use gc_plan::GcPlan;
 pub use lock::{
-    FlockLock, LockHolder, LockMode, LockObject, ObjectLock, RepoLock, LOCK_REFRESH,
+    FlockLock, LockHolder, LockMode, LockObject, ObjectLock, RemovedLock, RepoLock, LOCK_REFRESH,
     LOCK_STALE_AFTER,
 };
+pub use names::{escape_controls, escape_name};
 pub use partition_object::{object_name, parse_object_name, PartitionObject, PartitionObjectKind};
 pub use repo::{
     config_is_sealed, ChunkBytes, ContainerHealth, ContainerRuns, DiskLookup, DiskShape, DiskState,

@@ -39,6 +39,7 @@ const SEGMENT_FIXED_BYTES: u64 = 56;
 const CONTAINER_SIZES: std::ops::RangeInclusive<usize> = (4 << 10)..=(1 << 30);
 
 mod gc;
+mod gc_full;
 mod index;
 mod objects;
 mod open;
@@ -194,11 +195,14 @@ impl RepoConfig {
         Ok(config)
     }
 
-    /// Checks the chunker, the container size, the compression, and that a version 1
-    /// config does not name compression (a version 1 larder would ignore the field and
-    /// misread the data). A chunker that needs a key (`keyed`) needs an encrypted
+    /// Checks the id (32 hex digits), the chunker, the container size, the
+    /// compression, and that a version 1 config does not name compression (a version 1
+    /// larder would ignore the field and misread the data). A chunker that needs a key (`keyed`) needs an encrypted
     /// repository: only it holds one.
     pub fn validate(&self) -> Result<()> {
+        // The id names local directories (a remote repository's cache): 32 hex
+        // digits, never a path.
+        self.id_bytes()?;
         self.chunker
             .validate()
             .map_err(|e| StoreError::Config(e.to_string()))?;
@@ -291,6 +295,9 @@ pub struct OpenReport {
     /// Why a reader fell back to the memory index, if it did (the disk index was
     /// missing, dirty, damaged or stale; a writer's open repairs it).
     pub disk_fallback: Option<String>,
+    /// Why the lock note could not be written, if it could not (a full disk): the
+    /// lock is held all the same (docs/design/format.md, "Locking").
+    pub lock_note_failure: Option<String>,
 }
 
 /// Why a disk index that names deleted containers is not used.

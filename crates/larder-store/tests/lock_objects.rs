@@ -1,14 +1,17 @@
 //! Lock objects (docs/design/remote.md, "Lock objects"), the lock of repositories on
 //! storage without `flock`, over an in-memory object store: shared holders coexist,
 //! an exclusive one excludes all, stale objects (holder gone, or not refreshed for
-//! `LOCK_STALE_AFTER`) block no one and `remove_stale` removes them.
+//! `LOCK_STALE_AFTER`) block no one and `remove_stale` removes them. In an encrypted
+//! repository they are sealed: the storage reads no holder from them, and an object
+//! it forged, edited, moved or swelled is held, never free or stale.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use larder_crypto::{AeadKind, FingerprintKind, RepoKeys};
 use larder_store::{
-    error_chain, Backend, FileKind, LockHolder, LockMode, LockObject, ObjectBackend, RepoLock,
-    StoreError, LOCK_STALE_AFTER,
+    error_chain, Backend, FileKind, LockHolder, LockMode, LockObject, ObjectBackend, RemovedLock,
+    RepoLock, StoreError, LOCK_STALE_AFTER,
 };
 use object_store::memory::InMemory;
 
@@ -31,13 +34,33 @@ fn dead_pid() -> u32 {
     pid
 }
 
+fn keys() -> Arc<RepoKeys> {
+    Arc::new(RepoKeys::generate(
+        [7; 16],
+        AeadKind::Aes256Gcm,
+        FingerprintKind::KeyedBlake3,
+    ))
+}
+
 fn plant(backend: &dyn Backend, name: &str, object: &LockObject) {
     let bytes = serde_json::to_vec(object).unwrap();
     backend.write(FileKind::Lock, name, &bytes).unwrap();
 }
 
+fn acquire(backend: &Arc<dyn Backend>, mode: LockMode) -> RepoLock {
+    RepoLock::acquire(backend, mode, Duration::ZERO, None).unwrap()
+}
+
 fn refused(backend: &Arc<dyn Backend>, mode: LockMode) -> String {
-    match RepoLock::acquire(backend, mode, Duration::ZERO) {
+    refused_with(backend, mode, None)
+}
+
+fn refused_with(
+    backend: &Arc<dyn Backend>,
+    mode: LockMode,
+    keys: Option<&Arc<RepoKeys>>,
+) -> String {
+    match RepoLock::acquire(backend, mode, Duration::ZERO, keys) {
         Err(e @ StoreError::Locked { .. }) => error_chain(&e),
         other => panic!("expected a refusal, got {other:?}"),
     }
@@ -46,29 +69,30 @@ fn refused(backend: &Arc<dyn Backend>, mode: LockMode) -> String {
 #[test]
 fn readers_share_and_a_writer_excludes_everyone() {
     let backend = backend();
-    let a = RepoLock::acquire(&backend, LockMode::Shared, Duration::ZERO).unwrap();
-    let b = RepoLock::acquire(&backend, LockMode::Shared, Duration::ZERO).unwrap();
+    let a = acquire(&backend, LockMode::Shared);
+    let b = acquire(&backend, LockMode::Shared);
     assert_eq!(backend.list(FileKind::Lock).unwrap().len(), 2);
     let message = refused(&backend, LockMode::Exclusive);
     assert!(message.contains("locked by pid"), "{message}");
     drop((a, b));
     assert!(backend.list(FileKind::Lock).unwrap().is_empty(), "released");
 
-    let writer = RepoLock::acquire(&backend, LockMode::Exclusive, Duration::ZERO).unwrap();
+    let writer = acquire(&backend, LockMode::Exclusive);
     refused(&backend, LockMode::Shared);
     refused(&backend, LockMode::Exclusive);
     drop(writer);
-    RepoLock::acquire(&backend, LockMode::Shared, Duration::ZERO).unwrap();
+    acquire(&backend, LockMode::Shared);
 }
 
 #[test]
 fn a_waiting_writer_gets_the_lock_when_it_is_released() {
     let backend = backend();
-    let reader = RepoLock::acquire(&backend, LockMode::Shared, Duration::ZERO).unwrap();
+    let reader = acquire(&backend, LockMode::Shared);
     let waiter = {
         let backend = backend.clone();
         std::thread::spawn(move || {
-            RepoLock::acquire(&backend, LockMode::Exclusive, Duration::from_secs(20)).map(drop)
+            RepoLock::acquire(&backend, LockMode::Exclusive, Duration::from_secs(20), None)
+                .map(drop)
         })
     };
     std::thread::sleep(Duration::from_millis(700));
@@ -98,9 +122,9 @@ fn stale_objects_block_no_one_and_are_removed() {
     plant(&*backend, "00000000000000a1", &gone);
     plant(&*backend, "00000000000000a2", &expired);
     assert!(gone.is_stale(now()) && expired.is_stale(now()));
-    drop(RepoLock::acquire(&backend, LockMode::Exclusive, Duration::ZERO).unwrap());
+    drop(acquire(&backend, LockMode::Exclusive));
 
-    let removed = RepoLock::remove_stale(&backend).unwrap();
+    let removed = RepoLock::remove_stale(&backend, None).unwrap();
     assert_eq!(removed.len(), 2);
     assert!(backend.list(FileKind::Lock).unwrap().is_empty());
 }
@@ -118,13 +142,13 @@ fn a_fresh_object_of_another_host_blocks_and_says_when_it_lapses() {
     };
     assert!(!elsewhere.is_stale(now()));
     plant(&*backend, "00000000000000b1", &elsewhere);
-    RepoLock::acquire(&backend, LockMode::Shared, Duration::ZERO).unwrap();
+    acquire(&backend, LockMode::Shared);
     let message = refused(&backend, LockMode::Exclusive);
     assert!(
         message.contains("another-host") && message.contains("lapses in"),
         "{message}"
     );
-    assert!(RepoLock::remove_stale(&backend).unwrap().is_empty());
+    assert!(RepoLock::remove_stale(&backend, None).unwrap().is_empty());
     assert_eq!(backend.list(FileKind::Lock).unwrap(), ["00000000000000b1"]);
 }
 
@@ -135,7 +159,148 @@ fn a_damaged_object_blocks_until_unlock_removes_it() {
         .write(FileKind::Lock, "00000000000000c1", b"not json")
         .unwrap();
     let message = refused(&backend, LockMode::Shared);
-    assert!(message.contains("damaged"), "{message}");
-    RepoLock::remove_stale(&backend).unwrap();
-    RepoLock::acquire(&backend, LockMode::Exclusive, Duration::ZERO).unwrap();
+    assert!(message.contains("cannot be read"), "{message}");
+    RepoLock::remove_stale(&backend, None).unwrap();
+    acquire(&backend, LockMode::Exclusive);
+}
+
+/// The bytes of the one lock object in `backend`, with its name.
+fn only_object(backend: &Arc<dyn Backend>) -> (String, Vec<u8>) {
+    let names = backend.list(FileKind::Lock).unwrap();
+    assert_eq!(names.len(), 1, "{names:?}");
+    let bytes = backend.read(FileKind::Lock, &names[0]).unwrap();
+    (names[0].clone(), bytes)
+}
+
+#[test]
+fn a_plaintext_repositorys_lock_object_records_who_and_no_command_line() {
+    let backend = backend();
+    let lock = acquire(&backend, LockMode::Exclusive);
+    let (_, bytes) = only_object(&backend);
+    let object: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    let mut fields: Vec<&str> = object
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(|k| k.as_str())
+        .collect();
+    fields.sort_unstable();
+    assert_eq!(
+        fields,
+        [
+            "exclusive",
+            "hostname",
+            "nonce",
+            "pid",
+            "refreshed",
+            "started",
+            "username"
+        ]
+    );
+    assert_eq!(object["pid"], std::process::id());
+    drop(lock);
+}
+
+#[test]
+fn an_encrypted_repositorys_lock_objects_are_sealed_and_still_exclude() {
+    let backend = backend();
+    let keys = keys();
+    let writer =
+        RepoLock::acquire(&backend, LockMode::Exclusive, Duration::ZERO, Some(&keys)).unwrap();
+    let (name, bytes) = only_object(&backend);
+    assert!(bytes.starts_with(b"LARDERE1"), "not an envelope");
+    assert_eq!(bytes[8], 10, "not kind 10");
+    let host = LockHolder::current().hostname;
+    let text = String::from_utf8_lossy(&bytes);
+    assert!(
+        !text.contains(&host) && !text.contains(&std::process::id().to_string()),
+        "the sealed object shows its holder"
+    );
+    let opened = LockObject::decode(&name, &bytes, Some(&keys)).unwrap();
+    assert!(opened.exclusive);
+    assert_eq!(opened.holder.pid, std::process::id());
+    // Another holder of the key reads who holds it.
+    let message = refused_with(&backend, LockMode::Shared, Some(&keys));
+    assert!(message.contains("locked by pid"), "{message}");
+    drop(writer);
+    assert!(backend.list(FileKind::Lock).unwrap().is_empty(), "released");
+}
+
+/// What the storage can do to an encrypted repository's lock objects: forge a stale
+/// one in plaintext, flip a byte of a live one, copy a live one under another name,
+/// or serve a huge one. Each is held (blocks every mode) and `unlock` names it.
+#[test]
+fn lock_objects_the_storage_forged_or_edited_are_held_and_named_by_unlock() {
+    let keys = keys();
+    let k = Some(&keys);
+    let stale = LockObject {
+        holder: LockHolder {
+            pid: dead_pid(),
+            ..LockHolder::current()
+        },
+        exclusive: true,
+        refreshed: now(),
+    };
+    let live = LockObject {
+        holder: LockHolder {
+            hostname: "another-host".into(),
+            ..LockHolder::current()
+        },
+        exclusive: false,
+        refreshed: now(),
+    };
+    let mut flipped = live.encode("00000000000000d2", k.map(|k| &**k));
+    let last = flipped.len() - 1;
+    flipped[last] ^= 1;
+    let cases: [(&str, Vec<u8>); 4] = [
+        ("00000000000000d1", serde_json::to_vec(&stale).unwrap()),
+        ("00000000000000d2", flipped),
+        (
+            "00000000000000d3",
+            live.encode("00000000000000d9", k.map(|k| &**k)),
+        ),
+        ("00000000000000d4", vec![b' '; 1 << 20]),
+    ];
+    for (name, bytes) in cases {
+        let backend = backend();
+        backend.write(FileKind::Lock, name, &bytes).unwrap();
+        for mode in [LockMode::Shared, LockMode::Exclusive] {
+            let message = refused_with(&backend, mode, k);
+            assert!(
+                message.contains(name) && message.contains("cannot be read"),
+                "{name}: {message}"
+            );
+        }
+        let removed = RepoLock::remove_stale(&backend, k.map(|k| &**k)).unwrap();
+        assert!(
+            matches!(&removed[..], [RemovedLock::Unreadable { name: n, .. }] if n == name),
+            "{name}: {removed:?}"
+        );
+        RepoLock::acquire(&backend, LockMode::Exclusive, Duration::ZERO, k).unwrap();
+    }
+}
+
+/// A plaintext repository's lock object is the storage's to write: a name in it
+/// cannot put control characters on the terminal through a message.
+#[test]
+fn names_in_a_lock_object_are_printed_escaped() {
+    let backend = backend();
+    let forged = LockObject {
+        holder: LockHolder {
+            hostname: "evil\u{1b}[2J\nforged line".into(),
+            ..LockHolder::current()
+        },
+        exclusive: true,
+        refreshed: now(),
+    };
+    plant(&*backend, "00000000000000e1", &forged);
+    let message = refused(&backend, LockMode::Shared);
+    assert!(
+        !message.contains('\u{1b}') && !message.contains('\n'),
+        "{message:?}"
+    );
+    assert!(
+        message.contains("evil\\u{1b}[2J\\nforged line"),
+        "{message:?}"
+    );
 }

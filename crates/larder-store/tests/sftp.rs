@@ -312,3 +312,36 @@ fn usable_and_droppable_inside_another_runtime() {
         drop(backend);
     });
 }
+
+/// What larder makes over SFTP is private whatever the server's umask: directories
+/// 0700 (the mkdir request's attributes), files 0600 (set on the open handle before a
+/// byte is written).
+#[test]
+fn files_and_directories_made_over_sftp_are_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let server = Sshd::start();
+    let backend = connect(&server, "private/repo");
+    backend
+        .write_new(FileKind::Config, "config", b"{}")
+        .unwrap();
+    backend.write(FileKind::Key, "00aa", b"key").unwrap();
+    backend
+        .write(FileKind::Container, "000000000000000b", &bytes(1, 4096))
+        .unwrap();
+    backend.write(FileKind::Snapshot, "s", b"snapshot").unwrap();
+    let root = server.dir().join("private");
+    let mut stack = vec![root];
+    let mut seen = 0;
+    while let Some(p) = stack.pop() {
+        let meta = std::fs::symlink_metadata(&p).unwrap();
+        let mode = meta.permissions().mode() & 0o7777;
+        if meta.is_dir() {
+            assert_eq!(mode, 0o700, "{}", p.display());
+            stack.extend(std::fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
+        } else {
+            assert_eq!(mode, 0o600, "{}", p.display());
+            seen += 1;
+        }
+    }
+    assert_eq!(seen, 4);
+}

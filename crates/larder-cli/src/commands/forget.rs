@@ -89,6 +89,7 @@ pub fn run(args: ForgetArgs, g: &Globals, out: &Output) -> Result<ExitCode> {
             true => larder_engine::gc_preview(&mut repo, &opts, &removed)?,
             false => larder_engine::gc(&mut repo, &opts)?,
         })
+        .inspect(|summary| super::gc::warn_if_disk_was_full(&summary.sweep, out))
     } else {
         None
     };

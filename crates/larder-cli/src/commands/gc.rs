@@ -32,8 +32,20 @@ pub fn run(args: GcArgs, g: &Globals, out: &Output) -> Result<ExitCode> {
         crash_after_ops: None,
     };
     let summary = larder_engine::gc(&mut repo, &opts)?;
+    warn_if_disk_was_full(&summary.sweep, out);
     out.print(&Collected::from(&summary))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Says what a collection on a full disk left undone (docs/design/gc.md, "A full
+/// disk").
+pub fn warn_if_disk_was_full(report: &GcReport, out: &Output) {
+    if report.disk_was_full {
+        out.warn(
+            "the disk was full: gc deleted the containers no snapshot uses and repacked none; \
+             run gc again to repack the rest",
+        );
+    }
 }
 
 /// What a gc did (or, in a dry run, would do); also part of `forget --prune`'s result.

@@ -15,7 +15,7 @@ use super::index::IndexArgs;
 use super::Globals;
 use crate::location::RepoLocation;
 use crate::output::{Output, Render};
-use crate::password::{KdfArgs, NewPasswordArgs, Password};
+use crate::password::{self, KdfArgs, NewPasswordArgs, Password};
 use crate::repo_open::create;
 use crate::size;
 
@@ -133,20 +133,21 @@ pub fn run(args: InitArgs, g: &Globals, out: &Output) -> Result<ExitCode> {
         Ok(config) => config,
         Err(msg) => return Ok(out.usage(&msg)),
     };
+    g.repo.require_lock("creates a repository")?;
     let location = g.repo.init_location()?;
     if let Err(e) = config.index.validate() {
         return Ok(out.usage(&e.to_string()));
     }
     let storage = g.repo.storage_at(&location)?;
     if config.encryption.is_none() {
-        create(&storage, &config, None)?;
+        create(&storage, &config, None, out)?;
     } else {
         let (password, params) = new_password(&args, g)?;
         let params = match args.kdf.apply(params) {
             Ok(params) => params,
             Err(msg) => return Ok(out.usage(&msg)),
         };
-        create(&storage, &config, Some((&password, params)))?;
+        create(&storage, &config, Some((&password, params)), out)?;
     }
     out.print(&Created {
         repository: &location,
@@ -166,7 +167,7 @@ fn new_password(args: &InitArgs, g: &Globals) -> Result<(Password, KdfParams)> {
         return Ok((args.new_password.get()?, KdfParams::DEFAULT));
     }
     if let Some(p) = g.repo.password.given()? {
-        return Ok((p, KdfParams::DEFAULT));
+        return Ok((password::non_empty(p)?, KdfParams::DEFAULT));
     }
     if g.repo.is_default() {
         return Ok((g.repo.new_default_password()?, KdfParams::GENERATED));

@@ -51,6 +51,10 @@ pub struct PasswdArgs {
 }
 
 pub fn run(command: KeyCommand, g: &Globals, out: &Output) -> Result<ExitCode> {
+    if !matches!(command, KeyCommand::List) {
+        // Key slots are written under the shared lock (docs/design/crypto.md).
+        g.repo.require_lock("writes key slots")?;
+    }
     let (repo, current) = g.repo.open_keyed(LockMode::Shared, out)?;
     let Some(current) = current else {
         bail!("this repository is not encrypted: it has no keys");

@@ -260,16 +260,31 @@ pub fn run_command(mut cmd: Command, timeout: Duration) -> Output {
     output
 }
 
-/// Runs `larder ARGS` with a clean environment and a private `XDG_DATA_HOME`.
+/// Runs `larder ARGS` with a clean environment and a private `XDG_DATA_HOME`; without
+/// `LARDER_PASSWORD` when `--repo` names a local plaintext repository (larder refuses
+/// a plaintext repository given a password).
 #[track_caller]
 pub fn larder<I, S>(xdg_data_home: &Path, args: I) -> Output
 where
     I: IntoIterator<Item = S>,
     S: AsRef<OsStr>,
 {
+    let args: Vec<OsString> = args.into_iter().map(|a| a.as_ref().to_owned()).collect();
     let mut c = larder_command(xdg_data_home);
+    let repo = args
+        .windows(2)
+        .find(|w| w[0] == "--repo")
+        .map(|w| PathBuf::from(&w[1]));
+    if repo.is_some_and(|r| is_plaintext_dir(&r)) {
+        c.env_remove("LARDER_PASSWORD");
+    }
     c.args(args);
     run_command(c, RUN_TIMEOUT)
+}
+
+/// Whether `dir` holds a repository whose config is plaintext.
+pub fn is_plaintext_dir(dir: &Path) -> bool {
+    fs::read(dir.join("config")).is_ok_and(|c| !larder_store::config_is_sealed(&c))
 }
 
 // ---------------------------------------------------------------------------------
@@ -286,6 +301,8 @@ pub struct Repo {
     xdg: PathBuf,
     /// Run larder as this uid/gid (needs root).
     user: Option<u32>,
+    /// Whether the remote repository at `url` is plaintext ([`Repo::mark_plaintext`]).
+    remote_plaintext: std::cell::Cell<bool>,
     pub scratch: Scratch,
 }
 
@@ -300,6 +317,7 @@ impl Repo {
             env: Vec::new(),
             xdg,
             user: None,
+            remote_plaintext: std::cell::Cell::new(false),
             scratch,
         }
     }
@@ -363,13 +381,33 @@ impl Repo {
         self.user = Some(uid);
     }
 
-    /// `larder --repo REPO ARGS...`, not yet run.
+    /// Marks the remote repository at `url` as plaintext: its runs get no
+    /// `LARDER_PASSWORD`, as those of a local plaintext repository do.
+    pub fn mark_plaintext(&self) {
+        self.remote_plaintext.set(true);
+    }
+
+    /// Whether the repository is plaintext: runs then get no `LARDER_PASSWORD`, with
+    /// which larder refuses a plaintext repository (it may be an encrypted one whose
+    /// config the storage replaced).
+    pub fn is_plaintext(&self) -> bool {
+        match &self.url {
+            Some(_) => self.remote_plaintext.get(),
+            None => is_plaintext_dir(&self.path),
+        }
+    }
+
+    /// `larder --repo REPO ARGS...`, not yet run; without `LARDER_PASSWORD` when the
+    /// repository is plaintext.
     pub fn command<I, S>(&self, args: I) -> Command
     where
         I: IntoIterator<Item = S>,
         S: AsRef<OsStr>,
     {
         let mut c = larder_command(&self.xdg);
+        if self.is_plaintext() {
+            c.env_remove("LARDER_PASSWORD");
+        }
         match &self.url {
             Some(url) => c.arg("--repo").arg(url),
             None => c.arg("--repo").arg(&self.path),

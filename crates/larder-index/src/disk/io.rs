@@ -155,10 +155,12 @@ impl IndexIo for DirIo {
     }
 
     fn create(&mut self, file: IndexFile) -> io::Result<()> {
+        // Private to its owner whatever the umask, as every repository file is.
         let created = self
             .options()
             .create(true)
             .truncate(true)
+            .mode(0o600)
             .open(self.path(file))?;
         self.files[file.number()] = Some(created);
         Ok(())

@@ -36,7 +36,7 @@ impl<B: Backend> CachedBackend<B> {
         let dir = dir.into();
         for sub in CACHED.iter().map(|k| k.dir()).chain(["tmp"]) {
             let path = dir.join(sub);
-            fs::create_dir_all(&path).map_err(|e| StoreError::io(&path, e))?;
+            super::create_private_dir(&path).map_err(|e| StoreError::io(&path, e))?;
         }
         Ok(Self {
             inner,
@@ -83,7 +83,11 @@ impl<B: Backend> CachedBackend<B> {
         let mut bytes = Vec::with_capacity(data.len() + HASH_LEN);
         bytes.extend_from_slice(data);
         bytes.extend_from_slice(blake3::hash(data).as_bytes());
-        let stored = fs::write(&tmp, &bytes).and_then(|()| fs::rename(&tmp, path));
+        let stored = super::private_file_options()
+            .create_new(true)
+            .open(&tmp)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, &bytes))
+            .and_then(|()| fs::rename(&tmp, path));
         if let Err(e) = stored {
             let _ = fs::remove_file(&tmp);
             tracing::warn!("caching {}: {e}", path.display());

@@ -31,6 +31,7 @@ use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use openssh_sftp_client::error::SftpErrorKind;
 use openssh_sftp_client::file::File;
+use openssh_sftp_client::metadata::Permissions;
 use openssh_sftp_client::{Error as SftpError, Sftp, SftpOptions};
 use tokio::io::AsyncSeek;
 use tokio::process::Child;
@@ -308,8 +309,14 @@ async fn with_dirs<T, F: Future<Output = CallResult<T>>>(
         made.push(part);
         if matches!(part, Component::Normal(_)) {
             // An existing directory fails with a generic failure: its existence is
-            // what the retried `op` needs, and that tells.
-            let _ = fs.create_dir(&made).await;
+            // what the retried `op` needs, and that tells. A new one is private
+            // (`DIR_MODE` in the mkdir request's attributes; the server's umask may
+            // take bits away, never add them).
+            let _ = fs
+                .dir_builder()
+                .permissions(Permissions::from(super::DIR_MODE as u16))
+                .create(&made)
+                .await;
         }
     }
     op().await
@@ -320,13 +327,21 @@ async fn with_dirs<T, F: Future<Output = CallResult<T>>>(
 /// `Bytes` (`write_all_zero_copy`): the crate's copying `write_all` frames the data
 /// through its serializer, and uploads ran at 10 MB/s against 46 to 61 MB/s so in the
 /// test build (tests/sftp.rs, `threads_write_and_read_at_once`, over loopback).
+///
+/// The file is private (`FILE_MODE`) before it holds a byte: openssh-sftp-client 0.15
+/// sends an open request with empty attributes, so the server first creates it with
+/// its own default mode, and larder sets the mode on the open handle (fsetstat) at
+/// once. Between the two the file is empty, in `tmp/` of a repository whose
+/// directories larder made private.
 async fn upload(c: &Connection, path: &Path, data: &Bytes) -> CallResult<()> {
-    let file = c
+    let mut file = c
         .sftp
         .options()
         .write(true)
         .create_new(true)
         .open(path)
+        .await?;
+    file.set_permissions(Permissions::from(super::FILE_MODE as u16))
         .await?;
     futures::stream::iter((0..data.len()).step_by(PIECE))
         .map(|start| {

@@ -2,26 +2,32 @@
 //! `flock` on the `lock` file, plus a note of who holds it exclusively, so that a
 //! refused process can say who is in the way.
 //!
-//! Invariant: the note never decides anything. Only the `flock` excludes; the kernel
-//! drops it when its process dies, so a killed larder never leaves a lock that blocks.
-//! A note left by a killed process is stale, recognised as such (its pid is gone) and
-//! overwritten by the next exclusive holder.
+//! Invariants:
+//! - the note never decides anything. Only the `flock` excludes; the kernel drops it
+//!   when its process dies, so a killed larder never leaves a lock that blocks. A note
+//!   left by a killed process is stale, recognised as such (its pid is gone) and
+//!   overwritten by the next exclusive holder.
+//! - so a note that cannot be written (a full disk) fails nothing: the holder goes on
+//!   with the lock, and says so ([`FlockLock::note_failure`]).
+//! - a shared holder needs no write access: where `lock` cannot be opened for writing
+//!   (a read-only mount, a repository the user may only read) it is opened read-only.
 
 use std::fs::{File, TryLockError};
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{ErrorKind, Read, Seek, SeekFrom, Write};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::error::{Result, StoreError};
 
-use super::{LockHolder, LockMode, RETRY_INTERVAL};
+use super::{LockHolder, LockMode, MAX_HOLDER_BYTES, RETRY_INTERVAL};
 
-/// The note in a lock file; `None` if there is none or it does not parse.
+/// The note in a lock file; `None` if there is none or it does not parse. Reads at
+/// most [`MAX_HOLDER_BYTES`].
 fn read_holder(file: &mut File) -> Option<LockHolder> {
-    let mut text = String::new();
+    let mut text = Vec::new();
     file.seek(SeekFrom::Start(0)).ok()?;
-    file.read_to_string(&mut text).ok()?;
-    serde_json::from_str(&text).ok()
+    file.take(MAX_HOLDER_BYTES).read_to_end(&mut text).ok()?;
+    serde_json::from_slice(&text).ok()
 }
 
 /// Why the lock is busy, in words.
@@ -34,8 +40,8 @@ fn who_holds(file: &mut File, wanted: LockMode) -> String {
             h.describe()
         ),
         Some((h, Some(false))) if wanted == LockMode::Exclusive => format!(
-            "locked by one or more readers (restore, check, ls, ...); the note of pid {} (`{}`) is stale: that process is gone",
-            h.pid, h.command
+            "locked by one or more readers (restore, check, ls, ...); the note of {} is stale: that process is gone",
+            h.describe()
         ),
         _ if wanted == LockMode::Exclusive => {
             "locked by one or more readers (restore, check, ls, ...)".to_string()
@@ -44,30 +50,66 @@ fn who_holds(file: &mut File, wanted: LockMode) -> String {
     }
 }
 
+/// Opens `path` to lock it in `mode`: for reading and writing (created, 0600, if
+/// missing), or for a shared lock read-only where writing is refused.
+fn open_lock_file(path: &Path, mode: LockMode) -> Result<File> {
+    let writable = crate::backend::private_file_options()
+        .read(true)
+        .create(true)
+        .truncate(false)
+        .open(path);
+    match writable {
+        Err(e) if mode == LockMode::Shared && is_write_refusal(&e) => {
+            File::open(path).map_err(|e| match e.kind() {
+                ErrorKind::NotFound => StoreError::io(
+                    path,
+                    std::io::Error::new(
+                        e.kind(),
+                        "the lock file is missing and cannot be made here (read-only storage): \
+                         reading commands can run with --no-lock",
+                    ),
+                ),
+                _ => StoreError::io(path, e),
+            })
+        }
+        opened => opened.map_err(|e| StoreError::io(path, e)),
+    }
+}
+
+/// Whether `e` refuses a write that a read may still be allowed: no permission, or a
+/// read-only file system.
+fn is_write_refusal(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        ErrorKind::PermissionDenied | ErrorKind::ReadOnlyFilesystem
+    )
+}
+
 /// A held repository lock; dropping it releases the lock (an exclusive holder first
 /// clears its note).
 #[derive(Debug)]
 pub struct FlockLock {
     file: File,
     mode: LockMode,
+    /// Why the exclusive holder's note could not be written, if it could not.
+    note_failure: Option<String>,
 }
 
 impl FlockLock {
     /// Takes the lock on `root/lock` in `mode`, trying again for up to `wait`.
     pub fn acquire(root: &Path, mode: LockMode, wait: Duration) -> Result<Self> {
         let path = root.join("lock");
-        let mut file = File::options()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(|e| StoreError::io(&path, e))?;
+        let mut file = open_lock_file(&path, mode)?;
         let deadline = Instant::now() + wait;
         loop {
             let locked = match mode {
                 LockMode::Shared => file.try_lock_shared(),
                 LockMode::Exclusive => file.try_lock(),
+                LockMode::Unlocked => {
+                    return Err(StoreError::Config(
+                        "LockMode::Unlocked takes no lock (see RepoLock::acquire)".into(),
+                    ))
+                }
             };
             match locked {
                 Ok(()) => break,
@@ -85,14 +127,23 @@ impl FlockLock {
                 Err(TryLockError::Error(e)) => return Err(StoreError::io(path, e)),
             }
         }
-        if mode == LockMode::Exclusive {
-            let note = serde_json::to_vec(&LockHolder::current()).expect("a note serializes");
-            file.set_len(0)
-                .and_then(|()| file.seek(SeekFrom::Start(0)))
-                .and_then(|_| file.write_all(&note))
-                .map_err(|e| StoreError::io(&path, e))?;
-        }
-        Ok(Self { file, mode })
+        let note_failure = match mode {
+            LockMode::Exclusive => write_note(&mut file)
+                .err()
+                .map(|e| format!("{}: {e}", path.display())),
+            _ => None,
+        };
+        Ok(Self {
+            file,
+            mode,
+            note_failure,
+        })
+    }
+
+    /// Why the note could not be written, if it could not: the lock is held all the
+    /// same (only the `flock` excludes).
+    pub fn note_failure(&self) -> Option<&str> {
+        self.note_failure.as_deref()
     }
 
     /// Clears a stale note (one whose process is gone) from `root/lock`, if the lock is
@@ -109,6 +160,14 @@ impl FlockLock {
         drop(Self::acquire(root, LockMode::Exclusive, Duration::ZERO)?);
         Ok(stale)
     }
+}
+
+/// Replaces the note in `file` with this process's.
+fn write_note(file: &mut File) -> std::io::Result<()> {
+    let note = serde_json::to_vec(&LockHolder::current()).expect("a note serializes");
+    file.set_len(0)?;
+    file.seek(SeekFrom::Start(0))?;
+    file.write_all(&note)
 }
 
 impl Drop for FlockLock {

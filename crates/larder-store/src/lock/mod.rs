@@ -6,10 +6,12 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use larder_crypto::RepoKeys;
 use serde::{Deserialize, Serialize};
 
 use crate::backend::Backend;
 use crate::error::Result;
+use crate::names::escape_name;
 
 mod flock;
 mod object;
@@ -19,8 +21,9 @@ pub use object::{LockObject, ObjectLock, LOCK_REFRESH, LOCK_STALE_AFTER};
 
 /// How often a waiting process tries the lock again.
 pub(crate) const RETRY_INTERVAL: Duration = Duration::from_millis(100);
-/// The longest command line a note keeps.
-const MAX_COMMAND_LEN: usize = 400;
+/// The most bytes of a lock note or lock object read: a hostile file cannot make
+/// larder read more.
+pub(crate) const MAX_HOLDER_BYTES: u64 = 64 << 10;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LockMode {
@@ -28,40 +31,39 @@ pub enum LockMode {
     Shared,
     /// Writers: init, backup, forget, gc, rebuild-index.
     Exclusive,
+    /// Readers that take no lock at all (`--no-lock`), for storage where none can be
+    /// taken: nothing keeps a writer from deleting what they read meanwhile.
+    Unlocked,
 }
 
-/// The note an exclusive holder writes into the lock file (JSON).
+/// Who holds a lock (docs/design/format.md, "Locking"; remote.md, "Lock objects"):
+/// what judging staleness needs and nothing more. Never the command line, which may
+/// hold a `--password-command` and its secrets.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LockHolder {
     pub pid: u32,
     pub hostname: String,
-    /// The holder's command line.
-    pub command: String,
+    /// Its user's name, else its uid in decimal; empty in a note from before.
+    #[serde(default)]
+    pub username: String,
     /// When it took the lock, in seconds since the Unix epoch.
     pub started: u64,
+    /// 32 hex digits drawn when it took the lock: tells two holders apart that show
+    /// the same host and pid, so a holder knows its own lock object when it reads it
+    /// back. Empty in a note from before.
+    #[serde(default)]
+    pub nonce: String,
 }
 
 impl LockHolder {
-    /// This process.
+    /// This process, taking a lock now.
     pub fn current() -> Self {
-        // Lossily: an argument that is not UTF-8 (a path to back up) must not panic.
-        let args: Vec<String> = std::env::args_os()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect();
-        let mut command = args.join(" ");
-        if command.len() > MAX_COMMAND_LEN {
-            let mut end = MAX_COMMAND_LEN;
-            while !command.is_char_boundary(end) {
-                end -= 1;
-            }
-            command.truncate(end);
-            command.push_str("...");
-        }
         Self {
             pid: std::process::id(),
             hostname: hostname(),
-            command,
+            username: username(),
             started: unix_now(),
+            nonce: larder_crypto::random_id_hex(16),
         }
     }
 
@@ -79,13 +81,17 @@ impl LockHolder {
         Some(r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
     }
 
-    /// "pid 12 on host h (`larder gc`, for 3 s)".
+    /// "pid 12 of root on host h (for 3 s)", names with control characters escaped
+    /// (a plaintext repository's lock object is the storage's to write).
     pub fn describe(&self) -> String {
+        let user = match self.username.as_str() {
+            "" => String::new(),
+            name => format!(" of {}", escape_name(name.as_bytes())),
+        };
         format!(
-            "pid {} on host {} (`{}`, for {} s)",
+            "pid {}{user} on host {} (for {} s)",
             self.pid,
-            self.hostname,
-            self.command,
+            escape_name(self.hostname.as_bytes()),
             unix_now().saturating_sub(self.started)
         )
     }
@@ -104,41 +110,91 @@ pub(crate) fn hostname() -> String {
         .unwrap_or_default()
 }
 
+/// This process's user's name in the password database, else its uid in decimal.
+fn username() -> String {
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    match crate::accounts::user_name(uid) {
+        name if name.is_empty() => uid.to_string(),
+        name => String::from_utf8_lossy(&name).into_owned(),
+    }
+}
+
+/// What `larder unlock` removed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum RemovedLock {
+    /// A lock whose holder is gone (or stopped refreshing it).
+    Stale(LockHolder),
+    /// A lock object that could not be read: too large, damaged, not a lock object,
+    /// or in an encrypted repository one that does not open with its key.
+    Unreadable { name: String, why: String },
+}
+
 /// A held repository lock; dropping it releases the lock.
 #[derive(Debug)]
 pub enum RepoLock {
     Flock(FlockLock),
     Object(ObjectLock),
+    /// No lock was taken ([`LockMode::Unlocked`]).
+    Unlocked,
 }
 
 impl RepoLock {
     /// Takes the lock of the repository in `backend` in `mode`, trying again for up
     /// to `wait`: a `flock` where the backend has a local directory for one, else a
-    /// lock object.
-    pub fn acquire(backend: &Arc<dyn Backend>, mode: LockMode, wait: Duration) -> Result<Self> {
+    /// lock object, sealed with `keys` in an encrypted repository.
+    pub fn acquire(
+        backend: &Arc<dyn Backend>,
+        mode: LockMode,
+        wait: Duration,
+        keys: Option<&Arc<RepoKeys>>,
+    ) -> Result<Self> {
+        if mode == LockMode::Unlocked {
+            return Ok(Self::Unlocked);
+        }
         match backend.flock_dir() {
             Some(dir) => FlockLock::acquire(dir, mode, wait).map(Self::Flock),
-            None => ObjectLock::acquire(backend.clone(), mode, wait).map(Self::Object),
+            None => {
+                ObjectLock::acquire(backend.clone(), mode, wait, keys.cloned()).map(Self::Object)
+            }
         }
     }
 
     /// Removes what killed processes left: the stale note of a `flock` lock, or the
-    /// stale lock objects (whose holders are gone or stopped refreshing them).
-    /// Returns their holders. A lock held by a running process is not removed: with a
-    /// `flock`, the error names the holder.
-    pub fn remove_stale(backend: &Arc<dyn Backend>) -> Result<Vec<LockHolder>> {
+    /// stale and unreadable lock objects (whose holders are gone or stopped
+    /// refreshing them; `keys` open an encrypted repository's). Returns what it
+    /// removed. A lock held by a running process is not removed: with a `flock`, the
+    /// error names the holder.
+    pub fn remove_stale(
+        backend: &Arc<dyn Backend>,
+        keys: Option<&RepoKeys>,
+    ) -> Result<Vec<RemovedLock>> {
         match backend.flock_dir() {
-            Some(dir) => Ok(FlockLock::remove_stale(dir)?.into_iter().collect()),
-            None => object::remove_stale(&**backend),
+            Some(dir) => Ok(FlockLock::remove_stale(dir)?
+                .into_iter()
+                .map(RemovedLock::Stale)
+                .collect()),
+            None => object::remove_stale(&**backend, keys),
         }
     }
 
     /// Whether the lock may no longer exclude others: a lock object that could not be
-    /// refreshed in time. A writer stops before committing when it is lost.
+    /// refreshed in time, or that another process removed. A writer stops before
+    /// committing when it is lost.
     pub fn is_lost(&self) -> bool {
         match self {
-            Self::Flock(_) => false,
+            Self::Flock(_) | Self::Unlocked => false,
             Self::Object(lock) => lock.is_lost(),
+        }
+    }
+
+    /// Why the holder's note could not be written, if it could not (a full disk):
+    /// the lock is held all the same.
+    pub fn note_failure(&self) -> Option<&str> {
+        match self {
+            Self::Flock(lock) => lock.note_failure(),
+            _ => None,
         }
     }
 }

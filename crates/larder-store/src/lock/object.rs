@@ -1,16 +1,21 @@
 //! Lock objects (docs/design/remote.md, "Lock objects"): the lock of a repository on
 //! storage without `flock` (object stores, SFTP). Each holder writes a
-//! [`FileKind::Lock`] object naming itself and whether it is exclusive, rewrites it
-//! every [`LOCK_REFRESH`] while it holds the lock, and removes it when done.
+//! [`FileKind::Lock`] object naming itself and whether it is exclusive (sealed with
+//! the repository's keys in an encrypted repository), rewrites it every
+//! [`LOCK_REFRESH`] while it holds the lock, and removes it when done.
 //!
 //! Invariants:
+//! - an object that cannot be read (too large, damaged, or in an encrypted repository
+//!   one that does not open with its key) is held: it conflicts with every mode, so
+//!   neither damage nor the storage can make a lock look free or stale.
 //! - a holder holds the lock only after it wrote its object and then found no live
 //!   conflicting object; otherwise it removes its object and waits. Two racers may
 //!   both back off, never both hold.
 //! - an object is stale, and excludes nothing, once its holder is known gone (same
 //!   host, pid gone) or it was not refreshed for [`LOCK_STALE_AFTER`]. A holder that
 //!   cannot refresh for `LOCK_STALE_AFTER - LOCK_REFRESH` counts its lock as lost
-//!   ([`ObjectLock::is_lost`]) before anyone may take it as stale.
+//!   ([`ObjectLock::is_lost`]) before anyone may take it as stale; so does a holder
+//!   whose object is gone or no longer its own when it reads it back to refresh it.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -18,9 +23,10 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use larder_crypto::{ObjectKind, RepoKeys};
 use serde::{Deserialize, Serialize};
 
-use super::{unix_now, LockHolder, LockMode};
+use super::{unix_now, LockHolder, LockMode, RemovedLock, MAX_HOLDER_BYTES};
 use crate::backend::{Backend, FileKind};
 use crate::error::{Result, StoreError};
 
@@ -37,7 +43,7 @@ const RACE_GRACE: Duration = Duration::from_secs(2);
 /// How soon a failed refresh is tried again.
 const REFRESH_RETRY: Duration = Duration::from_secs(20);
 
-/// The content of a lock object (JSON).
+/// The content of a lock object (JSON; sealed in an encrypted repository).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LockObject {
     #[serde(flatten)]
@@ -45,6 +51,13 @@ pub struct LockObject {
     pub exclusive: bool,
     /// When the holder last wrote the object, seconds since the Unix epoch.
     pub refreshed: u64,
+}
+
+/// The name a lock object's envelope binds: its 16 hex digits as a little-endian u64.
+fn bound_name(name: &str) -> std::result::Result<[u8; 8], String> {
+    u64::from_str_radix(name, 16)
+        .map(u64::to_le_bytes)
+        .map_err(|_| "its name is not a hex number".to_string())
 }
 
 impl LockObject {
@@ -56,8 +69,43 @@ impl LockObject {
         }
     }
 
-    fn encode(&self) -> Vec<u8> {
-        serde_json::to_vec(self).expect("a lock object serializes")
+    /// The bytes of lock object `name`: its JSON, in a metadata envelope (kind 10)
+    /// when `keys` are given.
+    pub fn encode(&self, name: &str, keys: Option<&RepoKeys>) -> Vec<u8> {
+        let json = serde_json::to_vec(self).expect("a lock object serializes");
+        match keys {
+            None => json,
+            Some(keys) => {
+                let bound = bound_name(name).expect("lock objects are named by hex numbers");
+                keys.seal_object(ObjectKind::LockObject, &bound, &json)
+            }
+        }
+    }
+
+    /// The lock object `name` in `bytes`, opened with `keys` when given; why not, if
+    /// it is unreadable.
+    pub fn decode(
+        name: &str,
+        bytes: &[u8],
+        keys: Option<&RepoKeys>,
+    ) -> std::result::Result<Self, String> {
+        let opened;
+        let json = match keys {
+            None => bytes,
+            Some(keys) => {
+                opened = keys
+                    .open_object(ObjectKind::LockObject, &bound_name(name)?, bytes)
+                    .map_err(|e| {
+                        format!(
+                            "it does not open with this repository's key ({e}): damaged, \
+                             not written by a holder of the key, or by a larder from before \
+                             lock objects were sealed"
+                        )
+                    })?;
+                &opened[..]
+            }
+        };
+        serde_json::from_slice(json).map_err(|e| format!("it is not a lock object ({e})"))
     }
 
     /// Whether the holder is gone at `now` (seconds since the epoch): on this host
@@ -92,22 +140,32 @@ impl LockObject {
 /// storage accepts. A lock object with its marker is released.
 const RELEASED: &str = "-released";
 
-/// Every lock object but `own`, with its content or `None` if it does not parse.
-/// Objects removed while listing, released ones, and names that are not lock objects'
-/// (markers, probes: they hold a `-`) are left out.
-fn read_all(backend: &dyn Backend, own: Option<&str>) -> Result<Vec<(String, Option<LockObject>)>> {
-    let names = backend.list(FileKind::Lock)?;
-    let released: std::collections::HashSet<&str> = names
+/// Every lock object but `own`, with its content or why it is unreadable. Objects
+/// removed while listing, released ones, and names that are not lock objects'
+/// (markers, probes: they hold a `-`) are left out. No object larger than
+/// [`MAX_HOLDER_BYTES`] is read.
+#[allow(clippy::type_complexity)]
+fn read_all(
+    backend: &dyn Backend,
+    own: Option<&str>,
+    keys: Option<&RepoKeys>,
+) -> Result<Vec<(String, std::result::Result<LockObject, String>)>> {
+    let listed = backend.list_sizes(FileKind::Lock)?;
+    let released: std::collections::HashSet<&str> = listed
         .iter()
-        .filter_map(|n| n.strip_suffix(RELEASED))
+        .filter_map(|(n, _)| n.strip_suffix(RELEASED))
         .collect();
     let mut out = Vec::new();
-    for name in &names {
+    for (name, len) in &listed {
         if Some(name.as_str()) == own || name.contains('-') || released.contains(name.as_str()) {
             continue;
         }
+        if *len > MAX_HOLDER_BYTES {
+            out.push((name.clone(), Err(format!("it is {len} bytes long"))));
+            continue;
+        }
         match backend.read(FileKind::Lock, name) {
-            Ok(bytes) => out.push((name.clone(), serde_json::from_slice(&bytes).ok())),
+            Ok(bytes) => out.push((name.clone(), LockObject::decode(name, &bytes, keys))),
             Err(StoreError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
             }
             Err(e) => return Err(e),
@@ -117,21 +175,25 @@ fn read_all(backend: &dyn Backend, own: Option<&str>) -> Result<Vec<(String, Opt
 }
 
 /// Why the lock cannot be taken in `mode` now, or `None` if it can: the first live
-/// conflicting object. An object that does not parse conflicts (`larder unlock`
-/// removes it).
-fn blocker(backend: &dyn Backend, own: Option<&str>, mode: LockMode) -> Result<Option<String>> {
+/// conflicting object. An unreadable object conflicts (`larder unlock` removes it).
+fn blocker(
+    backend: &dyn Backend,
+    own: Option<&str>,
+    mode: LockMode,
+    keys: Option<&RepoKeys>,
+) -> Result<Option<String>> {
     let now = unix_now();
-    for (name, object) in read_all(backend, own)? {
+    for (name, object) in read_all(backend, own, keys)? {
         match object {
-            None => {
+            Err(why) => {
                 return Ok(Some(format!(
-                    "locked by lock object {name}, which is damaged"
+                    "locked by lock object {name}, which cannot be read: {why} (`larder unlock` removes it)"
                 )))
             }
-            Some(o) if o.conflicts_with(mode) && !o.is_stale(now) => {
+            Ok(o) if o.conflicts_with(mode) && !o.is_stale(now) => {
                 return Ok(Some(o.describe(now)))
             }
-            Some(_) => {}
+            Ok(_) => {}
         }
     }
     Ok(None)
@@ -149,19 +211,25 @@ pub struct ObjectLock {
 
 impl ObjectLock {
     /// Takes the lock in `mode`, trying again for up to `wait` (at least
-    /// `RACE_GRACE`).
-    pub fn acquire(backend: Arc<dyn Backend>, mode: LockMode, wait: Duration) -> Result<Self> {
+    /// `RACE_GRACE`); its object is sealed with `keys` in an encrypted repository.
+    pub fn acquire(
+        backend: Arc<dyn Backend>,
+        mode: LockMode,
+        wait: Duration,
+        keys: Option<Arc<RepoKeys>>,
+    ) -> Result<Self> {
         let start = Instant::now();
         let deadline = start + wait.max(RACE_GRACE);
         let name = larder_crypto::random_id_hex(8);
+        let k = keys.as_deref();
         loop {
-            let mut blocked = blocker(&*backend, None, mode)?;
+            let mut blocked = blocker(&*backend, None, mode, k)?;
             if blocked.is_none() {
                 let object = LockObject::new(mode);
-                backend.write(FileKind::Lock, &name, &object.encode())?;
-                blocked = blocker(&*backend, Some(&name), mode)?;
+                backend.write(FileKind::Lock, &name, &object.encode(&name, k))?;
+                blocked = blocker(&*backend, Some(&name), mode, k)?;
                 if blocked.is_none() {
-                    return Ok(Self::start(backend, name, object));
+                    return Ok(Self::start(backend, keys, name, object));
                 }
                 backend.remove(FileKind::Lock, &name)?;
             }
@@ -177,14 +245,27 @@ impl ObjectLock {
         }
     }
 
-    fn start(backend: Arc<dyn Backend>, name: String, object: LockObject) -> Self {
+    fn start(
+        backend: Arc<dyn Backend>,
+        keys: Option<Arc<RepoKeys>>,
+        name: String,
+        object: LockObject,
+    ) -> Self {
         let lost = Arc::new(AtomicBool::new(false));
         let (stop, stopped) = mpsc::channel();
         let refresher = {
-            let (backend, name, lost) = (backend.clone(), name.clone(), lost.clone());
+            let (backend, keys, name, lost) =
+                (backend.clone(), keys.clone(), name.clone(), lost.clone());
             std::thread::Builder::new()
                 .name("larder-lock-refresh".into())
-                .spawn(move || refresh(&*backend, &name, object, &stopped, &lost))
+                .spawn(move || {
+                    let held = Held {
+                        backend: &*backend,
+                        keys: keys.as_deref(),
+                        name: &name,
+                    };
+                    refresh(&held, object, &stopped, &lost)
+                })
                 .ok()
         };
         // Without its thread the lock cannot be kept: count it lost from the start.
@@ -204,22 +285,55 @@ impl ObjectLock {
     }
 }
 
-/// Rewrites the lock object every [`LOCK_REFRESH`] until `stopped` says so.
-fn refresh(
-    backend: &dyn Backend,
-    name: &str,
-    mut object: LockObject,
-    stopped: &mpsc::Receiver<()>,
-    lost: &AtomicBool,
-) {
+/// A held lock object as its refresher sees it.
+struct Held<'a> {
+    backend: &'a dyn Backend,
+    keys: Option<&'a RepoKeys>,
+    name: &'a str,
+}
+
+impl Held<'_> {
+    /// Whether the object under the holder's name is still its own (carries its
+    /// nonce); an error if it could not be read for now.
+    fn still_own(&self, nonce: &str) -> Result<bool> {
+        match self.backend.read(FileKind::Lock, self.name) {
+            Ok(bytes) => Ok(LockObject::decode(self.name, &bytes, self.keys)
+                .is_ok_and(|o| o.holder.nonce == nonce)),
+            Err(StoreError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Rewrites the lock object every [`LOCK_REFRESH`] until `stopped` says so, after
+/// reading it back: an object gone or replaced means others may hold the lock, which
+/// is then lost for good.
+fn refresh(held: &Held, mut object: LockObject, stopped: &mpsc::Receiver<()>, lost: &AtomicBool) {
+    let name = held.name;
     let mut last_written = Instant::now();
     let mut interval = LOCK_REFRESH;
     while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(interval) {
         object.refreshed = unix_now();
-        match backend.write(FileKind::Lock, name, &object.encode()) {
-            Ok(()) => {
+        let refreshed = held.still_own(&object.holder.nonce).and_then(|own| {
+            if own {
+                held.backend
+                    .write(FileKind::Lock, name, &object.encode(name, held.keys))?;
+            }
+            Ok(own)
+        });
+        match refreshed {
+            Ok(true) => {
                 last_written = Instant::now();
                 interval = LOCK_REFRESH;
+            }
+            Ok(false) => {
+                tracing::warn!(
+                    "lock object {name} was removed or replaced by another process: the lock is lost"
+                );
+                lost.store(true, Ordering::Relaxed);
+                return;
             }
             Err(e) => {
                 tracing::warn!("refreshing lock object {name}: {}", crate::error_chain(&e));
@@ -257,18 +371,64 @@ fn jittered(d: Duration) -> Duration {
     d + d.mul_f64(f64::from(byte) / 512.0)
 }
 
-/// Removes the stale lock objects and those that do not parse; returns the holders
-/// of the stale ones.
-pub(super) fn remove_stale(backend: &dyn Backend) -> Result<Vec<LockHolder>> {
+/// Removes the stale lock objects and the unreadable ones (opened with `keys` in an
+/// encrypted repository); returns what it removed.
+pub(super) fn remove_stale(
+    backend: &dyn Backend,
+    keys: Option<&RepoKeys>,
+) -> Result<Vec<RemovedLock>> {
     let now = unix_now();
     let mut removed = Vec::new();
-    for (name, object) in read_all(backend, None)? {
+    for (name, object) in read_all(backend, None, keys)? {
         match object {
-            Some(o) if !o.is_stale(now) => continue,
-            Some(o) => removed.push(o.holder),
-            None => {}
+            Ok(o) if !o.is_stale(now) => continue,
+            Ok(o) => removed.push(RemovedLock::Stale(o.holder)),
+            Err(why) => removed.push(RemovedLock::Unreadable {
+                name: name.clone(),
+                why,
+            }),
         }
         backend.remove(FileKind::Lock, &name)?;
     }
     Ok(removed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::LocalBackend;
+
+    /// What the refresher checks before it rewrites its object: that the object under
+    /// its name is still there and still its own.
+    #[test]
+    fn a_holder_knows_its_object_gone_or_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("tmp")).unwrap();
+        let backend = LocalBackend::new(dir.path());
+        let keys = RepoKeys::generate(
+            [9; 16],
+            larder_crypto::AeadKind::Aes256Gcm,
+            larder_crypto::FingerprintKind::KeyedBlake3,
+        );
+        for keys in [None, Some(&keys)] {
+            let held = Held {
+                backend: &backend,
+                keys,
+                name: "00000000000000f1",
+            };
+            let own = LockObject::new(LockMode::Exclusive);
+            let nonce = own.holder.nonce.clone();
+            backend
+                .write(FileKind::Lock, held.name, &own.encode(held.name, keys))
+                .unwrap();
+            assert!(held.still_own(&nonce).unwrap());
+            let other = LockObject::new(LockMode::Exclusive);
+            backend
+                .write(FileKind::Lock, held.name, &other.encode(held.name, keys))
+                .unwrap();
+            assert!(!held.still_own(&nonce).unwrap(), "replaced");
+            backend.remove(FileKind::Lock, held.name).unwrap();
+            assert!(!held.still_own(&nonce).unwrap(), "removed");
+        }
+    }
 }

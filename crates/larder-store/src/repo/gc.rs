@@ -14,7 +14,9 @@
 //!
 //! `open` with the exclusive lock finds a plan left by a killed collection and rolls
 //! it forward (segment `<id>` exists: steps 4 to 6) or back (it does not: the
-//! containers of step 2 are removed, then the plan).
+//! containers of step 2 are removed, then the plan). A collection that runs out of
+//! space is rolled back and a smaller one takes its place (`gc_full.rs`), which may
+//! leave a plan that rolls forward without its segment.
 
 use std::collections::{BTreeMap, HashSet};
 use std::fs;
@@ -22,6 +24,7 @@ use std::fs;
 use larder_hash::Fingerprint;
 use serde::Serialize;
 
+use super::gc_full::is_storage_full;
 use super::{ChunkBytes, DiskState, RepoIndex, Repository};
 use crate::backend::FileKind;
 use crate::chunk_codec::ChunkCodec;
@@ -89,6 +92,9 @@ pub struct GcReport {
     /// Set when `crash_after_ops` stopped the collection part way.
     #[serde(skip)]
     pub interrupted: bool,
+    /// Set when the disk was full: only containers no snapshot uses were deleted,
+    /// nothing was repacked (docs/design/gc.md, "A full disk").
+    pub disk_was_full: bool,
 }
 
 /// One container's fate.
@@ -303,7 +309,10 @@ impl Repository {
             Err(e) => {
                 // Nothing is committed: undo what was written, as `open` would.
                 self.gc_roll_back(&plan)?;
-                return Err(e);
+                if !is_storage_full(&e) {
+                    return Err(e);
+                }
+                return self.collect_on_full_disk_instead(&fates, &tables, report);
             }
         }
         if !self.gc_finish(&plan, &mut crash)? {
@@ -311,6 +320,47 @@ impl Repository {
             return Ok(report);
         }
         self.reload_index()?;
+        self.restore_reserve();
+        Ok(report)
+    }
+
+    /// Runs the full-disk collection (`gc_full.rs`) in place of the one planned with
+    /// `fates`, and reports what it did.
+    fn collect_on_full_disk_instead(
+        &mut self,
+        fates: &BTreeMap<u64, Fate>,
+        tables: &BTreeMap<u64, Vec<ChunkEntry>>,
+        mut report: GcReport,
+    ) -> Result<GcReport> {
+        let empty: Vec<u64> = fates
+            .iter()
+            .filter(|(_, f)| matches!(f, Fate::Delete))
+            .map(|(&id, _)| id)
+            .collect();
+        let kept: Vec<SegmentContainer> = fates
+            .iter()
+            .filter(|(_, f)| !matches!(f, Fate::Delete))
+            .map(|(id, _)| SegmentContainer {
+                id: *id,
+                entries: tables[id].clone(),
+            })
+            .collect();
+        let deleted = self.collect_on_full_disk(&empty, kept)?;
+        report.disk_was_full = true;
+        report.containers_deleted = deleted.len();
+        report.containers_kept = tables.len() - deleted.len();
+        report.containers_repacked = 0;
+        report.containers_written = 0;
+        report.chunks_removed = deleted.iter().map(|id| tables[id].len()).sum();
+        report.bytes_after = [FileKind::Container, FileKind::IndexSegment]
+            .into_iter()
+            .map(|kind| {
+                let sizes = self.backend.list_sizes(kind)?;
+                Ok(sizes.iter().map(|(_, len)| len).sum::<u64>())
+            })
+            .sum::<Result<u64>>()?;
+        report.bytes_reclaimed = report.bytes_before as i64 - report.bytes_after as i64;
+        self.restore_reserve();
         Ok(report)
     }
 
@@ -426,8 +476,15 @@ impl Repository {
                         .backend
                         .list(FileKind::IndexSegment)?
                         .contains(&plan.name());
+                    let gone = match committed {
+                        true => Vec::new(),
+                        false => self.gone_containers(&plan)?,
+                    };
                     if committed {
                         self.gc_finish(&plan, &mut CrashPoint(None))?;
+                        self.report.finished_gc.push(plan.id);
+                    } else if !gone.is_empty() {
+                        self.roll_forward_without_repacking(&plan, gone)?;
                         self.report.finished_gc.push(plan.id);
                     } else {
                         self.gc_roll_back(&plan)?;
@@ -465,6 +522,11 @@ impl Repository {
     /// Names of the plans of interrupted collections (for `check` to mention).
     pub fn pending_gc_plans(&self) -> Result<Vec<String>> {
         self.backend.list(FileKind::GcPlan)
+    }
+
+    /// Steps 4 to 6 of `plan`, which committed.
+    pub(super) fn finish_plan(&self, plan: &GcPlan) -> Result<()> {
+        self.gc_finish(plan, &mut CrashPoint(None)).map(drop)
     }
 
     /// Loads the index again from the files, as `open` does.

@@ -298,7 +298,7 @@ impl DiskState {
         if dir.exists() {
             fs::remove_dir_all(&dir).map_err(io_err(&dir))?;
         }
-        fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+        crate::backend::create_private_dir(&dir).map_err(io_err(&dir))?;
         sync_dir(&root.join("index"))?;
         let chunks: u64 = containers.iter().map(|c| c.entries.len() as u64).sum();
         let io = IndexDir::open(&dir, keys).map_err(io_err(&dir))?;
@@ -465,7 +465,12 @@ impl super::Repository {
                 json,
             ),
         };
-        fs::write(&path, bytes).map_err(io_err(&path))
+        crate::backend::private_file_options()
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, &bytes))
+            .map_err(io_err(&path))
     }
 
     /// The counters [`Self::save_last_backup_counters`] wrote, if they are there and

@@ -2,7 +2,7 @@
 //! through the backend, its local state (the disk index) in a local directory
 //! (docs/design/remote.md, "Local state").
 
-use std::fs::{self, File};
+use std::fs;
 use std::path::Path;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -11,7 +11,10 @@ use std::time::Duration;
 use larder_crypto::{KeySlot, RepoKeys};
 
 use super::{io, objects, DiskState, IndexSettings, OpenReport, RepoConfig, RepoIndex, Repository};
-use crate::backend::{sync_dir, Backend, FileKind, LocalBackend, SplitBackend, CONFIG_NAME};
+use crate::backend::{
+    create_private_dir, private_file_options, sync_dir, Backend, FileKind, LocalBackend,
+    SplitBackend, CONFIG_NAME,
+};
 use crate::error::{Result, StoreError};
 use crate::lock::{LockMode, RepoLock};
 
@@ -70,12 +73,18 @@ impl Repository {
         if root.exists() && fs::read_dir(root).map_err(io(root))?.next().is_some() {
             return Err(StoreError::AlreadyExists(root.to_path_buf()));
         }
-        fs::create_dir_all(root).map_err(io(root))?;
+        create_private_dir(root).map_err(io(root))?;
         for dir in LOCAL_DIRS {
             let p = root.join(dir);
-            fs::create_dir_all(&p).map_err(io(&p))?;
+            create_private_dir(&p).map_err(io(&p))?;
         }
-        File::create(root.join("lock")).map_err(io(root))?;
+        let lock = root.join("lock");
+        private_file_options()
+            .create(true)
+            .truncate(false)
+            .open(&lock)
+            .map_err(io(&lock))?;
+        super::gc_full::make_reserve(root);
         for dir in LOCAL_DIRS {
             sync_dir(&root.join(dir))?;
         }
@@ -181,12 +190,17 @@ impl Repository {
             }
             raw => raw?,
         };
-        if objects::config_is_sealed(&raw) && keys.is_none() {
+        let sealed = objects::config_is_sealed(&raw);
+        if sealed && keys.is_none() {
             return Err(StoreError::NeedsKey(location()));
         }
-        let lock = RepoLock::acquire(&backend, mode, wait)?;
         let name = format!("{}/{CONFIG_NAME}", backend.location());
         let config = objects::decode_config(&raw, &name, keys.as_ref())?;
+        if !sealed {
+            refuse_plaintext(&*backend, keys.is_some())?;
+        }
+        let keys = keys.map(Arc::new);
+        let lock = RepoLock::acquire(&backend, mode, wait, keys.as_ref())?;
         if !config.index.is_memory() {
             prepare_state(state)?;
         }
@@ -201,8 +215,11 @@ impl Repository {
             pending: Vec::new(),
             segments: Vec::new(),
             next_container: AtomicU64::new(1),
-            report: OpenReport::default(),
-            keys: keys.map(Arc::new),
+            report: OpenReport {
+                lock_note_failure: lock.note_failure().map(str::to_string),
+                ..OpenReport::default()
+            },
+            keys,
             deletes_allowed: std::sync::OnceLock::new(),
             lock,
         };
@@ -265,11 +282,29 @@ impl Repository {
     }
 }
 
+/// Refuses a plaintext config where it may have replaced an encrypted repository's
+/// (docs/design/crypto.md, "Threat model"): when the caller holds the repository's
+/// keys (it read a sealed config a moment ago), or when key slots stand beside it.
+/// Reads only, so nothing is written before the refusal.
+fn refuse_plaintext(backend: &dyn Backend, have_keys: bool) -> Result<()> {
+    let reason = if have_keys {
+        "it was sealed when its key was unlocked"
+    } else if !backend.list(FileKind::Key)?.is_empty() {
+        "key slots (keys/) stand beside it"
+    } else {
+        return Ok(());
+    };
+    Err(StoreError::PlaintextConfig {
+        location: backend.location(),
+        reason: reason.into(),
+    })
+}
+
 /// Makes the local state directory's `tmp/` and `index/`, which the disk index uses.
 pub(super) fn prepare_state(state: &Path) -> Result<()> {
     for dir in ["tmp", "index"] {
         let p = state.join(dir);
-        fs::create_dir_all(&p).map_err(io(&p))?;
+        create_private_dir(&p).map_err(io(&p))?;
     }
     Ok(())
 }
