@@ -49,13 +49,17 @@ fn second_repo(repo: &Repo, name: &str, encrypted: bool) -> std::path::PathBuf {
     path
 }
 
-/// `larder --repo DST ARGS` with the destination's password.
+/// `larder --repo DST ARGS` with the destination's password, or none when it is
+/// plaintext (larder refuses a plaintext repository given a password).
 fn run_in(repo: &Repo, dst: &Path, args: &[&str], env: &[(&str, &str)]) -> support::Output {
     let mut c = support::larder_command(repo.xdg());
-    c.arg("--repo")
-        .arg(dst)
-        .args(args)
-        .env("LARDER_PASSWORD", DST_PASSWORD);
+    c.arg("--repo").arg(dst).args(args);
+    let sealed = fs::read(dst.join("config")).is_ok_and(|c| larder_store::config_is_sealed(&c));
+    if sealed {
+        c.env("LARDER_PASSWORD", DST_PASSWORD);
+    } else {
+        c.env_remove("LARDER_PASSWORD");
+    }
     for (k, v) in env {
         c.env(k, v);
     }

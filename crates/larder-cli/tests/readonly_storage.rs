@@ -52,9 +52,7 @@ fn every_reader_works(
         args.extend(["--json", "snapshots"]);
         let out = run_on(repo, path, &args, adjust);
         out.expect_ok();
-        out.json()
-            .as_array()
-            .unwrap()
+        support::snapshot_list(&out)
             .iter()
             .map(|s| s["id"].as_str().unwrap().to_string())
             .collect::<Vec<_>>()

@@ -300,7 +300,7 @@ fn names_in_a_lock_object_are_printed_escaped() {
         "{message:?}"
     );
     assert!(
-        message.contains("evil\\u{1b}[2J\\nforged line"),
+        message.contains("evil\\x1b[2J\\x0aforged line"),
         "{message:?}"
     );
 }
