@@ -152,6 +152,10 @@ fn repair_then_backup_heals_damage_that_backups_spread_before() {
         out.expect_code(3);
         let report = out.json();
         let repaired = assert_reports_the_lost_file(&d, &report);
+        let listed = d.repo.run(["snapshots"]);
+        listed.expect_ok();
+        let copy_of = format!("(repaired copy of {})", &d.original[..8]);
+        assert!(listed.stdout.contains(&copy_of), "{listed}");
 
         // The damaged chunk left the index: the next backup stores it again.
         let mut args = vec!["--json", "backup"];

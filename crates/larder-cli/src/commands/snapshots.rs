@@ -59,15 +59,22 @@ impl Render for SnapshotList<'_> {
         for Listed { id, snapshot: s } in &self.snapshots {
             let time = s.time.get(..19).unwrap_or(&s.time).replace('T', " ");
             let paths: Vec<String> = s.paths.iter().map(|p| shown(p)).collect();
+            let mark = match (&s.repaired_from, s.partial) {
+                (Some(from), _) => format!(
+                    "  (repaired copy of {})",
+                    shown(from.get(..8).unwrap_or(from))
+                ),
+                (None, true) => "  (checkpoint)".to_string(),
+                (None, false) => String::new(),
+            };
             writeln!(
                 w,
-                "{:<10} {:<20} {:<16} {:>12}  {}{}",
+                "{:<10} {:<20} {:<16} {:>12}  {}{mark}",
                 shown(id.get(..8).unwrap_or(id)),
                 shown(&time),
                 shown(&s.hostname),
                 mb(s.summary.bytes_in),
                 paths.join(" "),
-                if s.partial { "  (checkpoint)" } else { "" }
             )?;
         }
         writeln!(w, "{} snapshot(s)", self.snapshots.len())?;
