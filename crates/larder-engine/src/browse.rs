@@ -184,7 +184,7 @@ impl SnapshotPath {
                 b"" | b"." => {}
                 b".." => {
                     return Err(EngineError::InvalidSnapshotPath {
-                        path: String::from_utf8_lossy(arg).into_owned(),
+                        path: escape_name(arg),
                         reason: "`..` is not allowed; give the path from the snapshot root, as `larder ls` shows it".into(),
                     })
                 }
@@ -245,6 +245,13 @@ mod tests {
             );
         }
         assert!(SnapshotPath::parse(b"/home/../etc").is_err());
+        let err = SnapshotPath::parse(b"\xff\x1b[2J/../etc")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with(r#"invalid snapshot path "\xff\x1b[2J/../etc""#),
+            "{err}"
+        );
     }
 
     #[test]

@@ -31,9 +31,9 @@ pub enum EngineError {
     /// The device asked to chunk and fingerprint (the GPU) cannot be used.
     #[error("{0}")]
     Device(String),
-    #[error("invalid pattern {pattern:?}: {reason}")]
+    #[error("invalid pattern \"{pattern}\": {reason}")]
     InvalidPattern { pattern: String, reason: String },
-    #[error("invalid snapshot path {path:?}: {reason}")]
+    #[error("invalid snapshot path \"{path}\": {reason}")]
     InvalidSnapshotPath { path: String, reason: String },
     #[error("{path} is not in snapshot {snapshot} (see `larder ls {snapshot}`)")]
     PathNotInSnapshot { path: String, snapshot: String },

@@ -113,7 +113,12 @@ pub fn read_xattrs(path: &Path) -> io::Result<Vec<Xattr>> {
                 )
             }
         })
-        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", String::from_utf8_lossy(name))))?;
+        .map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("{}: {e}", crate::names::escape_name(name)),
+            )
+        })?;
         if let Some(value) = value {
             xattrs.push(Xattr {
                 name: name.to_vec(),

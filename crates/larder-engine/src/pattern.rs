@@ -125,7 +125,7 @@ impl Pattern {
     pub fn parse(raw: &[u8]) -> Result<Self> {
         let text = String::from_utf8_lossy(raw).into_owned();
         let invalid = |reason: &str| EngineError::InvalidPattern {
-            pattern: text.clone(),
+            pattern: crate::names::escape_name(raw),
             reason: reason.to_string(),
         };
         let (negated, body) = match raw.strip_prefix(b"!") {

@@ -355,8 +355,8 @@ impl<'a> TreeDecoder<'a> {
         let path = self.bytes32()?;
         if !is_safe_relative_path(&path) {
             return Err(damaged(format!(
-                "unsafe path {:?}",
-                String::from_utf8_lossy(&path)
+                "unsafe path \"{}\"",
+                crate::names::escape_name(&path)
             )));
         }
         let mut e = TreeEntry::new(kind, path);

@@ -44,9 +44,9 @@ impl ExcludeTag {
         };
         if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') {
             return Err(format!(
-                "{:?} is not a file name: --exclude-if-present takes FILE[:HEADER], FILE one name \
-                 without `/`",
-                String::from_utf8_lossy(spec)
+                "\"{}\" is not a file name: --exclude-if-present takes FILE[:HEADER], FILE one \
+                 name without `/`",
+                crate::names::escape_name(spec)
             ));
         }
         Ok(Self {
@@ -130,5 +130,10 @@ mod tests {
         for bad in [&b""[..], b":x", b"a/b", b"..", b"."] {
             assert!(ExcludeTag::parse(bad).is_err(), "{bad:?}");
         }
+        let err = ExcludeTag::parse(b"a/\xff\x1b[2J").unwrap_err();
+        assert!(
+            err.starts_with(r#""a/\xff\x1b[2J" is not a file name"#),
+            "{err}"
+        );
     }
 }

@@ -180,7 +180,7 @@ fn restore_attr_flags(node: Node<'_>, entry: &TreeEntry) -> io::Result<()> {
 fn xattr_failure(x: &Xattr, e: &io::Error) -> String {
     format!(
         "cannot restore extended attribute {}: {e}",
-        String::from_utf8_lossy(&x.name)
+        crate::names::escape_name(&x.name)
     )
 }
 
@@ -316,6 +316,20 @@ mod tests {
     use std::fs::File;
     use std::os::fd::AsFd;
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+    #[test]
+    fn a_failed_xattrs_name_is_shown_exactly_and_never_raw() {
+        let x = Xattr {
+            name: b"user.\xff\x1b[2J".to_vec(),
+            value: Vec::new(),
+        };
+        let text = xattr_failure(&x, &io::Error::from_raw_os_error(libc::ENOTSUP));
+        assert!(text.contains(r"user.\xff\x1b[2J"), "{text}");
+        assert!(
+            !text.contains('\u{1b}') && !text.contains('\u{fffd}'),
+            "{text}"
+        );
+    }
 
     fn entry_with(xattrs: Vec<Xattr>, mode: u32) -> TreeEntry {
         TreeEntry {
