@@ -31,7 +31,7 @@ use tree_files::files;
 
 #[path = "support/unlock.rs"]
 mod unlock;
-use unlock::slot;
+use unlock::{init_with_keys, slot};
 
 #[path = "support/options.rs"]
 mod options;
@@ -100,12 +100,7 @@ fn init(root: &Path, kind: Kind) {
         _ => FingerprintKind::KeyedBlake3,
     };
     let keys = RepoKeys::generate(config.id_bytes().unwrap(), AeadKind::Aes256Gcm, fingerprint);
-    init_with_keys(root, &config, &keys);
-}
-
-fn init_with_keys(root: &Path, config: &RepoConfig, keys: &RepoKeys) {
-    let first = slot(keys, KeyKind::Full, PASSWORD);
-    Repository::init_encrypted(root, config, keys, "0000000000000001", &first).unwrap();
+    init_with_keys(root, &config, &keys, PASSWORD);
 }
 
 /// Opens `root`, with [`PASSWORD`] if it is encrypted.
@@ -427,7 +422,7 @@ fn encrypted_repositories_sharing_a_key_take_the_fast_path_with_their_own_compre
         AeadKind::Aes256Gcm,
         FingerprintKind::KeyedBlake3,
     );
-    init_with_keys(&a, &config, &keys);
+    init_with_keys(&a, &config, &keys, PASSWORD);
     // A cluster's nodes share a key this way; the second stores chunks uncompressed.
     let uncompressed = config.clone().with_compression(Compression::None);
     init_with_keys(
@@ -436,7 +431,7 @@ fn encrypted_repositories_sharing_a_key_take_the_fast_path_with_their_own_compre
         &keys,
     );
     // The third compresses as the first: its chunks keep the first's zstd frames.
-    init_with_keys(&c, &config, &keys);
+    init_with_keys(&c, &config, &keys, PASSWORD);
     backup_generations(&a, dir.path(), 2);
     let summary = copy_between(&a, &b, &[]);
     assert!(!summary.rechunked);
@@ -497,7 +492,7 @@ fn a_write_only_destination_key_is_refused_before_anything_is_written() {
         AeadKind::Aes256Gcm,
         FingerprintKind::KeyedBlake3,
     );
-    init_with_keys(&dst, &config, &keys);
+    init_with_keys(&dst, &config, &keys, PASSWORD);
     let writer = slot(&keys, KeyKind::WriteOnly, b"writer");
     larder_store::keys::write_slot(
         &larder_store::LocalBackend::new(&dst),

@@ -23,7 +23,7 @@ use tree_files::files;
 
 #[path = "support/unlock.rs"]
 mod unlock;
-use unlock::{open, slot};
+use unlock::{init_with_keys, open, slot};
 
 #[path = "support/options.rs"]
 mod options;
@@ -54,8 +54,7 @@ fn init_sized(root: &Path, hash: HashAlgo, aead: AeadKind, container_size: usize
         _ => FingerprintKind::KeyedBlake3,
     };
     let keys = RepoKeys::generate(config.id_bytes().unwrap(), aead, fingerprint);
-    let first = slot(&keys, KeyKind::Full, PASSWORD);
-    Repository::init_encrypted(root, &config, &keys, "0000000000000001", &first).unwrap();
+    init_with_keys(root, &config, &keys, PASSWORD);
     keys
 }
 

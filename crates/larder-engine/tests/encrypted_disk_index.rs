@@ -23,7 +23,7 @@ use tree_files::files;
 
 #[path = "support/unlock.rs"]
 mod unlock;
-use unlock::{open, slot};
+use unlock::{init_with_keys, open, slot};
 
 #[path = "support/options.rs"]
 mod options;
@@ -64,8 +64,7 @@ fn init(root: &Path, aead: AeadKind, lookup: DiskLookup) {
         aead,
         FingerprintKind::KeyedBlake3,
     );
-    let first = slot(&keys, KeyKind::Full, PASSWORD);
-    Repository::init_encrypted(root, &config, &keys, "0000000000000001", &first).unwrap();
+    init_with_keys(root, &config, &keys, PASSWORD);
     keys::write_slot(
         &larder_store::LocalBackend::new(root),
         "00000000000000ff",

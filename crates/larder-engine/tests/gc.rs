@@ -24,6 +24,10 @@ use larder_store::{
 mod seeded;
 use seeded::bytes;
 
+#[path = "support/dirs.rs"]
+mod dirs;
+use dirs::copy_dir;
+
 #[path = "support/options.rs"]
 mod options;
 use options::{backup_options, check_options, restore_options};
@@ -314,18 +318,6 @@ fn repack_threshold_decides_between_keeping_and_repacking() {
     assert_intact(&f, &f.repo, &[2, 4]);
 }
 
-fn copy_dir(from: &Path, to: &Path) {
-    fs::create_dir_all(to).unwrap();
-    for entry in fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let dest = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &dest);
-        } else {
-            fs::copy(entry.path(), &dest).unwrap();
-        }
-    }
-}
 
 /// Regression guard for the protocol's order: deleting a container before the
 /// segment that drops it is durable, or rolling forward an uncommitted collection,

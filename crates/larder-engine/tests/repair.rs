@@ -29,7 +29,11 @@ use tree_files::files;
 
 #[path = "support/unlock.rs"]
 mod unlock;
-use unlock::{open, slot};
+use unlock::{init_with_keys, open, slot};
+
+#[path = "support/dirs.rs"]
+mod dirs;
+use dirs::copy_dir;
 
 #[path = "support/options.rs"]
 mod options;
@@ -58,8 +62,7 @@ fn init(root: &Path, disk: bool) {
         AeadKind::Aes256Gcm,
         FingerprintKind::KeyedBlake3,
     );
-    let first = slot(&keys, KeyKind::Full, PASSWORD);
-    Repository::init_encrypted(root, &config, &keys, "0000000000000001", &first).unwrap();
+    init_with_keys(root, &config, &keys, PASSWORD);
 }
 
 fn opened(root: &Path, mode: LockMode) -> Repository {
@@ -174,18 +177,6 @@ fn run_repair(root: &Path, crash_after_ops: Option<usize>) -> RepairReport {
     repair(&mut repo, &opts).unwrap()
 }
 
-fn copy_dir(from: &Path, to: &Path) {
-    fs::create_dir_all(to).unwrap();
-    for entry in fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let dest = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &dest);
-        } else {
-            fs::copy(entry.path(), &dest).unwrap();
-        }
-    }
-}
 
 fn container_ids(root: &Path) -> BTreeSet<u64> {
     fs::read_dir(root.join("containers"))

@@ -22,7 +22,7 @@ use options::{backup_options, check_options, restore_options};
 
 #[path = "support/unlock.rs"]
 mod unlock;
-use unlock::slot;
+use unlock::{init_with_keys, slot};
 
 const PASSWORD: &[u8] = b"units test password";
 
@@ -80,8 +80,7 @@ fn init(root: &Path, compression: Compression, encrypted: bool) {
         AeadKind::Aes256Gcm,
         FingerprintKind::KeyedBlake3,
     );
-    let first = slot(&keys, KeyKind::Full, PASSWORD);
-    Repository::init_encrypted(root, &config, &keys, "0000000000000001", &first).unwrap();
+    init_with_keys(root, &config, &keys, PASSWORD);
 }
 
 fn open(root: &Path, encrypted: bool) -> Repository {
