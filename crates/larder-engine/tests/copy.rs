@@ -429,6 +429,7 @@ fn encrypted_repositories_sharing_a_key_take_the_fast_path_with_their_own_compre
         &b,
         &uncompressed.with_encryption(AeadKind::Aes256Gcm),
         &keys,
+        PASSWORD,
     );
     // The third compresses as the first: its chunks keep the first's zstd frames.
     init_with_keys(&c, &config, &keys, PASSWORD);

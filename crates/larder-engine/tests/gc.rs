@@ -318,7 +318,6 @@ fn repack_threshold_decides_between_keeping_and_repacking() {
     assert_intact(&f, &f.repo, &[2, 4]);
 }
 
-
 /// Regression guard for the protocol's order: deleting a container before the
 /// segment that drops it is durable, or rolling forward an uncommitted collection,
 /// loses live chunks here at some stop.

@@ -11,7 +11,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use larder_chunk::{ChunkerConfig, ChunkerKind};
-use larder_crypto::{AeadKind, FingerprintKind, KeyKind, RepoKeys};
+use larder_crypto::{AeadKind, FingerprintKind, RepoKeys};
 use larder_engine::{
     backup, check, load_tree, repair, restore, ChunkReader, RepairOptions, RepairReport,
     DEFAULT_RESTORE_CACHE,
@@ -29,7 +29,7 @@ use tree_files::files;
 
 #[path = "support/unlock.rs"]
 mod unlock;
-use unlock::{init_with_keys, open, slot};
+use unlock::{init_with_keys, open};
 
 #[path = "support/dirs.rs"]
 mod dirs;
@@ -176,7 +176,6 @@ fn run_repair(root: &Path, crash_after_ops: Option<usize>) -> RepairReport {
     };
     repair(&mut repo, &opts).unwrap()
 }
-
 
 fn container_ids(root: &Path) -> BTreeSet<u64> {
     fs::read_dir(root.join("containers"))

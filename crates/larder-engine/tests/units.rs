@@ -9,7 +9,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use larder_chunk::ChunkerConfig;
-use larder_crypto::{AeadKind, FingerprintKind, KeyKind, RepoKeys};
+use larder_crypto::{AeadKind, FingerprintKind, RepoKeys};
 use larder_engine::{backup, check, forget, gc, restore, ChunkReader};
 use larder_hash::HashAlgo;
 use larder_store::{
@@ -22,7 +22,7 @@ use options::{backup_options, check_options, restore_options};
 
 #[path = "support/unlock.rs"]
 mod unlock;
-use unlock::{init_with_keys, slot};
+use unlock::init_with_keys;
 
 const PASSWORD: &[u8] = b"units test password";
 
