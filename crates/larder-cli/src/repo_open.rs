@@ -260,7 +260,7 @@ impl RepoOpener {
             .password
             .get(default_file.as_deref())
             .context("the repository is encrypted")?;
-        let (keys, slot) = keys::unlock(backend, password.as_bytes())?;
+        let (keys, slot) = keys::unlock_for_config(backend, password.as_bytes(), &config)?;
         let id = hex(&keys.repo_id());
         if let Err(e) = security::remember_encrypted(&storage.location, &id) {
             out.warn(&format!(

@@ -191,6 +191,34 @@ fn a_damaged_key_file_is_named_and_another_key_still_opens() {
 }
 
 #[test]
+fn a_foreign_slot_under_the_same_password_is_passed_over() {
+    let repo = Repo::init(&[]);
+    let other = Repo::init(&[]);
+    let ours = slots(&repo, PASSWORD)[0].0.clone();
+    let theirs = slots(&other, PASSWORD)[0].0.clone();
+    // The other repository's slot, opened by the same password, named so that it is
+    // tried first.
+    fs::copy(
+        other.path.join("keys").join(format!("{theirs}.key")),
+        repo.path.join("keys").join("0000000000000000.key"),
+    )
+    .unwrap();
+    let src = repo.new_path("src");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("f"), b"still ours").unwrap();
+    repo.run(["backup", src.to_str().unwrap()]).expect_ok();
+    repo.run(["check"]).expect_ok();
+    // The slot in use is the repository's own.
+    let listed = slots(&repo, PASSWORD);
+    let current: Vec<&str> = listed
+        .iter()
+        .filter(|s| s.2)
+        .map(|s| s.0.as_str())
+        .collect();
+    assert_eq!(current, [ours.as_str()], "{listed:?}");
+}
+
+#[test]
 fn a_tampered_container_fails_check_and_restore_of_its_files_only_with_exit_3() {
     let repo = Repo::init(&[]);
     let src = repo.dir("src");

@@ -4,8 +4,9 @@
 
 use larder_crypto::{KeySlot, RepoKeys};
 
-use crate::backend::{Backend, FileKind};
+use crate::backend::{Backend, FileKind, CONFIG_NAME};
 use crate::error::{Result, StoreError};
+use crate::repo::RepoConfig;
 
 /// Every slot's id, sorted, with the slot or why it does not parse. A repository
 /// without slots is an error: a cluster node's (its key is the cluster's).
@@ -35,10 +36,50 @@ pub fn list_slots(backend: &dyn Backend) -> Result<Vec<(String, Result<KeySlot>)
         .collect())
 }
 
-/// Unlocks the repository's key with `password`: the first slot it opens
-/// ([`unlock_among`] of the repository's slots). Returns the keys and the slot's id.
+/// Unlocks the repository's key with `password`: the first slot it opens whose keys
+/// also open the repository's sealed config ([`unlock_for_config`]), or, where there is
+/// no config yet, the first slot it opens. Returns the keys and the slot's id.
 pub fn unlock(backend: &dyn Backend, password: &[u8]) -> Result<(RepoKeys, String)> {
-    unlock_among(list_slots(backend)?, password, None)
+    match backend.read(FileKind::Config, CONFIG_NAME) {
+        Ok(config) => unlock_for_config(backend, password, &config),
+        Err(StoreError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            unlock_among(list_slots(backend)?, password, None)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Unlocks, of the slots `password` opens, the first whose keys open `config` (the
+/// repository's config file as read). A slot of another repository copied into `keys/`
+/// under the same password opens too: it is passed over, so that it cannot make the
+/// repository unusable. If slots open but none opens the config, the config's error
+/// with the first of them; if none opens, as [`unlock_among`].
+pub fn unlock_for_config(
+    backend: &dyn Backend,
+    password: &[u8],
+    config: &[u8],
+) -> Result<(RepoKeys, String)> {
+    let name = format!("{}/{CONFIG_NAME}", backend.location());
+    let (mut refusal, mut damage) = (None, None);
+    for (id, slot) in list_slots(backend)? {
+        let slot = match slot {
+            Ok(slot) => slot,
+            Err(e) => {
+                damage = Some(e);
+                continue;
+            }
+        };
+        let Ok(keys) = slot.unlock(password, None) else {
+            continue;
+        };
+        match RepoConfig::decode_with(config, &name, Some(&keys)) {
+            Ok(_) => return Ok((keys, id)),
+            Err(e) => {
+                refusal.get_or_insert(e);
+            }
+        }
+    }
+    Err(refusal.or(damage).unwrap_or(StoreError::WrongPassword))
 }
 
 /// Unlocks the first of `slots` (ids with the slot or why it does not parse, as
