@@ -240,6 +240,12 @@ fn run(cli: Cli, out: &Output) -> Result<ExitCode> {
         ),
         cluster: cli.cluster,
     };
+    if let (false, Some(name)) = (g.cluster.is_empty(), repository_only(&cli.command)) {
+        return Ok(out.usage(&format!(
+            "`larder {name}` works on a repository, not through a cluster: --cluster (or \
+             LARDER_CLUSTER) does not apply to it; unset it to use the repository --repo names"
+        )));
+    }
     match cli.command {
         Command::Init(args) => init::run(args, &g, out),
         Command::Backup(args) => backup::run(args, &g, out),
@@ -265,6 +271,29 @@ fn run(cli: Cli, out: &Output) -> Result<ExitCode> {
         Command::Cluster(command) => cluster::run(command, &g.repo.password, out),
         Command::Bench(args) => bench::run(args, out),
     }
+}
+
+/// The name of `command` where it works on a repository and has no cluster form (only
+/// backup, restore and snapshots go through a cluster; mount says so itself), so that
+/// `--cluster` is refused there rather than ignored: ignored, `larder --cluster NODE
+/// forget` would act on the local default repository.
+fn repository_only(command: &Command) -> Option<&'static str> {
+    Some(match command {
+        Command::Init(_) => "init",
+        Command::Ls(_) => "ls",
+        Command::Diff(_) => "diff",
+        Command::Cat(_) => "cat",
+        Command::Check(_) => "check",
+        Command::Stats(_) => "stats",
+        Command::RebuildIndex(_) | Command::Index(_) => "index",
+        Command::Copy(_) => "copy",
+        Command::Forget(_) => "forget",
+        Command::Gc(_) => "gc",
+        Command::Repair(_) => "repair",
+        Command::Key(_) => "key",
+        Command::Unlock(_) => "unlock",
+        _ => return None,
+    })
 }
 
 #[cfg(test)]

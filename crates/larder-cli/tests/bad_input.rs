@@ -490,3 +490,30 @@ fn a_closed_stdout_ends_larder_quietly_without_a_panic() {
     assert!(!out.stderr.contains("panicked"), "{out}");
     assert_eq!(out.code, None, "expected death by SIGPIPE\n{out}");
 }
+
+/// `--cluster` (or `LARDER_CLUSTER`) on a command that has no cluster form is a usage
+/// error, not ignored: ignored, `forget` removed a snapshot of the local repository.
+#[test]
+fn cluster_on_a_repository_only_command_is_a_usage_error_that_changes_nothing() {
+    let repo = Repo::init(&[]);
+    let src = repo.new_path("src");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("f"), b"kept").unwrap();
+    repo.backup(&[&src]);
+    let before = list_tree(&repo.path);
+    for args in [
+        &["--cluster", "127.0.0.1:1", "forget", "latest"][..],
+        &["--cluster", "127.0.0.1:1", "gc"],
+        &["--cluster", "127.0.0.1:1", "ls", "latest"],
+        &["--cluster", "127.0.0.1:1", "key", "list"],
+    ] {
+        repo.run(args)
+            .expect_code(2)
+            .expect_stderr(&["works on a repository, not through a cluster"]);
+    }
+    let mut c = repo.command(["forget", "latest"]);
+    c.env("LARDER_CLUSTER", "127.0.0.1:1");
+    run_command(c, QUICK).expect_code(2);
+    assert_eq!(list_tree(&repo.path), before, "a refused command wrote");
+    repo.run(["snapshots"]).expect_ok();
+}
