@@ -188,7 +188,8 @@ fn wrong_credentials_a_missing_bucket_and_an_unreachable_server_are_clear_errors
     missing.url = Some("s3://no-such-bucket/repo".into());
     let out = missing.run(["snapshots"]);
     assert_eq!(out.code, Some(1), "{out}");
-    out.expect_stderr(&["s3://no-such-bucket"]);
+    out.expect_stderr(&["s3://no-such-bucket", "the bucket does not exist"]);
+    assert!(!out.stderr.contains("not a larder repository"), "{out}");
 
     let empty = s3_repo(&server, "nothing-here");
     let out = empty.run(["snapshots"]);

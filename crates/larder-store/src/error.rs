@@ -13,6 +13,9 @@ pub enum StoreError {
     Io { path: PathBuf, source: io::Error },
     #[error("{} is not a larder repository (no config file); create one with `larder init`", .0.display())]
     NotARepository(PathBuf),
+    /// The object store answered that the bucket itself does not exist.
+    #[error("{0}: the bucket does not exist; create it with the storage's own tools (larder creates no buckets), or check its name")]
+    NoSuchBucket(String),
     #[error("{} already exists and is not empty; refusing to create a repository there", .0.display())]
     AlreadyExists(PathBuf),
     #[error("corrupt {what} {name}: {reason}")]

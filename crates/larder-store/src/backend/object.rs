@@ -145,10 +145,16 @@ impl ObjectBackend {
         PathBuf::from(format!("{}/{}", self.location, self.key(relative)))
     }
 
+    /// `e` as a store error: an S3 `NoSuchBucket` answer names the bucket (a missing
+    /// bucket is not a missing repository), anything else the object it concerned.
     fn error(&self, relative: &str, e: object_store::Error) -> StoreError {
+        let chain = crate::error::error_chain(&e);
+        if chain.contains("<Code>NoSuchBucket</Code>") {
+            return StoreError::NoSuchBucket(self.location.clone());
+        }
         StoreError::io(
             self.describe(relative),
-            io::Error::new(error_kind(&e), crate::error::error_chain(&e)),
+            io::Error::new(error_kind(&e), chain),
         )
     }
 
@@ -312,7 +318,17 @@ fn http_status(message: &str) -> Option<u16> {
 
 impl Backend for ObjectBackend {
     fn read(&self, kind: FileKind, name: &str) -> Result<Vec<u8>> {
-        self.get(&Self::relative(kind, name))
+        match self.get(&Self::relative(kind, name)) {
+            // A missing config may be a missing bucket: S3 says which only to a list
+            // (a GET answers a bare 404), whose `NoSuchBucket` then names the bucket.
+            Err(StoreError::Io { source, path })
+                if matches!(kind, FileKind::Config) && source.kind() == io::ErrorKind::NotFound =>
+            {
+                self.list(FileKind::Key)?;
+                Err(StoreError::Io { source, path })
+            }
+            got => got,
+        }
     }
 
     fn read_ranges(
