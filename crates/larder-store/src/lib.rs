@@ -42,8 +42,8 @@ pub use container::{
 pub use error::{error_chain, Result, StoreError};
 pub use gc_plan::GcPlan;
 pub use lock::{
-    FlockLock, LockHolder, LockMode, LockObject, ObjectLock, RemovedLock, RepoLock, LOCK_REFRESH,
-    LOCK_STALE_AFTER,
+    FlockLock, LockHolder, LockMode, LockObject, ObjectLock, Removal, RemovedLock, RepoLock,
+    LOCK_REFRESH, LOCK_STALE_AFTER,
 };
 pub use names::{escape_controls, escape_name};
 pub use partition_object::{object_name, parse_object_name, PartitionObject, PartitionObjectKind};

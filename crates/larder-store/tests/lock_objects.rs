@@ -124,7 +124,9 @@ fn stale_objects_block_no_one_and_are_removed() {
     assert!(gone.is_stale(now()) && expired.is_stale(now()));
     drop(acquire(&backend, LockMode::Exclusive));
 
-    let removed = RepoLock::remove_stale(&backend, None).unwrap();
+    let removed = RepoLock::remove_stale(&backend, None, false)
+        .unwrap()
+        .removed;
     assert_eq!(removed.len(), 2);
     assert!(backend.list(FileKind::Lock).unwrap().is_empty());
 }
@@ -148,8 +150,36 @@ fn a_fresh_object_of_another_host_blocks_and_says_when_it_lapses() {
         message.contains("another-host") && message.contains("lapses in"),
         "{message}"
     );
-    assert!(RepoLock::remove_stale(&backend, None).unwrap().is_empty());
+    // `unlock` leaves it and says who holds it; `unlock --remove-all` removes it.
+    let removal = RepoLock::remove_stale(&backend, None, false).unwrap();
+    assert!(removal.removed.is_empty());
+    assert_eq!(removal.kept, [elsewhere.holder.clone()]);
     assert_eq!(backend.list(FileKind::Lock).unwrap(), ["00000000000000b1"]);
+    let removal = RepoLock::remove_stale(&backend, None, true).unwrap();
+    assert_eq!(removal.removed, [RemovedLock::Live(elsewhere.holder)]);
+    assert!(backend.list(FileKind::Lock).unwrap().is_empty());
+    acquire(&backend, LockMode::Exclusive);
+}
+
+/// A lock object whose refresh time lies ten years ahead: `unlock` names it instead of
+/// saying the repository is not locked, and `--remove-all` frees the repository.
+#[test]
+fn a_lock_from_the_future_is_named_by_unlock_and_removed_by_remove_all() {
+    let backend = backend();
+    let future = LockObject {
+        holder: LockHolder {
+            hostname: "clock-ahead".into(),
+            ..LockHolder::current()
+        },
+        exclusive: true,
+        refreshed: now() + 315_000_000,
+    };
+    plant(&*backend, "00000000000000d1", &future);
+    refused(&backend, LockMode::Shared);
+    let removal = RepoLock::remove_stale(&backend, None, false).unwrap();
+    assert_eq!(removal.kept.len(), 1, "{removal:?}");
+    RepoLock::remove_stale(&backend, None, true).unwrap();
+    acquire(&backend, LockMode::Exclusive);
 }
 
 #[test]
@@ -160,7 +190,7 @@ fn a_damaged_object_blocks_until_unlock_removes_it() {
         .unwrap();
     let message = refused(&backend, LockMode::Shared);
     assert!(message.contains("cannot be read"), "{message}");
-    RepoLock::remove_stale(&backend, None).unwrap();
+    RepoLock::remove_stale(&backend, None, false).unwrap();
     acquire(&backend, LockMode::Exclusive);
 }
 
@@ -271,7 +301,9 @@ fn lock_objects_the_storage_forged_or_edited_are_held_and_named_by_unlock() {
                 "{name}: {message}"
             );
         }
-        let removed = RepoLock::remove_stale(&backend, k.map(|k| &**k)).unwrap();
+        let removed = RepoLock::remove_stale(&backend, k.map(|k| &**k), false)
+            .unwrap()
+            .removed;
         assert!(
             matches!(&removed[..], [RemovedLock::Unreadable { name: n, .. }] if n == name),
             "{name}: {removed:?}"

@@ -129,6 +129,17 @@ pub enum RemovedLock {
     /// A lock object that could not be read: too large, damaged, not a lock object,
     /// or in an encrypted repository one that does not open with its key.
     Unreadable { name: String, why: String },
+    /// A lock object whose holder may still run (removed only when asked to remove
+    /// every lock: `larder unlock --remove-all`).
+    Live(LockHolder),
+}
+
+/// What removing locks did: what it removed, and the holders it left, whose locks
+/// still exclude others.
+#[derive(Debug, Default, Serialize)]
+pub struct Removal {
+    pub removed: Vec<RemovedLock>,
+    pub kept: Vec<LockHolder>,
 }
 
 /// A held repository lock; dropping it releases the lock.
@@ -163,19 +174,25 @@ impl RepoLock {
 
     /// Removes what killed processes left: the stale note of a `flock` lock, or the
     /// stale and unreadable lock objects (whose holders are gone or stopped
-    /// refreshing them; `keys` open an encrypted repository's). Returns what it
-    /// removed. A lock held by a running process is not removed: with a `flock`, the
-    /// error names the holder.
+    /// refreshing them; `keys` open an encrypted repository's), and with `all` every
+    /// lock object, live holders' included (for a holder known gone that the storage
+    /// cannot show gone: another host's, or one whose clock claims a time to come).
+    /// A lock held by a running process is never removed from a local repository: a
+    /// `flock` ends with its process, and the error names the holder.
     pub fn remove_stale(
         backend: &Arc<dyn Backend>,
         keys: Option<&RepoKeys>,
-    ) -> Result<Vec<RemovedLock>> {
+        all: bool,
+    ) -> Result<Removal> {
         match backend.flock_dir() {
-            Some(dir) => Ok(FlockLock::remove_stale(dir)?
-                .into_iter()
-                .map(RemovedLock::Stale)
-                .collect()),
-            None => object::remove_stale(&**backend, keys),
+            Some(dir) => Ok(Removal {
+                removed: FlockLock::remove_stale(dir)?
+                    .into_iter()
+                    .map(RemovedLock::Stale)
+                    .collect(),
+                kept: Vec::new(),
+            }),
+            None => object::remove(&**backend, keys, all),
         }
     }
 

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use larder_crypto::{ObjectKind, RepoKeys};
 use serde::{Deserialize, Serialize};
 
-use super::{unix_now, LockHolder, LockMode, RemovedLock, MAX_HOLDER_BYTES};
+use super::{unix_now, LockHolder, LockMode, Removal, RemovedLock, MAX_HOLDER_BYTES};
 use crate::backend::{Backend, FileKind};
 use crate::error::{Result, StoreError};
 
@@ -372,25 +372,27 @@ fn jittered(d: Duration) -> Duration {
 }
 
 /// Removes the stale lock objects and the unreadable ones (opened with `keys` in an
-/// encrypted repository); returns what it removed.
-pub(super) fn remove_stale(
-    backend: &dyn Backend,
-    keys: Option<&RepoKeys>,
-) -> Result<Vec<RemovedLock>> {
+/// encrypted repository), and with `all` every other one too, live holders' included.
+/// Returns what it removed and the holders whose objects it left.
+pub(super) fn remove(backend: &dyn Backend, keys: Option<&RepoKeys>, all: bool) -> Result<Removal> {
     let now = unix_now();
-    let mut removed = Vec::new();
+    let mut out = Removal::default();
     for (name, object) in read_all(backend, None, keys)? {
-        match object {
-            Ok(o) if !o.is_stale(now) => continue,
-            Ok(o) => removed.push(RemovedLock::Stale(o.holder)),
-            Err(why) => removed.push(RemovedLock::Unreadable {
+        out.removed.push(match object {
+            Ok(o) if !o.is_stale(now) && !all => {
+                out.kept.push(o.holder);
+                continue;
+            }
+            Ok(o) if !o.is_stale(now) => RemovedLock::Live(o.holder),
+            Ok(o) => RemovedLock::Stale(o.holder),
+            Err(why) => RemovedLock::Unreadable {
                 name: name.clone(),
                 why,
-            }),
-        }
+            },
+        });
         backend.remove(FileKind::Lock, &name)?;
     }
-    Ok(removed)
+    Ok(out)
 }
 
 #[cfg(test)]
