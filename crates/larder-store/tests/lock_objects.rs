@@ -153,7 +153,7 @@ fn a_fresh_object_of_another_host_blocks_and_says_when_it_lapses() {
     // `unlock` leaves it and says who holds it; `unlock --remove-all` removes it.
     let removal = RepoLock::remove_stale(&backend, None, false).unwrap();
     assert!(removal.removed.is_empty());
-    assert_eq!(removal.kept, [elsewhere.holder.clone()]);
+    assert_eq!(removal.kept, std::slice::from_ref(&elsewhere.holder));
     assert_eq!(backend.list(FileKind::Lock).unwrap(), ["00000000000000b1"]);
     let removal = RepoLock::remove_stale(&backend, None, true).unwrap();
     assert_eq!(removal.removed, [RemovedLock::Live(elsewhere.holder)]);
