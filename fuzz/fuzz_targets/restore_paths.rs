@@ -14,9 +14,8 @@
 //! outside the target, `a`.
 #![no_main]
 use std::cell::RefCell;
-use std::collections::BTreeMap;
 use std::fs;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use larder_chunk::ChunkerConfig;
@@ -24,6 +23,10 @@ use larder_engine::{restore_entries, RestoreOptions};
 use larder_hash::HashAlgo;
 use larder_store::{EntryKind, LockMode, RepoConfig, Repository, TreeEntry};
 use libfuzzer_sys::fuzz_target;
+
+#[path = "../../crates/larder-engine/tests/support/listing.rs"]
+mod listing;
+use listing::listing;
 
 thread_local! {
     /// The scratch directory of this process and an empty repository in it.
@@ -71,30 +74,6 @@ fn entries(mut data: &[u8], outside: &Path) -> Vec<TreeEntry> {
         });
         if out.len() == 16 {
             break;
-        }
-    }
-    out
-}
-
-/// Every entry under `root`, not following symlinks: mode and content or link target.
-fn listing(root: &Path) -> BTreeMap<PathBuf, (u32, Vec<u8>)> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for e in fs::read_dir(&dir).expect("list") {
-            let path = e.expect("entry").path();
-            let meta = fs::symlink_metadata(&path).expect("lstat");
-            let content = if meta.is_file() {
-                fs::read(&path).expect("read")
-            } else if meta.file_type().is_symlink() {
-                fs::read_link(&path).expect("readlink").into_os_string().into_encoded_bytes()
-            } else {
-                Vec::new()
-            };
-            if meta.is_dir() {
-                stack.push(path.clone());
-            }
-            out.insert(path, (meta.mode(), content));
         }
     }
     out

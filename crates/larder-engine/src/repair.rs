@@ -15,14 +15,16 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use larder_hash::Fingerprint;
-use larder_store::{RepairWork, RepairWriteOptions, Repository, Snapshot, StoreError, TreeRef};
+use larder_store::{
+    encode_tree, RepairWork, RepairWriteOptions, Repository, Snapshot, StoreError, TreeRef,
+};
 
 pub use snapshots::{LostFile, TreeLoss};
 
 use crate::error::Result;
 use crate::{NoProgress, Progress};
 use damage::{Availability, Scan, Tables};
-use snapshots::{encode_tree, examine, repaired_summary, Loss, TreeReader};
+use snapshots::{examine, repaired_summary, Loss, TreeReader};
 
 pub struct RepairOptions {
     /// Decide and report; write nothing.

@@ -7,9 +7,8 @@
 //! target `restore_paths` (fuzz/fuzz_targets/restore_paths.rs) drives the same
 //! property with libFuzzer's inputs.
 
-use std::collections::BTreeMap;
 use std::fs;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use larder_chunk::ChunkerConfig;
@@ -17,6 +16,10 @@ use larder_engine::{restore_entries, RestoreOptions};
 use larder_hash::HashAlgo;
 use larder_store::{EntryKind, LockMode, RepoConfig, Repository, TreeEntry};
 use proptest::prelude::*;
+
+#[path = "support/listing.rs"]
+mod listing;
+use listing::listing;
 
 /// One component of a generated path.
 #[derive(Debug, Clone)]
@@ -77,34 +80,6 @@ fn entry(kind: u8, tokens: &[Token], target: &[Token], outside: &Path) -> TreeEn
         target: path(target, outside),
         ..TreeEntry::new(kind, path(tokens, outside))
     }
-}
-
-/// Every entry under `root` (not following symlinks), with its kind, mode and, for a
-/// file, its content, or for a symlink, its target.
-fn listing(root: &Path) -> BTreeMap<PathBuf, (u32, Vec<u8>)> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for e in fs::read_dir(&dir).unwrap() {
-            let path = e.unwrap().path();
-            let meta = fs::symlink_metadata(&path).unwrap();
-            let content = if meta.is_file() {
-                fs::read(&path).unwrap()
-            } else if meta.file_type().is_symlink() {
-                fs::read_link(&path)
-                    .unwrap()
-                    .into_os_string()
-                    .into_encoded_bytes()
-            } else {
-                Vec::new()
-            };
-            if meta.is_dir() {
-                stack.push(path.clone());
-            }
-            out.insert(path, (meta.mode(), content));
-        }
-    }
-    out
 }
 
 struct Fixture {

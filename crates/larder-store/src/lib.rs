@@ -56,6 +56,6 @@ pub use repo::{
 pub use segment::{decode_segment, encode_segment, segment_len, SegmentContainer};
 pub use snapshot::{Snapshot, SnapshotSummary, TreeRef};
 pub use tree::{
-    attr_flag_letters, encode_tree_header, is_safe_relative_path, EntryKind, FileAsRead,
-    TreeDecoder, TreeEntry, Xattr, ATTR_FLAGS, ATTR_FLAGS_KEPT,
+    attr_flag_letters, encode_tree, encode_tree_header, is_safe_relative_path, EntryKind,
+    FileAsRead, TreeDecoder, TreeEntry, Xattr, ATTR_FLAGS, ATTR_FLAGS_KEPT,
 };

@@ -265,6 +265,18 @@ pub fn encode_tree_header(out: &mut Vec<u8>) {
     out.extend_from_slice(MAGIC_V3);
 }
 
+/// The whole tree stream of `entries`, in the order given: the header, each entry,
+/// and the end byte (docs/design/format.md).
+pub fn encode_tree(entries: &[TreeEntry]) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode_tree_header(&mut out);
+    for e in entries {
+        e.encode(&mut out);
+    }
+    out.push(0);
+    out
+}
+
 /// True if `path` is a non-empty relative path of normal components: no empty
 /// component, no `.` or `..`, no leading `/`, no NUL. Restore relies on this to keep
 /// every entry inside its target.

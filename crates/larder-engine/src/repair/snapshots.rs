@@ -4,8 +4,7 @@
 
 use larder_hash::Fingerprint;
 use larder_store::{
-    encode_tree_header, EntryKind, ParsedContainer, Repository, Snapshot, StoreError, TreeDecoder,
-    TreeEntry,
+    EntryKind, ParsedContainer, Repository, Snapshot, StoreError, TreeDecoder, TreeEntry,
 };
 
 use super::damage::{Availability, Tables};
@@ -186,17 +185,6 @@ fn lost_file(avail: &Availability<'_>, entry: &TreeEntry) -> Result<Option<LostF
         lost_chunks,
         lost_ranges: ranges,
     }))
-}
-
-/// The tree stream of `entries`.
-pub(super) fn encode_tree(entries: &[TreeEntry]) -> Vec<u8> {
-    let mut out = Vec::new();
-    encode_tree_header(&mut out);
-    for e in entries {
-        e.encode(&mut out);
-    }
-    out.push(0);
-    out
 }
 
 /// The summary of a repaired copy: the original's, less what it lost. When the tree

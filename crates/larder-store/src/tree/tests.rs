@@ -40,16 +40,6 @@ fn entry(kind: EntryKind, path: &[u8]) -> TreeEntry {
     e
 }
 
-fn stream(entries: &[TreeEntry]) -> Vec<u8> {
-    let mut out = Vec::new();
-    encode_tree_header(&mut out);
-    for e in entries {
-        e.encode(&mut out);
-    }
-    out.push(0);
-    out
-}
-
 fn decode(bytes: &[u8]) -> Result<Vec<TreeEntry>> {
     TreeDecoder::new(bytes)?.collect()
 }
@@ -89,7 +79,7 @@ fn round_trips_every_kind_and_raw_names() {
         entry(EntryKind::CharDevice, b"a/null"),
         entry(EntryKind::BlockDevice, b"a/sda"),
     ];
-    let bytes = stream(&entries);
+    let bytes = encode_tree(&entries);
     assert_eq!(&bytes[..8], b"LARDERT3");
     assert_eq!(decode(&bytes).unwrap(), entries);
 }
@@ -187,7 +177,7 @@ fn hostile_paths_are_rejected() {
         b"",
         b"a/\0b",
     ] {
-        let bytes = stream(&[entry(EntryKind::File, path)]);
+        let bytes = encode_tree(&[entry(EntryKind::File, path)]);
         let first = TreeDecoder::new(&bytes).unwrap().next().unwrap();
         assert!(
             first.is_err(),
@@ -200,7 +190,7 @@ fn hostile_paths_are_rejected() {
 #[test]
 fn malformed_fields_are_refused() {
     let refused = |e: TreeEntry, what: &str| {
-        assert!(decode(&stream(&[e])).is_err(), "accepted {what}");
+        assert!(decode(&encode_tree(&[e])).is_err(), "accepted {what}");
     };
     let mut e = entry(EntryKind::File, b"f");
     e.ctime_nsec = NANOS;
@@ -219,18 +209,18 @@ fn malformed_fields_are_refused() {
     // the name's length follows the count.
     let mut e = entry(EntryKind::File, b"f");
     e.xattrs.truncate(1);
-    let mut bytes = stream(&[e.clone()]);
+    let mut bytes = encode_tree(&[e.clone()]);
     e.xattrs.clear();
     let count_at = (0..)
-        .find(|&i| bytes[i] != stream(&[e.clone()])[i])
+        .find(|&i| bytes[i] != encode_tree(&[e.clone()])[i])
         .unwrap();
     bytes[count_at + 4] = 0;
     assert!(decode(&bytes).is_err(), "accepted an empty attribute name");
-    let mut bytes = stream(&[entry(EntryKind::Dir, b"d")]);
+    let mut bytes = encode_tree(&[entry(EntryKind::Dir, b"d")]);
     bytes[8] = 7;
     assert!(decode(&bytes).is_err(), "accepted kind 7");
     // A directory's stream ends with its marks, its flags and the end marker.
-    let good = stream(&[entry(EntryKind::Dir, b"d")]);
+    let good = encode_tree(&[entry(EntryKind::Dir, b"d")]);
     let marks_at = good.len() - 6;
     let mut bytes = good.clone();
     bytes[marks_at] = 2;
@@ -255,7 +245,7 @@ fn names_that_do_not_fit_are_left_out() {
         name: vec![b'z'; 256],
         value: Vec::new(),
     });
-    let back = decode(&stream(&[e.clone()])).unwrap();
+    let back = decode(&encode_tree(&[e.clone()])).unwrap();
     assert!(back[0].user.is_empty());
     assert_eq!(back[0].group, b"users");
     assert_eq!(back[0].xattrs, e.xattrs[1..3]);
@@ -263,7 +253,7 @@ fn names_that_do_not_fit_are_left_out() {
 
 #[test]
 fn truncation_is_an_error_not_a_short_tree() {
-    let bytes = stream(&[entry(EntryKind::File, b"f")]);
+    let bytes = encode_tree(&[entry(EntryKind::File, b"f")]);
     for cut in 8..bytes.len() {
         let results: Vec<_> = TreeDecoder::new(&bytes[..cut]).unwrap().collect();
         assert!(
@@ -333,7 +323,7 @@ fn arb_entry() -> impl Strategy<Value = TreeEntry> {
 proptest! {
     #[test]
     fn arbitrary_entries_round_trip(entries in proptest::collection::vec(arb_entry(), 0..6)) {
-        prop_assert_eq!(decode(&stream(&entries)).unwrap(), entries);
+        prop_assert_eq!(decode(&encode_tree(&entries)).unwrap(), entries);
     }
 
     /// The in-CI twin of the `tree` fuzz target, for every version.
