@@ -24,11 +24,12 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use larder_cluster::ids::first_container;
 use larder_cluster::partitions::PartitionStore;
+use larder_cluster::router::MapView;
 use larder_cluster::rpc::{Answer, GetAnswer, LookupHandler, LookupServer, NodeClient, RpcError};
 use larder_cluster::service::OwnerService;
 use larder_cluster::PartitionId;
@@ -286,7 +287,17 @@ fn filled_owner(
         ..DiskIndexConfig::default()
     };
     let store = PartitionStore::new(dir, o.partitions, HashAlgo::Blake3, config, o.lookup);
-    let service = OwnerService::new(store, o.partitions, Duration::from_secs(60));
+    // Node 1, the clients' id, is the one member it serves.
+    let members = MapView {
+        owners: Vec::new(),
+        addrs: HashMap::from([(1, "127.0.0.1:0".to_string())]),
+    };
+    let service = OwnerService::new(
+        store,
+        o.partitions,
+        Duration::from_secs(60),
+        Arc::new(RwLock::new(members)),
+    );
     let all: Vec<PartitionId> = (0..o.partitions).map(PartitionId).collect();
     service.take_over(&all, 1)?;
     let started = Instant::now();
@@ -294,14 +305,14 @@ fn filled_owner(
         let ids: Vec<u64> = (0..o.entries).collect();
         for part in ids.chunks(8192) {
             let fps: Vec<Fingerprint> = part.iter().map(|&i| fingerprint(i)).collect();
-            let answers = service.lookup(2, fps.clone()).await?;
+            let answers = service.lookup(1, fps.clone()).await?;
             assert!(answers.iter().all(|a| *a == Answer::New));
             let entries: Vec<(Fingerprint, ChunkLocation)> = part
                 .iter()
                 .zip(fps)
                 .map(|(&i, fp)| (fp, location(i)))
                 .collect();
-            service.ack(&entries)?;
+            service.ack(1, &entries)?;
         }
         Ok::<(), larder_cluster::ClusterError>(())
     })?;

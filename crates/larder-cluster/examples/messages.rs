@@ -129,10 +129,11 @@ async fn cluster(n: u32, o: &Options) -> Result<Cluster, Box<dyn std::error::Err
     let ids: Vec<NodeId> = (1..=n as NodeId).collect();
     let owners = vec![0; DEFAULT_PARTITIONS as usize];
     let moves = plan_moves(&owners, &ids);
-    let mut view = MapView {
+    // Every service reads the members (whose lookups it takes) from it.
+    let map = Arc::new(RwLock::new(MapView {
         owners,
         addrs: HashMap::new(),
-    };
+    }));
     let mut services = Vec::new();
     for &id in &ids {
         let store = PartitionStore::new(
@@ -142,7 +143,12 @@ async fn cluster(n: u32, o: &Options) -> Result<Cluster, Box<dyn std::error::Err
             config.clone(),
             Lookup::Eager,
         );
-        let service = OwnerService::new(store, DEFAULT_PARTITIONS, Duration::from_secs(60));
+        let service = OwnerService::new(
+            store,
+            DEFAULT_PARTITIONS,
+            Duration::from_secs(60),
+            map.clone(),
+        );
         let mine: Vec<PartitionId> = moves
             .iter()
             .filter(|(_, to)| *to == id)
@@ -150,14 +156,14 @@ async fn cluster(n: u32, o: &Options) -> Result<Cluster, Box<dyn std::error::Err
             .collect();
         service.take_over(&mine, 1)?;
         for p in &mine {
-            view.owners[p.0 as usize] = id;
+            map.write().expect("map").owners[p.0 as usize] = id;
         }
         let any_port: SocketAddr = "127.0.0.1:0".parse()?;
         let server = LookupServer::bind(any_port, Arc::new(service.clone())).await?;
-        view.addrs.insert(id, server.local_addr().to_string());
+        let addr = server.local_addr().to_string();
+        map.write().expect("map").addrs.insert(id, addr);
         services.push((id, service, server));
     }
-    let map = Arc::new(RwLock::new(view));
     let nodes = services
         .into_iter()
         .map(|(id, service, server)| Node {
@@ -223,7 +229,7 @@ async fn write(c: &mut Cluster, k: usize, ids: &[u64]) -> Result<Cost, Box<dyn s
             c.stored.push(id);
         }
     }
-    node.service.ack(&local)?;
+    node.service.ack(node.id, &local)?;
     node.router.ack(&remote).await?;
     Ok(Cost {
         lookups: after.messages - before.messages,

@@ -54,9 +54,10 @@ pub enum ClusterError {
     /// The lookup protocol failed.
     #[error(transparent)]
     Rpc(#[from] RpcError),
-    /// This node's member lease may have expired: it stopped serving its partitions,
-    /// which the master may already have given to others.
-    #[error("the node's lease in etcd was lost; it stopped serving and must start again")]
+    /// This node's member lease may have expired (etcd unreachable, without quorum,
+    /// or it expired the lease): it stopped serving its partitions, which the master
+    /// may already have given to others, and joins again with a new lease.
+    #[error("the node's lease in etcd was lost (etcd unreachable or without quorum)")]
     LeaseLost,
     /// The owner dropped a request without answering it (a bug, or a shutdown).
     #[error("the owner dropped a lookup request unanswered")]
@@ -74,6 +75,18 @@ pub enum ClusterError {
     /// The cluster's key: missing, not opened by the password, or not this cluster's.
     #[error("{0}")]
     Key(String),
+    /// A lookup or an acknowledgement this owner does not take from its sender: the
+    /// sender is not a member, acknowledges a lock another member holds, or names a
+    /// location outside its own containers. Nothing was changed.
+    #[error("refused node {from}'s {what}: {reason}")]
+    Refused {
+        from: u16,
+        what: &'static str,
+        reason: String,
+        /// Whether it may be taken later: a member the owner's view has not seen
+        /// join yet, a lock its holder may still acknowledge (or let expire).
+        retryable: bool,
+    },
 }
 
 impl ClusterError {
@@ -86,6 +99,7 @@ impl ClusterError {
             | ClusterError::NotOwner(_)
             | ClusterError::WatchEnded(_) => true,
             ClusterError::Store { source, .. } => source.is_retryable(),
+            ClusterError::Refused { retryable, .. } => *retryable,
             ClusterError::Coord(e) => e.is_retryable(),
             ClusterError::Rpc(e) => e.is_retryable(),
             ClusterError::Corrupt { .. }

@@ -2,12 +2,14 @@
 //! the partitions the map gives it, joins through a lease, campaigns for master and,
 //! as master, keeps every partition owned by a live node, evenly. Partitions it gains
 //! are taken over from shared storage; partitions it loses, or whose epoch was
-//! overtaken (fenced), are dropped without another write. In an encrypted cluster it
-//! holds the cluster's key (docs/design/crypto.md, "Cluster").
+//! overtaken (fenced), are dropped without another write. When its lease is lost (etcd
+//! unreachable or without quorum) it stops serving, and joins again with a new lease
+//! once etcd answers. In an encrypted cluster it holds the cluster's key
+//! (docs/design/crypto.md, "Cluster").
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use larder_chunk::{ChunkerConfig, ChunkerKind};
@@ -35,6 +37,12 @@ use crate::storage::SharedStorage;
 /// Fingerprints a node's router remembers (the paper's per-node LRU cache of
 /// fingerprints looked up): 1 M, about 80 MB.
 const ROUTER_CACHE: usize = 1 << 20;
+
+/// Pauses between attempts to join again after the lease was lost: doubling from the
+/// first to the last, so that a node follows an etcd outage of any length and joins
+/// within seconds of its end.
+const REJOIN_FIRST_PAUSE: Duration = Duration::from_millis(250);
+const REJOIN_LAST_PAUSE: Duration = Duration::from_secs(4);
 
 /// How a node runs.
 #[derive(Debug, Clone)]
@@ -107,7 +115,33 @@ pub struct Node {
     stop: watch::Sender<bool>,
     tasks: JoinSet<Result<()>>,
     server: Option<LookupServer>,
-    membership: Option<Membership>,
+    /// The node's membership while it has one: put by [`stay_member`] when it joins,
+    /// taken when the lease is lost, and by a graceful stop to revoke it.
+    membership: MemberSlot,
+}
+
+type MemberSlot = Arc<Mutex<Option<Membership>>>;
+
+fn slot(m: &MemberSlot) -> std::sync::MutexGuard<'_, Option<Membership>> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// What a node needs to join (again) and serve while it is a member.
+#[derive(Clone)]
+struct Session {
+    me: NodeId,
+    addr: SocketAddr,
+    ttl_secs: i64,
+    partitions: u32,
+    checkpoint_every: Duration,
+    etcd: Etcd,
+    maps: PartitionMapStore,
+    cache: MapCache,
+    service: OwnerService,
+    store: PartitionStore,
+    view: Arc<RwLock<MapView>>,
+    router: Arc<Router>,
+    membership: MemberSlot,
 }
 
 /// The cluster's parameters, written once (`larder cluster init`): a second init with
@@ -187,7 +221,16 @@ impl Node {
             options.index.clone(),
             options.lookup,
         );
-        let service = OwnerService::new(store.clone(), config.partitions, options.lock_timeout);
+        let view = Arc::new(RwLock::new(MapView {
+            owners: vec![0; config.partitions as usize],
+            addrs: HashMap::new(),
+        }));
+        let service = OwnerService::new(
+            store.clone(),
+            config.partitions,
+            options.lock_timeout,
+            view.clone(),
+        );
         options
             .storage
             .ensure_repository(options.id, &template, keys.as_deref())
@@ -195,10 +238,6 @@ impl Node {
                 what: format!("node {}'s repository", options.id),
                 source,
             })?;
-        let view = Arc::new(RwLock::new(MapView {
-            owners: vec![0; config.partitions as usize],
-            addrs: HashMap::new(),
-        }));
         let router = Arc::new(
             Router::new(options.id, config.partitions, view.clone(), ROUTER_CACHE)
                 .with_local(service.clone()),
@@ -217,42 +256,26 @@ impl Node {
                 source,
             })?;
         let addr = server.local_addr();
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
-        let membership = Membership::join(
-            &etcd,
-            Member::new(options.id, addr.to_string(), cores),
-            MembershipOptions {
-                ttl_secs: options.member_ttl_secs,
-            },
-        )
-        .await?;
+        let session = Session {
+            me: options.id,
+            addr,
+            ttl_secs: options.member_ttl_secs,
+            partitions: config.partitions,
+            checkpoint_every: options.checkpoint_every,
+            cache: maps.cache().await?,
+            etcd,
+            maps,
+            service: service.clone(),
+            store: store.clone(),
+            view: view.clone(),
+            router: router.clone(),
+            membership: Arc::new(Mutex::new(None)),
+        };
+        let membership = session.join().await?;
         let (stop, stopped) = watch::channel(false);
         let mut tasks = JoinSet::new();
-        let cache = maps.cache().await?;
-        tasks.spawn(follow_map(
-            options.id,
-            cache.clone(),
-            service.clone(),
-            view.clone(),
-            stopped.clone(),
-        ));
-        tasks.spawn(follow_members(etcd.clone(), view.clone(), stopped.clone()));
-        tasks.spawn(lead(
-            etcd.clone(),
-            membership.lease(),
-            options.id,
-            config.partitions,
-            stopped.clone(),
-        ));
-        tasks.spawn(expire_locks(service.clone(), stopped.clone()));
-        tasks.spawn(checkpoint(
-            maps.clone(),
-            service.clone(),
-            store.clone(),
-            options.checkpoint_every,
-            stopped.clone(),
-        ));
-        tasks.spawn(watch_lease(membership.lost(), service.clone(), stopped));
+        tasks.spawn(stay_member(session.clone(), membership, stopped.clone()));
+        tasks.spawn(expire_locks(service.clone(), stopped));
         let adopted = crate::jobs::adopted_chunks(&options.storage, options.id, keys.as_deref())
             .map_err(|source| ClusterError::Store {
                 what: format!("node {}'s repository", options.id),
@@ -272,12 +295,12 @@ impl Node {
             stop,
             tasks,
             server: Some(server),
-            membership: Some(membership),
+            membership: session.membership,
         })
     }
 
-    /// Runs until `shutdown` resolves or a task fails (the lease was lost: the node
-    /// must not serve any more), then stops. Tasks that finish their work (the
+    /// Runs until `shutdown` resolves or a task fails (not for a lost lease: the node
+    /// then joins again), then stops. Tasks that finish their work (the
     /// acknowledgement of a killed backup's chunks) end without stopping the node.
     pub async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) -> Result<()> {
         tokio::pin!(shutdown);
@@ -323,10 +346,162 @@ impl Node {
         if let Some(server) = self.server.take() {
             server.shutdown().await;
         }
-        if let Some(membership) = self.membership.take() {
+        let membership = slot(&self.membership).take();
+        if let Some(membership) = membership {
             membership.leave().await?;
         }
         result
+    }
+
+    /// Whether the node is a member now (it holds a lease it believes alive).
+    pub fn is_member(&self) -> bool {
+        slot(&self.membership).is_some()
+    }
+}
+
+impl Session {
+    /// Joins the cluster with a new lease (`members/<id>` on it).
+    async fn join(&self) -> Result<Membership> {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+        Ok(Membership::join(
+            &self.etcd,
+            Member::new(self.me, self.addr.to_string(), cores),
+            MembershipOptions {
+                ttl_secs: self.ttl_secs,
+            },
+        )
+        .await?)
+    }
+
+    /// Serves as a member holding `lease` until `lost` fires or a task of the
+    /// membership fails: follows the map and the members, campaigns for master, and
+    /// checkpoints. Returns why it stopped; its tasks end with it.
+    async fn serve(&self, lease: i64, mut lost: watch::Receiver<bool>) -> ClusterError {
+        let (_keep, stopped) = watch::channel(false);
+        let mut tasks = JoinSet::new();
+        tasks.spawn(follow_map(
+            self.me,
+            self.maps.clone(),
+            self.cache.clone(),
+            self.service.clone(),
+            self.view.clone(),
+            stopped.clone(),
+        ));
+        tasks.spawn(follow_members(
+            self.etcd.clone(),
+            self.view.clone(),
+            stopped.clone(),
+        ));
+        tasks.spawn(lead(
+            self.etcd.clone(),
+            lease,
+            self.me,
+            self.partitions,
+            stopped.clone(),
+        ));
+        tasks.spawn(checkpoint(
+            self.maps.clone(),
+            self.service.clone(),
+            self.store.clone(),
+            self.checkpoint_every,
+            stopped,
+        ));
+        loop {
+            tokio::select! {
+                changed = lost.wait_for(|&l| l) => {
+                    let _ = changed;
+                    return ClusterError::LeaseLost;
+                }
+                done = tasks.join_next() => match done {
+                    Some(Ok(Ok(()))) => continue,
+                    Some(Ok(Err(e))) => return e,
+                    Some(Err(e)) => return ClusterError::Task { what: "a member task".into(), reason: e.to_string() },
+                    None => return ClusterError::WatchEnded("the member tasks".into()),
+                },
+            }
+        }
+    }
+
+    /// Stops serving at once, writing nothing (the master may already have given the
+    /// partitions to others): releases every partition, forgets the map and the
+    /// members (so no node's lookup or acknowledgement is taken), and fails this
+    /// node's lookups with `why` until it joins again.
+    fn detach(&self, why: &ClusterError) -> Result<()> {
+        self.router.set_offline(Some(format!(
+            "node {} is out of the cluster until it joins again ({why}; it retries until etcd answers)",
+            self.me
+        )));
+        {
+            let mut view = self.view.write().unwrap_or_else(|p| p.into_inner());
+            view.owners.iter_mut().for_each(|o| *o = 0);
+            view.addrs.clear();
+        }
+        for (p, _) in self.service.owned() {
+            self.service.release(p, false)?;
+        }
+        // Stops the keepalive without revoking: etcd may be unreachable; the old lease
+        // is revoked before the next join.
+        drop(slot(&self.membership).take());
+        Ok(())
+    }
+
+    /// Joins again after the lease `old` was lost: revokes it (its candidacy and member
+    /// key go at once; etcd may still hold it if quorum came back and renewed it),
+    /// then takes a new lease.
+    async fn rejoin(&self, old: i64) -> Result<Membership> {
+        Membership::revoke(&self.etcd, old).await?;
+        self.join().await
+    }
+}
+
+/// Keeps the node a member for as long as it runs: serves under `membership`; when the
+/// lease is lost (or a task of the membership fails), stops serving, then joins again
+/// with a new lease as soon as etcd answers, trying with growing pauses for as long as
+/// etcd is away, and serves what the map gives it then.
+async fn stay_member(
+    session: Session,
+    membership: Membership,
+    mut stopped: watch::Receiver<bool>,
+) -> Result<()> {
+    let mut lease = membership.lease();
+    let mut lost = membership.lost();
+    *slot(&session.membership) = Some(membership);
+    loop {
+        let why = tokio::select! {
+            why = session.serve(lease, lost) => why,
+            _ = stopped.changed() => return Ok(()),
+        };
+        tracing::warn!(
+            node = session.me,
+            "stopped serving: {why}; joining again once etcd answers"
+        );
+        session.detach(&why)?;
+        let mut pause = REJOIN_FIRST_PAUSE;
+        let membership = loop {
+            tokio::select! {
+                _ = tokio::time::sleep(pause) => {}
+                _ = stopped.changed() => return Ok(()),
+            }
+            let joined = tokio::select! {
+                joined = session.rejoin(lease) => joined,
+                _ = stopped.changed() => return Ok(()),
+            };
+            match joined {
+                Ok(membership) => break membership,
+                Err(e) => {
+                    tracing::warn!(
+                        node = session.me,
+                        "joining again failed (trying again in {pause:?}): {e}"
+                    );
+                    pause = (pause * 2).min(REJOIN_LAST_PAUSE);
+                }
+            }
+        };
+        lease = membership.lease();
+        lost = membership.lost();
+        *slot(&session.membership) = Some(membership);
+        session.router.set_offline(None);
+        tracing::info!(node = session.me, lease, "joined the cluster again");
     }
 }
 
@@ -335,16 +510,23 @@ impl Node {
 /// the others without writing them (their new owner may already have them open).
 async fn follow_map(
     me: NodeId,
+    maps: PartitionMapStore,
     cache: MapCache,
     service: OwnerService,
     view: Arc<RwLock<MapView>>,
     mut stopped: watch::Receiver<bool>,
 ) -> Result<()> {
+    // The map as etcd has it now, not as the cache last saw it: after an outage the
+    // cache may still be catching up.
+    let mut next = Some(Arc::new(maps.load().await?));
     let mut seen = -1;
     loop {
-        let map = tokio::select! {
-            map = cache.wait_until(|m| m.revision > seen) => map?,
-            _ = stopped.changed() => return Ok(()),
+        let map = match next.take() {
+            Some(map) => map,
+            None => tokio::select! {
+                map = cache.wait_until(|m| m.revision > seen) => map?,
+                _ = stopped.changed() => return Ok(()),
+            },
         };
         seen = map.revision;
         {
@@ -411,12 +593,8 @@ async fn follow_members(
     mut stopped: watch::Receiver<bool>,
 ) -> Result<()> {
     let (members, mut events) = Membership::watch(&etcd).await?;
-    {
-        let mut view = view.write().unwrap_or_else(|p| p.into_inner());
-        for m in members {
-            view.addrs.insert(m.id, m.address);
-        }
-    }
+    view.write().unwrap_or_else(|p| p.into_inner()).addrs =
+        members.into_iter().map(|m| (m.id, m.address)).collect();
     loop {
         let event = tokio::select! {
             event = events.recv() => event,
@@ -568,25 +746,4 @@ async fn acknowledge_adopted(
         Err(e) => tracing::warn!(node = me, "acknowledging a killed backup's chunks: {e}"),
     }
     Ok(())
-}
-
-/// Stops serving every partition as soon as the lease may be gone: the master may
-/// already have given them to others.
-async fn watch_lease(
-    mut lost: watch::Receiver<bool>,
-    service: OwnerService,
-    mut stopped: watch::Receiver<bool>,
-) -> Result<()> {
-    tokio::select! {
-        changed = lost.wait_for(|&l| l) => {
-            if changed.is_err() {
-                return Ok(());
-            }
-        }
-        _ = stopped.changed() => return Ok(()),
-    }
-    for (p, _) in service.owned() {
-        service.release(p, false)?;
-    }
-    Err(ClusterError::LeaseLost)
 }

@@ -15,7 +15,7 @@ use larder_index::prefetch::prefetch_value;
 use larder_index::{ChunkLocation, IndexError};
 
 use crate::error::{ClusterError, Result};
-use crate::ids::{partition_of, NodeId, PartitionId};
+use crate::ids::{container_writer, partition_of, NodeId, PartitionId};
 use crate::partitions::Covered;
 use crate::rpc::{Answer, GetAnswer};
 
@@ -48,6 +48,9 @@ pub struct OwnerMetrics {
     pub late_acks: u64,
     /// Acknowledgements for partitions this node does not own (dropped).
     pub moved_acks: u64,
+    /// Acknowledgements refused whole: of a lock another node holds, or of a
+    /// location outside the sender's containers.
+    pub refused_acks: u64,
     /// Locks whose acknowledgement did not come in time.
     pub expired: u64,
 }
@@ -64,18 +67,27 @@ impl OwnerMetrics {
         self.acks += other.acks;
         self.late_acks += other.late_acks;
         self.moved_acks += other.moved_acks;
+        self.refused_acks += other.refused_acks;
         self.expired += other.expired;
     }
+}
+
+/// A lock on new: until when, and the node answered `New`, the only one whose
+/// acknowledgement releases it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Lock {
+    deadline: Instant,
+    holder: NodeId,
 }
 
 /// An owned partition: its disk index (tokens are tickets) and its locks.
 struct Part<I> {
     epoch: u64,
     index: DiskIndex<I, Ticket>,
-    /// Fingerprints answered `New` and not acknowledged: the deadline of the lock.
+    /// Fingerprints answered `New` and not acknowledged: their locks.
     /// Invariant: exactly the index's pending fingerprints. Fingerprints are uniform,
     /// so some of their bytes hash them (SipHash was a few percent of a lookup).
-    locks: HashMap<Fingerprint, Instant, FingerprintHasher>,
+    locks: HashMap<Fingerprint, Lock, FingerprintHasher>,
     /// Locations of acknowledgements that found no lock, looked up under the owner's
     /// own ticket: inserted if the lookup answers `New`.
     late: HashMap<Fingerprint, ChunkLocation, FingerprintHasher>,
@@ -304,13 +316,28 @@ impl<I: IndexIo> Owner<I> {
         }
     }
 
-    /// Records where a writer stored chunks it was answered `New` for: each unlocks its
-    /// fingerprint and answers the requests waiting on it `Known`. An acknowledgement
-    /// without a lock (it expired, or the partition changed owner) inserts the location
-    /// if the fingerprint is still absent, so that a late writer's chunk is found. The
-    /// chunks' containers must already be durable: they are the log a takeover replays
-    /// (crate::partitions).
-    pub fn ack(&mut self, entries: &[(Fingerprint, ChunkLocation)], now: Instant) -> Result<()> {
+    /// Records where node `from` stored chunks it was answered `New` for: each unlocks
+    /// its fingerprint and answers the requests waiting on it `Known`. An
+    /// acknowledgement without a lock (it expired, or the partition changed owner)
+    /// inserts the location if the fingerprint is still absent, so that a late
+    /// writer's chunk is found. The chunks' containers must already be durable: they
+    /// are the log a takeover replays (crate::partitions).
+    ///
+    /// Refused whole, with nothing changed ([`ClusterError::Refused`]), when an entry
+    /// names a container outside `from`'s range (a node writes only its own) or a
+    /// fingerprint locked by another node (only the holder releases a lock; that
+    /// refusal is retryable: once the holder acknowledges or its lock expires, the
+    /// entry is a late acknowledgement).
+    pub fn ack(
+        &mut self,
+        from: NodeId,
+        entries: &[(Fingerprint, ChunkLocation)],
+        now: Instant,
+    ) -> Result<()> {
+        if let Err(e) = self.check_ack(from, entries) {
+            self.metrics.refused_acks += 1;
+            return Err(e);
+        }
         // Partition by partition, in order within each, loading ahead what the next
         // partitions' inserts write (their Bloom words and cache slots), as a lookup
         // does: a batch's acknowledgements spread over up to every partition.
@@ -334,6 +361,29 @@ impl<I: IndexIo> Owner<I> {
             }
         }
         failure.map_or(Ok(()), Err)
+    }
+
+    /// Whether node `from` may acknowledge every one of `entries`: each location in one
+    /// of its own containers, no fingerprint locked by another node.
+    fn check_ack(&self, from: NodeId, entries: &[(Fingerprint, ChunkLocation)]) -> Result<()> {
+        check_writer(from, entries)?;
+        for (fp, _) in entries {
+            let p = partition_of(fp, self.partitions);
+            let lock = self.parts.get(p).and_then(|part| part.locks.get(fp));
+            if let Some(lock) = lock.filter(|lock| lock.holder != from) {
+                return Err(ClusterError::Refused {
+                    from,
+                    what: "acknowledgement",
+                    reason: format!(
+                        "fingerprint {} is locked by node {}",
+                        fp.to_hex(),
+                        lock.holder
+                    ),
+                    retryable: true,
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Acknowledges one entry of partition `p`; sets `late` when it is looked up
@@ -386,7 +436,7 @@ impl<I: IndexIo> Owner<I> {
             let Some(part) = self.parts.get_mut(p) else {
                 continue;
             };
-            if part.locks.get(&fp) != Some(&deadline) {
+            if part.locks.get(&fp).map(|lock| lock.deadline) != Some(deadline) {
                 continue;
             }
             part.locks.remove(&fp);
@@ -492,7 +542,8 @@ impl<I: IndexIo> Owner<I> {
             let reply = match r.answer {
                 IndexAnswer::Duplicate(location) => Answer::Known(location),
                 IndexAnswer::New => {
-                    part.locks.insert(r.fp, deadline);
+                    let holder = r.token.node;
+                    part.locks.insert(r.fp, Lock { deadline, holder });
                     self.expiries.push_back((deadline, p, r.fp));
                     Answer::New
                 }
@@ -509,6 +560,28 @@ impl<I: IndexIo> Owner<I> {
 
     fn answer(&mut self, ticket: Ticket, reply: Answer) {
         answer(&mut self.metrics, &mut self.output, ticket, reply);
+    }
+}
+
+/// Refuses node `from`'s acknowledgement of `entries` unless every location is in one
+/// of its own containers (`container >> 48 == from`): a node writes only those, so an
+/// entry elsewhere is forged, and would hand out a chunk that is not where it says.
+pub(crate) fn check_writer(from: NodeId, entries: &[(Fingerprint, ChunkLocation)]) -> Result<()> {
+    match entries
+        .iter()
+        .find(|(_, at)| container_writer(at.container) != from)
+    {
+        None => Ok(()),
+        Some((_, at)) => Err(ClusterError::Refused {
+            from,
+            what: "acknowledgement",
+            reason: format!(
+                "container {:#x} is node {}'s, not the sender's",
+                at.container,
+                container_writer(at.container)
+            ),
+            retryable: false,
+        }),
     }
 }
 

@@ -63,6 +63,9 @@ pub struct Router {
     clients: Mutex<HashMap<NodeId, Arc<NodeClient>>>,
     cache: Mutex<LruCache>,
     metrics: Mutex<RouterMetrics>,
+    /// Why this node cannot look anything up now (it is out of the cluster: its lease
+    /// was lost), or `None`.
+    offline: Mutex<Option<String>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -87,6 +90,24 @@ impl Router {
             clients: Mutex::new(HashMap::new()),
             cache: Mutex::new(LruCache::new(cache_entries)),
             metrics: Mutex::new(RouterMetrics::default()),
+            offline: Mutex::new(None),
+        }
+    }
+
+    /// Fails every lookup and acknowledgement, those in flight at their next round,
+    /// with `why` (not retryable) until called with `None`: the node is out of the
+    /// cluster, and a backup must fail with the reason instead of waiting.
+    pub fn set_offline(&self, why: Option<String>) {
+        *lock(&self.offline) = why;
+    }
+
+    fn check_online(&self) -> Result<(), RpcError> {
+        match &*lock(&self.offline) {
+            None => Ok(()),
+            Some(why) => Err(RpcError::Handler {
+                message: why.clone(),
+                retryable: false,
+            }),
         }
     }
 
@@ -126,6 +147,7 @@ impl Router {
             if todo.is_empty() {
                 break;
             }
+            self.check_online()?;
             match self.round(fps, &todo, &mut answers).await {
                 Ok(()) => {}
                 Err(e) if e.is_retryable() && started.elapsed() < RETRY_FOR => {
@@ -163,6 +185,7 @@ impl Router {
         let started = tokio::time::Instant::now();
         let mut left: Vec<(Fingerprint, ChunkLocation)> = entries.to_vec();
         while !left.is_empty() {
+            self.check_online()?;
             let groups = self.group(left.iter().map(|(fp, _)| fp));
             let mut failed = Vec::new();
             let mut calls = JoinSet::new();

@@ -3,10 +3,13 @@
 //! request is split by group and its answers put back in request order; each part waits
 //! for all of its answers (some wait on another requester's lock). Lock deadlines are
 //! kept by a timer task, and checkpoints of the partitions go to shared storage.
+//! Lookups and acknowledgements are taken only from the cluster's members, as the
+//! node's view of `members/` in etcd has them (docs/design/cluster.md, "Who an owner
+//! trusts").
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, TryLockError};
 use std::time::{Duration, Instant};
 
 use larder_hash::Fingerprint;
@@ -15,8 +18,9 @@ use tokio::sync::oneshot;
 
 use crate::error::{ClusterError, Result};
 use crate::ids::{partition_of, NodeId, PartitionId};
-use crate::owner::{Owner, OwnerMetrics};
+use crate::owner::{check_writer, Owner, OwnerMetrics};
 use crate::partitions::{PartitionIndex, PartitionStore, Replay};
+use crate::router::MapView;
 use crate::rpc::{Answer, GetAnswer, LookupHandler, RpcError};
 
 /// Groups of partitions, each under its own lock: partition `p` is in group
@@ -59,6 +63,9 @@ pub struct OwnerService {
     /// What every takeover replayed, summed.
     replayed: Arc<Mutex<Replay>>,
     store: Arc<PartitionStore>,
+    /// The node's view of the cluster: its `addrs` are the members, the only nodes
+    /// whose lookups and acknowledgements are taken.
+    view: Arc<RwLock<MapView>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -68,7 +75,14 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl OwnerService {
     /// A service owning nothing yet, of the partitions in `store`, of a cluster of
     /// `partitions` partitions; a lock not acknowledged within `lock_timeout` passes on.
-    pub fn new(store: PartitionStore, partitions: u32, lock_timeout: Duration) -> Self {
+    /// It serves the members in `view` (the node's view of etcd's `members/`, kept
+    /// current by its watch) and refuses every other node.
+    pub fn new(
+        store: PartitionStore,
+        partitions: u32,
+        lock_timeout: Duration,
+        view: Arc<RwLock<MapView>>,
+    ) -> Self {
         let shards = (0..SHARDS)
             .map(|_| {
                 Mutex::new(Shard {
@@ -84,7 +98,25 @@ impl OwnerService {
             requests: Arc::new(AtomicU64::new(0)),
             replayed: Arc::new(Mutex::new(Replay::default())),
             store: Arc::new(store),
+            view,
         }
+    }
+
+    /// Refuses `what` from node `from` unless it is a member now. Retryable: a node
+    /// that just joined may not be in this node's view yet.
+    fn require_member(&self, from: NodeId, what: &'static str) -> Result<()> {
+        let view = self.view.read().unwrap_or_else(|p| p.into_inner());
+        if view.addrs.contains_key(&from) {
+            return Ok(());
+        }
+        let refused = ClusterError::Refused {
+            from,
+            what,
+            reason: "it is not a member of the cluster".into(),
+            retryable: true,
+        };
+        tracing::warn!("{refused}");
+        Err(refused)
     }
 
     fn shard(&self, p: PartitionId) -> MutexGuard<'_, Shard> {
@@ -122,8 +154,10 @@ impl OwnerService {
     }
 
     /// Answers `fps` for node `from`, in order, once every answer is known: at once,
-    /// or when the locks some wait on are acknowledged or expire.
+    /// or when the locks some wait on are acknowledged or expire. Refused unless
+    /// `from` is a member.
     pub async fn lookup(&self, from: NodeId, fps: Vec<Fingerprint>) -> Result<Vec<Answer>> {
+        self.require_member(from, "lookup")?;
         if fps.is_empty() {
             return Ok(Vec::new());
         }
@@ -149,18 +183,31 @@ impl OwnerService {
         Ok(answers)
     }
 
-    /// Records a writer's acknowledgements: where it stored chunks it was answered
-    /// `New` for, in durable containers.
-    pub fn ack(&self, entries: &[(Fingerprint, ChunkLocation)]) -> Result<()> {
+    /// Records member `from`'s acknowledgements: where it stored chunks it was
+    /// answered `New` for, in durable containers of its own. Refused whole, nothing
+    /// changed, when `from` is not a member or a location is outside its containers
+    /// (both logged);
+    /// a group whose entries include a lock another node holds refuses its part
+    /// ([`Owner::ack`]), the other groups' parts are taken (each entry taken is one
+    /// `from` may acknowledge).
+    pub fn ack(&self, from: NodeId, entries: &[(Fingerprint, ChunkLocation)]) -> Result<()> {
+        self.require_member(from, "acknowledgement")?;
+        if let Err(e) = check_writer(from, entries) {
+            tracing::warn!("{e}");
+            return Err(e);
+        }
         let mut failure = None;
         for (s, positions) in self.split(entries.iter().map(|(fp, _)| fp)) {
             let part: Vec<_> = positions.iter().map(|&i| entries[i as usize]).collect();
             let mut shard = lock(&self.shards[s]);
-            let acked = shard.owner.ack(&part, Instant::now());
+            let acked = shard.owner.ack(from, &part, Instant::now());
             shard.route();
             if let Err(e) = acked {
                 failure.get_or_insert(e);
             }
+        }
+        if let Some(e @ ClusterError::Refused { .. }) = &failure {
+            tracing::warn!("{e}");
         }
         failure.map_or(Ok(()), Err)
     }
@@ -388,10 +435,10 @@ impl LookupHandler for OwnerService {
 
     fn ack(
         &self,
-        _from: u16,
+        from: u16,
         entries: Vec<(Fingerprint, ChunkLocation)>,
     ) -> impl std::future::Future<Output = std::result::Result<(), RpcError>> + Send {
-        let acked = OwnerService::ack(self, &entries).map_err(refused);
+        let acked = OwnerService::ack(self, from, &entries).map_err(refused);
         async move { acked }
     }
 

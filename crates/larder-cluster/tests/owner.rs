@@ -1,13 +1,17 @@
 //! The partition owner's lock on new against a model simple enough to be obviously
 //! right: every answer, after every operation, over random interleavings of lookups
-//! from several nodes, acknowledgements (on time, late, duplicated), lock expiries and
-//! partition releases, with disk indexes small enough to evict everything.
+//! from several nodes, acknowledgements (on time, late, duplicated, from a node that
+//! does not hold the lock, of a location outside the sender's containers), lock
+//! expiries and partition releases, with disk indexes small enough to evict
+//! everything.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
+use larder_cluster::ids::first_container;
 use larder_cluster::partitions::Covered;
-use larder_cluster::{partition_of, Answer, Owner, PartitionId, Ticket};
+use larder_cluster::rpc::GetAnswer;
+use larder_cluster::{partition_of, Answer, ClusterError, NodeId, Owner, PartitionId, Ticket};
 use larder_hash::{Fingerprint, HashAlgo};
 use larder_index::disk::{DiskIndex, DiskIndexConfig, Lookup, MemIo};
 use larder_index::ChunkLocation;
@@ -20,9 +24,10 @@ fn fp(id: u64) -> Fingerprint {
     HashAlgo::Blake3.fingerprint(&id.to_le_bytes())
 }
 
-fn loc(n: u64) -> ChunkLocation {
+/// Location `n` in a container of `node`'s range (the only ones it may acknowledge).
+fn loc(node: NodeId, n: u64) -> ChunkLocation {
     ChunkLocation {
-        container: n / 8 + 1,
+        container: first_container(node) + n / 8 + 1,
         offset: (n % 8) as u32 * 4096,
         length: 4096,
     }
@@ -58,8 +63,8 @@ fn answers(owner: &mut Owner<MemIo>) -> BTreeMap<(u16, u64), Answer> {
 #[derive(Default)]
 struct Model {
     stored: HashMap<Fingerprint, ChunkLocation>,
-    /// Locked fingerprints: deadline, and the tickets waiting in arrival order.
-    locked: HashMap<Fingerprint, (Instant, VecDeque<Ticket>)>,
+    /// Locked fingerprints: deadline, holder, and the tickets waiting in arrival order.
+    locked: HashMap<Fingerprint, (Instant, NodeId, VecDeque<Ticket>)>,
     owned: Vec<u32>,
 }
 
@@ -71,36 +76,61 @@ impl Model {
         if let Some(&l) = self.stored.get(&fp) {
             return Some(Answer::Known(l));
         }
-        if let Some((_, waiting)) = self.locked.get_mut(&fp) {
+        if let Some((_, _, waiting)) = self.locked.get_mut(&fp) {
             waiting.push_back(t);
             return None;
         }
-        self.locked.insert(fp, (now + TIMEOUT, VecDeque::new()));
+        self.locked
+            .insert(fp, (now + TIMEOUT, t.node, VecDeque::new()));
         Some(Answer::New)
     }
 
-    fn ack(&mut self, fp: Fingerprint, l: ChunkLocation, out: &mut Vec<(Ticket, Answer)>) {
-        if !self.owned.contains(&partition_of(&fp, PARTITIONS).0) || self.stored.contains_key(&fp) {
+    /// Whether `from` may acknowledge `fp` at `l`: a location in its own containers,
+    /// and no other node holding the fingerprint's lock.
+    fn may_ack(&self, from: NodeId, fp: Fingerprint, l: ChunkLocation) -> bool {
+        let own = l.container >> 48 == u64::from(from);
+        own && self
+            .locked
+            .get(&fp)
+            .is_none_or(|&(_, holder, _)| holder == from)
+    }
+
+    /// `from`'s acknowledgement, if it may make it ([`Model::may_ack`]).
+    fn ack(
+        &mut self,
+        from: NodeId,
+        fp: Fingerprint,
+        l: ChunkLocation,
+        out: &mut Vec<(Ticket, Answer)>,
+    ) {
+        if !self.may_ack(from, fp, l)
+            || !self.owned.contains(&partition_of(&fp, PARTITIONS).0)
+            || self.stored.contains_key(&fp)
+        {
             return;
         }
         self.stored.insert(fp, l);
-        if let Some((_, waiting)) = self.locked.remove(&fp) {
+        if let Some((_, _, waiting)) = self.locked.remove(&fp) {
             out.extend(waiting.into_iter().map(|t| (t, Answer::Known(l))));
         }
+    }
+
+    fn holder(&self, fp: &Fingerprint) -> Option<NodeId> {
+        self.locked.get(fp).map(|&(_, holder, _)| holder)
     }
 
     fn expire(&mut self, now: Instant, out: &mut Vec<(Ticket, Answer)>) {
         let due: Vec<Fingerprint> = self
             .locked
             .iter()
-            .filter(|(_, (d, _))| *d <= now)
+            .filter(|(_, (d, _, _))| *d <= now)
             .map(|(fp, _)| *fp)
             .collect();
         for fp in due {
-            let (_, mut waiting) = self.locked.remove(&fp).unwrap();
+            let (_, _, mut waiting) = self.locked.remove(&fp).unwrap();
             if let Some(next) = waiting.pop_front() {
                 out.push((next, Answer::New));
-                self.locked.insert(fp, (now + TIMEOUT, waiting));
+                self.locked.insert(fp, (now + TIMEOUT, next.node, waiting));
             }
         }
     }
@@ -114,7 +144,7 @@ impl Model {
             .copied()
             .collect();
         for fp in gone {
-            let (_, waiting) = self.locked.remove(&fp).unwrap();
+            let (_, _, waiting) = self.locked.remove(&fp).unwrap();
             out.extend(waiting.into_iter().map(|t| (t, Answer::Moved)));
         }
     }
@@ -124,10 +154,15 @@ impl Model {
 enum Op {
     /// A request from `node` for these fingerprint ids.
     Lookup(u16, Vec<u64>),
-    /// Acknowledge the i-th `New` answered so far (modulo), at location `n`.
+    /// The lock holder acknowledges the i-th `New` answered so far (modulo), at
+    /// location `n` of its containers (node 1 when the lock is gone: a late one).
     Ack(usize, u64),
-    /// An acknowledgement nobody was asked for (a late writer after a failover).
-    LateAck(u64, u64),
+    /// An acknowledgement from `node` nobody asked it for (a late writer after a
+    /// failover; refused while another node holds the lock).
+    LateAck(u16, u64, u64),
+    /// `node` acknowledges fingerprint `id` at a location in the next node's
+    /// containers: always refused.
+    ForeignAck(u16, u64, u64),
     /// Time passes by this many seconds, then locks expire.
     Wait(u64),
     /// Stop owning partition 0.
@@ -138,7 +173,8 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         5 => (1u16..4, proptest::collection::vec(0u64..24, 1..12)).prop_map(|(n, ids)| Op::Lookup(n, ids)),
         4 => (any::<usize>(), 0u64..1000).prop_map(|(i, n)| Op::Ack(i, n)),
-        1 => (0u64..24, 0u64..1000).prop_map(|(id, n)| Op::LateAck(id, n)),
+        1 => (1u16..4, 0u64..24, 0u64..1000).prop_map(|(node, id, n)| Op::LateAck(node, id, n)),
+        1 => (1u16..4, 0u64..24, 0u64..1000).prop_map(|(node, id, n)| Op::ForeignAck(node, id, n)),
         2 => (0u64..40).prop_map(Op::Wait),
         1 => Just(Op::Release),
     ]
@@ -177,12 +213,21 @@ proptest! {
                         continue;
                     }
                     let f = news[i % news.len()];
-                    owner.ack(&[(f, loc(n))], now).unwrap();
-                    model.ack(f, loc(n), &mut expected);
+                    let from = model.holder(&f).unwrap_or(1);
+                    owner.ack(from, &[(f, loc(from, n))], now).unwrap();
+                    model.ack(from, f, loc(from, n), &mut expected);
                 }
-                Op::LateAck(id, n) => {
-                    owner.ack(&[(fp(id), loc(n))], now).unwrap();
-                    model.ack(fp(id), loc(n), &mut expected);
+                Op::LateAck(node, id, n) | Op::ForeignAck(node, id, n) => {
+                    let at = match op {
+                        Op::LateAck(..) => loc(node, n),
+                        _ => loc(node + 1, n),
+                    };
+                    let taken = owner.ack(node, &[(fp(id), at)], now);
+                    prop_assert_eq!(taken.is_ok(), model.may_ack(node, fp(id), at), "{:?}", taken);
+                    if let Err(e) = taken {
+                        prop_assert!(matches!(e, ClusterError::Refused { .. }), "{}", e);
+                    }
+                    model.ack(node, fp(id), at, &mut expected);
                 }
                 Op::Wait(s) => {
                     now += Duration::from_secs(s);
@@ -207,4 +252,86 @@ proptest! {
             );
         }
     }
+}
+
+/// Node 2 acknowledges (in its own containers) a fingerprint node 1 was answered
+/// `New` for: refused, and nothing changes: the waiter still waits, node 1's own
+/// acknowledgement then releases it with node 1's location.
+#[test]
+fn an_acknowledgement_from_a_node_not_holding_the_lock_is_refused() {
+    let mut owner = owner(Lookup::Eager, &[0, 1, 2, 3]);
+    let now = Instant::now();
+    let f = fp(7);
+    owner.lookup(1, &[f], 0, now).unwrap();
+    owner.lookup(3, &[f], 1, now).unwrap();
+    assert_eq!(answers(&mut owner), BTreeMap::from([((1, 0), Answer::New)]));
+    let err = owner.ack(2, &[(f, loc(2, 5))], now).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ClusterError::Refused {
+                from: 2,
+                retryable: true,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("locked by node 1"), "{err}");
+    assert_eq!(owner.metrics().refused_acks, 1);
+    assert!(answers(&mut owner).is_empty(), "the waiter still waits");
+    assert_eq!(owner.get(&[f]).unwrap(), [GetAnswer::Absent]);
+    owner.ack(1, &[(f, loc(1, 9))], now).unwrap();
+    assert_eq!(
+        answers(&mut owner),
+        BTreeMap::from([((3, 1), Answer::Known(loc(1, 9)))])
+    );
+    assert_eq!(owner.get(&[f]).unwrap(), [GetAnswer::Known(loc(1, 9))]);
+}
+
+/// The lock holder itself names a location in another node's containers (a node
+/// writes only its own): refused, nothing inserted, the lock still its; an
+/// acknowledgement of no lock (late) elsewhere than the sender's containers is refused
+/// too, and one entry out of range refuses the whole acknowledgement.
+#[test]
+fn an_acknowledgement_outside_the_senders_containers_is_refused() {
+    let mut owner = owner(Lookup::Eager, &[0, 1, 2, 3]);
+    let now = Instant::now();
+    let (f, g, late) = (fp(7), fp(8), fp(9));
+    owner.lookup(1, &[f, g], 0, now).unwrap();
+    assert_eq!(answers(&mut owner).len(), 2);
+    for entries in [
+        vec![(f, loc(2, 5))],
+        vec![(f, loc(1, 5)), (g, loc(4, 6))],
+        vec![(late, loc(0, 1))],
+    ] {
+        let err = owner.ack(1, &entries, now).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ClusterError::Refused {
+                    from: 1,
+                    retryable: false,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains("not the sender's"), "{err}");
+    }
+    assert_eq!(
+        owner.get(&[f, g, late]).unwrap(),
+        [GetAnswer::Absent, GetAnswer::Absent, GetAnswer::Absent]
+    );
+    assert_eq!(owner.metrics().refused_acks, 3);
+    // The lock is still node 1's: another node's lookup waits on it.
+    owner.lookup(2, &[f], 2, now).unwrap();
+    assert!(answers(&mut owner).is_empty());
+    owner
+        .ack(1, &[(f, loc(1, 5)), (g, loc(1, 6))], now)
+        .unwrap();
+    assert_eq!(
+        answers(&mut owner),
+        BTreeMap::from([((2, 2), Answer::Known(loc(1, 5)))])
+    );
 }

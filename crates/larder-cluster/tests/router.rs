@@ -7,6 +7,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use larder_cluster::balance::plan_moves;
+use larder_cluster::ids::first_container;
 use larder_cluster::partitions::PartitionStore;
 use larder_cluster::router::{MapView, Router};
 use larder_cluster::rpc::LookupServer;
@@ -38,10 +39,11 @@ async fn cluster(root: &std::path::Path) -> (HashMap<NodeId, Node>, Arc<RwLock<M
     };
     let owners = vec![0; PARTITIONS as usize];
     let moves = plan_moves(&owners, &[1, 2, 3]);
-    let mut view = MapView {
+    // Every service reads the members (the nodes whose lookups it takes) from it.
+    let map = Arc::new(RwLock::new(MapView {
         owners,
         addrs: HashMap::new(),
-    };
+    }));
     let mut nodes = HashMap::new();
     for id in [1u16, 2, 3] {
         let store = PartitionStore::new(
@@ -51,29 +53,33 @@ async fn cluster(root: &std::path::Path) -> (HashMap<NodeId, Node>, Arc<RwLock<M
             config.clone(),
             Lookup::Lazy,
         );
-        let service = OwnerService::new(store, PARTITIONS, Duration::from_secs(60));
+        let service = OwnerService::new(store, PARTITIONS, Duration::from_secs(60), map.clone());
         let mine: Vec<PartitionId> = moves
             .iter()
             .filter(|(_, n)| *n == id)
             .map(|(p, _)| *p)
             .collect();
         service.take_over(&mine, 1).unwrap();
+        let mut view = map.write().unwrap();
         for p in &mine {
             view.owners[p.0 as usize] = id;
         }
+        drop(view);
         let any_port = "127.0.0.1:0".parse().unwrap();
         let server = LookupServer::bind(any_port, Arc::new(service.clone()))
             .await
             .unwrap();
-        view.addrs.insert(id, server.local_addr().to_string());
+        let addr = server.local_addr().to_string();
+        map.write().unwrap().addrs.insert(id, addr);
         nodes.insert(id, Node { service, server });
     }
-    (nodes, Arc::new(RwLock::new(view)))
+    (nodes, map)
 }
 
-fn at(id: u64) -> ChunkLocation {
+/// Where `node` stored chunk `id`: in one of its own containers.
+fn at(node: NodeId, id: u64) -> ChunkLocation {
     ChunkLocation {
-        container: id / 100 + 1,
+        container: first_container(node) + id / 100 + 1,
         offset: (id % 100) as u32 * 512,
         length: 512,
     }
@@ -88,7 +94,11 @@ async fn routers_answer_like_one_node_and_send_one_message_per_owner() {
     let two = Router::new(2, PARTITIONS, map.clone(), 10_000);
     // The oracle: the first to be answered New stores, everyone else finds it.
     let mut stored: HashMap<Fingerprint, ChunkLocation> = HashMap::new();
-    for (router, ids) in [(&one, 0..300u64), (&two, 200..500), (&one, 100..600)] {
+    for (router, me, ids) in [
+        (&one, 1, 0..300u64),
+        (&two, 2, 200..500),
+        (&one, 1, 100..600),
+    ] {
         let fps: Vec<Fingerprint> = ids.clone().map(fp).collect();
         let answers = router.lookup(&fps).await.unwrap();
         let mut acks = Vec::new();
@@ -97,8 +107,8 @@ async fn routers_answer_like_one_node_and_send_one_message_per_owner() {
                 Some(&location) => assert_eq!(answer, Answer::Known(location), "id {id}"),
                 None => {
                     assert_eq!(answer, Answer::New, "id {id}");
-                    stored.insert(*f, at(id));
-                    acks.push((*f, at(id)));
+                    stored.insert(*f, at(me, id));
+                    acks.push((*f, at(me, id)));
                 }
             }
         }
@@ -135,7 +145,7 @@ async fn a_moved_partition_is_asked_again_at_its_new_owner() {
     let fps: Vec<Fingerprint> = (0..400).map(fp).collect();
     let answers = router.lookup(&fps).await.unwrap();
     assert!(answers.iter().all(|a| *a == Answer::New));
-    let acks: Vec<_> = (0..400).map(|i| (fps[i as usize], at(i))).collect();
+    let acks: Vec<_> = (0..400).map(|i| (fps[i as usize], at(3, i))).collect();
     router.ack(&acks).await.unwrap();
     // Node 1 hands one of its partitions to node 2; the map catches up later.
     let p = map
@@ -157,7 +167,7 @@ async fn a_moved_partition_is_asked_again_at_its_new_owner() {
     let again = router.lookup(&fps).await.unwrap();
     updater.await.unwrap();
     for (i, a) in again.iter().enumerate() {
-        assert_eq!(*a, Answer::Known(at(i as u64)), "fingerprint {i}");
+        assert_eq!(*a, Answer::Known(at(3, i as u64)), "fingerprint {i}");
     }
     let moved = fps
         .iter()

@@ -1,9 +1,13 @@
 //! The owner service: requests from several nodes at once, one waiting on another's
 //! lock until the acknowledgement or the lock's timeout.
 
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use larder_cluster::ids::first_container;
 use larder_cluster::partitions::PartitionStore;
+use larder_cluster::router::MapView;
 use larder_cluster::rpc::GetAnswer;
 use larder_cluster::service::{OwnerService, SHARDS};
 use larder_cluster::{partition_of, Answer, PartitionId};
@@ -15,6 +19,18 @@ const PARTITIONS: u32 = 4;
 
 fn fp(id: u64) -> Fingerprint {
     HashAlgo::Blake3.fingerprint(&id.to_le_bytes())
+}
+
+/// A node's view in which `ids` are the members.
+fn members(ids: &[u16]) -> Arc<RwLock<MapView>> {
+    let addrs: HashMap<u16, String> = ids
+        .iter()
+        .map(|&id| (id, format!("127.0.0.1:{}", 7000 + id)))
+        .collect();
+    Arc::new(RwLock::new(MapView {
+        owners: Vec::new(),
+        addrs,
+    }))
 }
 
 fn service(root: &std::path::Path, timeout: Duration) -> OwnerService {
@@ -29,7 +45,7 @@ fn service_of(root: &std::path::Path, timeout: Duration, partitions: u32) -> Own
         ..DiskIndexConfig::default()
     };
     let store = PartitionStore::new(root, partitions, HashAlgo::Blake3, config, Lookup::Lazy);
-    let service = OwnerService::new(store, partitions, timeout);
+    let service = OwnerService::new(store, partitions, timeout, members(&[1, 2, 3]));
     let all: Vec<PartitionId> = (0..partitions).map(PartitionId).collect();
     service.take_over(&all, 1).unwrap();
     service
@@ -51,11 +67,11 @@ async fn a_copy_waits_for_the_first_writers_acknowledgement() {
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert!(!waiter.is_finished(), "fp(1) is locked by node 1");
     let at = ChunkLocation {
-        container: 9,
+        container: first_container(1) + 9,
         offset: 32,
         length: 100,
     };
-    service.ack(&[(fp(1), at)]).unwrap();
+    service.ack(1, &[(fp(1), at)]).unwrap();
     let answers = waiter.await.unwrap().unwrap();
     assert_eq!(answers, vec![Answer::New, Answer::Known(at)]);
     assert_eq!(
@@ -76,7 +92,7 @@ async fn a_request_over_every_group_is_answered_in_request_order() {
     let gone = PartitionId(5);
     service.release(gone, false).unwrap();
     let at = |id: u64| ChunkLocation {
-        container: 1,
+        container: first_container(1) + 1,
         offset: id as u32 * 64,
         length: 64,
     };
@@ -95,7 +111,7 @@ async fn a_request_over_every_group_is_answered_in_request_order() {
         assert_eq!(*answer, expected, "fingerprint {id}");
     }
     let acks: Vec<_> = stored.iter().map(|&id| (fp(id), at(id))).collect();
-    service.ack(&acks).unwrap();
+    service.ack(1, &acks).unwrap();
 
     // Stored ones backwards, a new one after every third.
     let mut asked = Vec::new();
@@ -153,7 +169,7 @@ async fn released_partitions_answer_moved() {
     let fps: Vec<Fingerprint> = (0..64).map(fp).collect();
     service.lookup(1, fps.clone()).await.unwrap();
     let at = |i: usize| ChunkLocation {
-        container: 1,
+        container: first_container(1) + 1,
         offset: i as u32 * 64,
         length: 64,
     };
@@ -164,7 +180,7 @@ async fn released_partitions_answer_moved() {
         .enumerate()
         .map(|(i, f)| (*f, at(i)))
         .collect();
-    service.ack(&acked).unwrap();
+    service.ack(1, &acked).unwrap();
     let p = PartitionId(1);
     service.release(p, true).unwrap();
     assert!(service.owned().iter().all(|&(q, _)| q != p));
@@ -181,7 +197,7 @@ async fn released_partitions_answer_moved() {
         .enumerate()
         .map(|(i, f)| (*f, at(100 + i)))
         .collect();
-    service.ack(&late).unwrap();
+    service.ack(1, &late).unwrap();
     let answers = waiting.await.unwrap().unwrap();
     for (i, (f, answer)) in fps.iter().zip(answers).enumerate() {
         let expected = if larder_cluster::partition_of(f, PARTITIONS) == p {
@@ -235,7 +251,7 @@ async fn two_nodes_look_up_through_the_protocol() {
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert!(!waiting.is_finished());
     let at = |i: u64| ChunkLocation {
-        container: 5,
+        container: first_container(1) + 5,
         offset: i as u32 * 100,
         length: 100,
     };
@@ -267,12 +283,12 @@ async fn a_stale_owner_is_fenced_at_its_checkpoint() {
     let fps: Vec<Fingerprint> = (0..64).map(fp).collect();
     old.lookup(1, fps.clone()).await.unwrap();
     let at = ChunkLocation {
-        container: 3,
+        container: first_container(1) + 3,
         offset: 0,
         length: 10,
     };
     let acked: Vec<_> = fps.iter().map(|f| (*f, at)).collect();
-    old.ack(&acked).unwrap();
+    old.ack(1, &acked).unwrap();
     // Another node takes every partition over at a newer epoch.
     let new = service(dir.path(), Duration::from_secs(60));
     new.take_over(&(0..PARTITIONS).map(PartitionId).collect::<Vec<_>>(), 5)
@@ -296,4 +312,58 @@ async fn a_stale_owner_is_fenced_at_its_checkpoint() {
     assert!(old.owned().is_empty(), "every fenced partition dropped");
     let after: Vec<_> = (0..PARTITIONS).map(files).collect();
     assert!(before == after, "a fenced owner wrote a partition");
+}
+
+/// Node 9 is not a member: its lookups and acknowledgements are refused (retryable: a
+/// node that just joined may not be in the view yet), and change nothing; once it is
+/// in the view it is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_is_not_a_member_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = DiskIndexConfig {
+        memory_budget: 64 << 10,
+        expected_fingerprints: 1000,
+        buffered_chunk_bytes: 64,
+        ..DiskIndexConfig::default()
+    };
+    let store = PartitionStore::new(
+        dir.path(),
+        PARTITIONS,
+        HashAlgo::Blake3,
+        config,
+        Lookup::Lazy,
+    );
+    let view = members(&[1, 2]);
+    let service = OwnerService::new(store, PARTITIONS, Duration::from_secs(60), view.clone());
+    let all: Vec<PartitionId> = (0..PARTITIONS).map(PartitionId).collect();
+    service.take_over(&all, 1).unwrap();
+    let forged = ChunkLocation {
+        container: first_container(9) + 1,
+        offset: 0,
+        length: 100,
+    };
+    let refused = |e: larder_cluster::ClusterError| {
+        let text = e.to_string();
+        assert!(
+            e.is_retryable() && text.contains("node 9") && text.contains("not a member"),
+            "{text}"
+        );
+    };
+    refused(service.lookup(9, vec![fp(1)]).await.unwrap_err());
+    refused(service.ack(9, &[(fp(1), forged)]).unwrap_err());
+    assert_eq!(service.get(&[fp(1)]).unwrap(), vec![GetAnswer::Absent]);
+    assert_eq!(service.metrics().fingerprints, 0);
+    // A member's lookup finds nothing the stranger sent.
+    assert_eq!(
+        service.lookup(1, vec![fp(1)]).await.unwrap(),
+        vec![Answer::New]
+    );
+    view.write()
+        .unwrap()
+        .addrs
+        .insert(9, "127.0.0.1:7009".into());
+    assert_eq!(
+        service.lookup(9, vec![fp(2)]).await.unwrap(),
+        vec![Answer::New]
+    );
 }

@@ -138,7 +138,13 @@ impl Membership {
     /// longer knows (expired, or revoked by an earlier attempt) has left already.
     pub async fn leave(self) -> Result<(), CoordError> {
         self.keepalive.abort();
-        match self.etcd.lease_revoke(self.lease).await {
+        Self::revoke(&self.etcd, self.lease).await
+    }
+
+    /// Revokes `lease`, a membership's that was dropped (its holder lost it): every key
+    /// on it goes at once. A lease etcd no longer knows is gone already.
+    pub async fn revoke(etcd: &Etcd, lease: i64) -> Result<(), CoordError> {
+        match etcd.lease_revoke(lease).await {
             Err(CoordError::Etcd {
                 source: etcd_client::Error::GRpcStatus(status),
                 ..
