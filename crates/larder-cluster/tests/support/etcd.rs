@@ -251,6 +251,19 @@ impl EtcdCluster {
         }
     }
 
+    /// Starts the killed members `indexes` again together on their data directories
+    /// (one alone cannot answer with a leader while its peers are down: quorum) and
+    /// waits until each is healthy.
+    pub async fn restart_all(&mut self, indexes: &[usize]) {
+        for &index in indexes {
+            self.kill(index);
+            self.launch(index);
+        }
+        if let Err(failure) = self.wait_healthy(indexes).await {
+            panic!("etcd members {indexes:?} did not come back: {failure}");
+        }
+    }
+
     /// Waits until every member in `indexes` answers `status()` with a leader.
     async fn wait_healthy(&mut self, indexes: &[usize]) -> Result<(), String> {
         let started = Instant::now();

@@ -1,0 +1,169 @@
+//! etcd loses quorum under a running cluster: all three members are killed for 15 s,
+//! then started again on their data. Both `larder node` processes stay up (they stop
+//! serving when their leases lapse, keep trying etcd, and join again with new leases);
+//! a backup asked for during the outage fails with an error that names it, and commits
+//! nothing; once they have joined again a backup and restores through the cluster
+//! work, every earlier snapshot is listed and restores byte for byte.
+
+mod support;
+
+#[path = "support/cluster.rs"]
+mod cluster_kit;
+
+use std::time::{Duration, Instant};
+
+use cluster_kit::etcd::EtcdCluster;
+use cluster_kit::{free_port, settled, NodeConfig, NodeProcess};
+use support::{
+    assert_same_tree, larder, larder_command, pseudo_random, restored, Scratch, TreeBuilder,
+};
+
+/// The lease's TTL: every node's `lost` fires within it once etcd is gone.
+const TTL: u64 = 3;
+const OUTAGE: Duration = Duration::from_secs(15);
+/// How long the cluster may take to settle: at start, and after etcd is back (nodes
+/// try to join again at most every 4 s, then take their partitions over).
+const SETTLE: Duration = Duration::from_secs(60);
+
+fn tree(root: &std::path::Path, seed: u64) -> std::path::PathBuf {
+    let mut tree = TreeBuilder::new(root);
+    tree.file("big.bin", pseudo_random(seed, 3 << 20))
+        .file("docs/small.txt", pseudo_random(seed + 1, 900));
+    for i in 0..4u64 {
+        tree.file(
+            format!("file-{i}"),
+            pseudo_random(seed + 10 + i, 5000 + 9000 * i as usize),
+        );
+    }
+    tree.finish()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_ride_out_an_etcd_outage_and_join_again() {
+    let mut etcd = EtcdCluster::start(3).await;
+    let endpoints = etcd.endpoints().join(",");
+    let scratch = Scratch::new();
+    let xdg = scratch.dir("xdg");
+    let storage = scratch.path().join("shared");
+    larder(
+        &xdg,
+        [
+            "cluster",
+            "init",
+            "--etcd",
+            &endpoints,
+            "--storage",
+            storage.to_str().unwrap(),
+            "--partitions",
+            "64",
+            "--encryption",
+            "none",
+        ],
+    )
+    .expect_ok();
+    let config = NodeConfig {
+        etcd: endpoints.clone(),
+        storage: storage.clone(),
+        ttl: TTL,
+        logs: scratch.dir("logs"),
+    };
+    let mut nodes: Vec<NodeProcess> = [1, 2]
+        .map(|id| NodeProcess::spawn(larder_command(&xdg), id, free_port(), &config, &[]))
+        .into();
+    settled(&xdg, &endpoints, 2, SETTLE);
+    let (one, two) = (nodes[0].addr(), nodes[1].addr());
+
+    let src_a = tree(&scratch.dir("a"), 1);
+    let a = larder(
+        &xdg,
+        [
+            "--json",
+            "--cluster",
+            &one,
+            "backup",
+            src_a.to_str().unwrap(),
+        ],
+    );
+    let a = a.expect_ok().json()["snapshot_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // Quorum lost: every member down.
+    for member in 0..3 {
+        etcd.kill(member);
+    }
+    let down = Instant::now();
+    let src_b = tree(&scratch.dir("b"), 2);
+    // Past the TTL every node has stopped serving: a backup fails, naming why.
+    std::thread::sleep(Duration::from_secs(TTL + 3));
+    let during = larder(&xdg, ["--cluster", &one, "backup", src_b.to_str().unwrap()]);
+    during
+        .expect_code(1)
+        .expect_stderr(&["out of the cluster", "lease in etcd was lost"]);
+    while down.elapsed() < OUTAGE {
+        for node in &mut nodes {
+            assert!(node.running(), "node {} exited during the outage", node.id);
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    etcd.restart_all(&[0, 1, 2]).await;
+    let back = Instant::now();
+    // etcd renews the old leases when it elects a leader, so the old member keys show
+    // at once: wait for the nodes' new ones (each logs it), then for the partitions.
+    for node in &mut nodes {
+        while !node.log().contains("joined the cluster again") {
+            assert!(node.running(), "node {} exited", node.id);
+            assert!(
+                back.elapsed() < SETTLE,
+                "node {} did not join again",
+                node.id
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    settled(&xdg, &endpoints, 2, SETTLE);
+    eprintln!(
+        "etcd back: both nodes members again and every partition owned after {:.1} s",
+        back.elapsed().as_secs_f64()
+    );
+
+    // The cluster works again: a backup through node 2, restores through either.
+    let b = larder(
+        &xdg,
+        [
+            "--json",
+            "--cluster",
+            &two,
+            "backup",
+            src_b.to_str().unwrap(),
+        ],
+    );
+    let b = b.expect_ok().json()["snapshot_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let listed = larder(&xdg, ["--json", "--cluster", &one, "snapshots"]);
+    let ids: Vec<String> = listed.expect_ok().json()["snapshots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap().to_string())
+        .collect();
+    assert!(
+        ids.len() == 2 && ids.contains(&a) && ids.contains(&b),
+        "the snapshots before and after, and nothing from the failed backup: {ids:?}"
+    );
+    for (id, src, via) in [(&a, &src_a, &two), (&b, &src_b, &one)] {
+        let target = scratch.path().join(format!("restored-{}", &id[..8]));
+        larder(
+            &xdg,
+            ["--cluster", via, "restore", id, target.to_str().unwrap()],
+        )
+        .expect_ok();
+        assert_same_tree(src, &restored(&target, src));
+    }
+    for node in &mut nodes {
+        assert!(node.running(), "node {} exited", node.id);
+    }
+}

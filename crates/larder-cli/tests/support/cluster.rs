@@ -1,0 +1,157 @@
+//! Clusters of real processes for the CLI's tests: etcd from the cluster crate's kit
+//! ([`etcd::EtcdCluster`]), `larder node` processes started in one place
+//! ([`NodeProcess::spawn`]), and waits on `larder cluster status`. A test that uses it
+//! declares `mod support;` and `#[path = "support/cluster.rs"] mod cluster_kit;`.
+
+#![allow(dead_code)]
+
+#[path = "../../../larder-cluster/tests/support/etcd.rs"]
+pub mod etcd;
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::support::larder;
+
+/// Lines of a node's log printed when the test fails.
+const TAIL: usize = 200;
+
+/// A free TCP port on loopback (bound, then released for a node to take).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// What every node of a test's cluster is started with.
+#[derive(Clone)]
+pub struct NodeConfig {
+    /// etcd's endpoints, comma-separated.
+    pub etcd: String,
+    /// The shared storage (`--storage`).
+    pub storage: PathBuf,
+    /// The member lease's TTL in seconds (`--ttl`).
+    pub ttl: u64,
+    /// Where each node's log goes: `node-<id>.log`, appended to across restarts.
+    pub logs: PathBuf,
+}
+
+/// A `larder node` process, SIGKILLed when dropped (its log's tail printed if the test
+/// failed).
+pub struct NodeProcess {
+    pub id: u16,
+    /// The port it listens on (loopback), 0 when it chose one itself.
+    pub port: u16,
+    child: Child,
+    log: PathBuf,
+}
+
+impl NodeProcess {
+    /// Starts `larder node` as node `id` of the cluster `config` describes, listening on
+    /// `127.0.0.1:port` (0: any free port), through `base` (a `larder` command with its
+    /// environment, e.g. [`crate::support::larder_command`]) plus `extra` arguments
+    /// (password sources). Its log level is `LARDER_LOG` when set, else info.
+    pub fn spawn(
+        mut base: Command,
+        id: u16,
+        port: u16,
+        config: &NodeConfig,
+        extra: &[&str],
+    ) -> Self {
+        std::fs::create_dir_all(&config.logs).unwrap();
+        let log = config.logs.join(format!("node-{id}.log"));
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .unwrap();
+        let child = base
+            .arg("node")
+            .args(["--id", &id.to_string()])
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(["--etcd", &config.etcd])
+            .arg("--storage")
+            .arg(&config.storage)
+            .args(["--ttl", &config.ttl.to_string()])
+            .args(extra)
+            .env(
+                "LARDER_LOG",
+                std::env::var("LARDER_LOG").unwrap_or_else(|_| "info".into()),
+            )
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().unwrap())
+            .stderr(file)
+            .spawn()
+            .expect("spawn larder node");
+        Self {
+            id,
+            port,
+            child,
+            log,
+        }
+    }
+
+    /// `127.0.0.1:PORT`, for `--cluster` (a node started on a chosen port).
+    pub fn addr(&self) -> String {
+        assert_ne!(self.port, 0, "node {} chose its own port", self.id);
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    pub fn running(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Its log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for NodeProcess {
+    fn drop(&mut self) {
+        self.kill();
+        if std::thread::panicking() {
+            let text = self.log();
+            let lines: Vec<&str> = text.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(TAIL)..];
+            eprintln!("--- node {} log tail:\n{}", self.id, tail.join("\n"));
+        }
+    }
+}
+
+/// Waits until exactly `nodes` nodes are members of the cluster in `etcd` and no
+/// partition is unowned (`larder cluster status`), for up to `within`.
+pub fn settled(xdg: &Path, etcd: &str, nodes: usize, within: Duration) -> serde_json::Value {
+    let deadline = Instant::now() + within;
+    loop {
+        let out = larder(
+            xdg,
+            [
+                "--json",
+                "cluster",
+                "status",
+                "--etcd",
+                etcd,
+                "--interval",
+                "100ms",
+            ],
+        );
+        if out.code == Some(0) {
+            let status = out.json();
+            if status["nodes"].as_array().map(Vec::len) == Some(nodes) && status["unowned"] == 0 {
+                return status;
+            }
+        }
+        assert!(Instant::now() < deadline, "not settled: {out}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
