@@ -6,8 +6,11 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use std::os::unix::ffi::OsStringExt;
+
 use anyhow::{Context, Result};
 use larder_cluster::rpc::{Job, NodeClient};
+use larder_engine::Warning;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -58,7 +61,8 @@ pub fn backup(nodes: &[String], paths: &[PathBuf], out: &Output) -> Result<ExitC
 }
 
 /// `larder restore --cluster`: the node restores any node's snapshot into `target`
-/// on its file system.
+/// on its file system. Each path it could not restore is named on stderr, as a local
+/// restore names it, and makes the exit code 3.
 pub fn restore(nodes: &[String], snapshot: &str, target: &Path, out: &Output) -> Result<ExitCode> {
     let target = std::path::absolute(target)?.display().to_string();
     let summary = job(
@@ -68,8 +72,47 @@ pub fn restore(nodes: &[String], snapshot: &str, target: &Path, out: &Output) ->
             target,
         },
     )?;
+    let warnings = node_warnings(&summary);
+    for w in &warnings {
+        out.path_warning(w);
+    }
     out.print(&RemoteRestore(summary))?;
-    Ok(ExitCode::SUCCESS)
+    Ok(exit_code(warnings.iter().any(|w| w.is_error)))
+}
+
+/// The warnings of a node's summary (`warnings`, as [`Warning`] serializes them: the
+/// path as a string, with `path_hex` beside it where it is not UTF-8). An entry the
+/// node garbled still counts, as an error on a path named "?".
+fn node_warnings(summary: &Value) -> Vec<Warning> {
+    let path = |w: &Value| -> PathBuf {
+        let hex = w["path_hex"].as_str().and_then(from_hex);
+        match (hex, w["path"].as_str()) {
+            (Some(bytes), _) => PathBuf::from(std::ffi::OsString::from_vec(bytes)),
+            (None, Some(text)) => PathBuf::from(text),
+            (None, None) => PathBuf::from("?"),
+        }
+    };
+    summary["warnings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|w| Warning {
+            path: path(w),
+            message: w["message"].as_str().unwrap_or("?").to_string(),
+            is_error: w["is_error"].as_bool().unwrap_or(true),
+        })
+        .collect()
+}
+
+/// Bytes from lowercase or uppercase hex digits, two per byte.
+fn from_hex(hex: &str) -> Option<Vec<u8>> {
+    if hex.len() % 2 != 0 {
+        return None;
+    }
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+        .collect()
 }
 
 /// `larder snapshots --cluster`: every node's snapshots.

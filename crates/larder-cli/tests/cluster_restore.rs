@@ -1,0 +1,103 @@
+//! A restore through a cluster that could not restore a file says so as a local
+//! restore does: the file named on stderr (in text mode too, not only in the JSON
+//! summary) and exit code 3, never a quiet exit 0 with the file missing.
+
+mod support;
+
+#[path = "support/cluster.rs"]
+mod cluster_kit;
+
+use std::io::{Seek, SeekFrom, Write};
+use std::time::Duration;
+
+use cluster_kit::etcd::EtcdCluster;
+use cluster_kit::{free_port, settled, NodeConfig, NodeProcess};
+use support::{larder, larder_command, pseudo_random, Scratch, TreeBuilder};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_restore_that_loses_a_file_names_it_and_exits_3() {
+    let etcd = EtcdCluster::start(1).await;
+    let endpoints = etcd.endpoints().join(",");
+    let scratch = Scratch::new();
+    let xdg = scratch.dir("xdg");
+    let storage = scratch.path().join("shared");
+    larder(
+        &xdg,
+        [
+            "cluster",
+            "init",
+            "--etcd",
+            &endpoints,
+            "--storage",
+            storage.to_str().unwrap(),
+            "--partitions",
+            "16",
+            "--encryption",
+            "none",
+        ],
+    )
+    .expect_ok();
+    let config = NodeConfig {
+        etcd: endpoints.clone(),
+        storage: storage.clone(),
+        ttl: 3,
+        logs: scratch.dir("logs"),
+    };
+    let node = NodeProcess::spawn(larder_command(&xdg), 1, free_port(), &config, &[]);
+    settled(&xdg, &endpoints, 1, Duration::from_secs(60));
+    let cluster = node.addr();
+    let src = TreeBuilder::new(&scratch.dir("src"))
+        .file("payroll.bin", pseudo_random(3, 200_000))
+        .file("note.txt", "kept\n")
+        .finish();
+    let run = larder(
+        &xdg,
+        [
+            "--json",
+            "--cluster",
+            &cluster,
+            "backup",
+            src.to_str().unwrap(),
+        ],
+    );
+    let id = run.expect_ok().json()["snapshot_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // The one container holds the large file's chunks first: damage one of them.
+    let containers: Vec<_> = std::fs::read_dir(storage.join("nodes/1/containers"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(containers.len(), 1, "{containers:?}");
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&containers[0])
+        .unwrap();
+    file.seek(SeekFrom::Start(2000)).unwrap();
+    file.write_all(b"XXXXXXXX").unwrap();
+    drop(file);
+
+    for json in [false, true] {
+        let target = scratch.path().join(format!("restored-{json}"));
+        let mut args = vec![
+            "--cluster",
+            &cluster,
+            "restore",
+            &id,
+            target.to_str().unwrap(),
+        ];
+        if json {
+            args.insert(0, "--json");
+        }
+        let out = larder(&xdg, &args);
+        out.expect_code(3)
+            .expect_stderr(&["payroll.bin", "not restored"]);
+        assert!(!out.stderr.contains("note.txt"), "{out}");
+        if json {
+            let warnings = out.json()["warnings"].as_array().unwrap().clone();
+            assert_eq!(warnings.len(), 1, "{out}");
+            assert_eq!(warnings[0]["is_error"], true, "{out}");
+        }
+    }
+}
