@@ -3,10 +3,9 @@
 //! as JSON, which is printed as the node gave it.
 
 use std::io::{self, Write};
+use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-
-use std::os::unix::ffi::OsStringExt;
 
 use anyhow::{Context, Result};
 use larder_cluster::rpc::{Job, NodeClient};
