@@ -60,11 +60,9 @@ async fn cluster(root: &std::path::Path) -> (HashMap<NodeId, Node>, Arc<RwLock<M
             .map(|(p, _)| *p)
             .collect();
         service.take_over(&mine, 1).unwrap();
-        let mut view = map.write().unwrap();
         for p in &mine {
-            view.owners[p.0 as usize] = id;
+            map.write().unwrap().owners[p.0 as usize] = id;
         }
-        drop(view);
         let any_port = "127.0.0.1:0".parse().unwrap();
         let server = LookupServer::bind(any_port, Arc::new(service.clone()))
             .await

@@ -105,7 +105,7 @@ fn node_warnings(summary: &Value) -> Vec<Warning> {
 
 /// Bytes from lowercase or uppercase hex digits, two per byte.
 fn from_hex(hex: &str) -> Option<Vec<u8>> {
-    if hex.len() % 2 != 0 {
+    if !hex.len().is_multiple_of(2) {
         return None;
     }
     (0..hex.len())
