@@ -40,9 +40,12 @@ const ROUTER_CACHE: usize = 1 << 20;
 
 /// Pauses between attempts to join again after the lease was lost: doubling from the
 /// first to the last, so that a node follows an etcd outage of any length and joins
-/// within seconds of its end.
+/// within seconds of its end. A membership that ended within `REJOIN_STEADY` of its
+/// start (a task that fails at once, again and again) does not start over from the
+/// first pause: the node does not churn etcd and the map.
 const REJOIN_FIRST_PAUSE: Duration = Duration::from_millis(250);
 const REJOIN_LAST_PAUSE: Duration = Duration::from_secs(4);
+const REJOIN_STEADY: Duration = Duration::from_secs(60);
 
 /// How a node runs.
 #[derive(Debug, Clone)]
@@ -466,7 +469,9 @@ async fn stay_member(
     let mut lease = membership.lease();
     let mut lost = membership.lost();
     *slot(&session.membership) = Some(membership);
+    let mut pause = REJOIN_FIRST_PAUSE;
     loop {
+        let joined_at = tokio::time::Instant::now();
         let why = tokio::select! {
             why = session.serve(lease, lost) => why,
             _ = stopped.changed() => return Ok(()),
@@ -476,7 +481,9 @@ async fn stay_member(
             "stopped serving: {why}; joining again once etcd answers"
         );
         session.detach(&why)?;
-        let mut pause = REJOIN_FIRST_PAUSE;
+        if joined_at.elapsed() >= REJOIN_STEADY {
+            pause = REJOIN_FIRST_PAUSE;
+        }
         let membership = loop {
             tokio::select! {
                 _ = tokio::time::sleep(pause) => {}
@@ -486,15 +493,13 @@ async fn stay_member(
                 joined = session.rejoin(lease) => joined,
                 _ = stopped.changed() => return Ok(()),
             };
+            pause = (pause * 2).min(REJOIN_LAST_PAUSE);
             match joined {
                 Ok(membership) => break membership,
-                Err(e) => {
-                    tracing::warn!(
-                        node = session.me,
-                        "joining again failed (trying again in {pause:?}): {e}"
-                    );
-                    pause = (pause * 2).min(REJOIN_LAST_PAUSE);
-                }
+                Err(e) => tracing::warn!(
+                    node = session.me,
+                    "joining again failed (trying again in {pause:?}): {e}"
+                ),
             }
         };
         lease = membership.lease();

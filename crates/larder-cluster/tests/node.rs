@@ -131,3 +131,71 @@ async fn partitions_fail_over_and_nothing_acknowledged_is_forgotten() {
     one.stop().await.unwrap();
     three.stop().await.unwrap();
 }
+
+/// Waits until `condition` holds, for up to `within`.
+async fn until(what: &str, within: Duration, condition: impl Fn() -> bool) {
+    let deadline = Instant::now() + within;
+    while !condition() {
+        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// etcd (its one member) goes away for longer than the lease: the node stops serving
+/// without a write and keeps running; its lookups fail at once, naming why, and a
+/// stranger's too; when etcd is back the node joins with a new lease, serves every
+/// partition again and finds what was acknowledged before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_out_of_the_cluster_stops_serving_and_joins_again() {
+    let mut etcd = EtcdCluster::start(1).await;
+    let dir = tempfile::tempdir().unwrap();
+    let storage = dir.path();
+    let config = ClusterConfig {
+        format_version: COORD_FORMAT_VERSION,
+        partitions: PARTITIONS,
+        chunking: "fastcdc2020".into(),
+        hash: "blake3".into(),
+        encryption: None,
+    };
+    init_cluster(&etcd.endpoints(), "/larder-test", &config)
+        .await
+        .unwrap();
+    let mut node = Node::start(options(1, &etcd, storage)).await.unwrap();
+    settled(&[&node], &[1]).await;
+    let fps: Vec<Fingerprint> = (0..100).map(chunk_fp).collect();
+    assert!(node
+        .router
+        .lookup(&fps)
+        .await
+        .unwrap()
+        .iter()
+        .all(|a| *a == Answer::New));
+    let written = write_container(storage, 1, 0, 0..100);
+    node.router.ack(&written).await.unwrap();
+    let known: Vec<Answer> = written.iter().map(|&(_, at)| Answer::Known(at)).collect();
+
+    etcd.kill(0);
+    let ttl = Duration::from_secs(TTL as u64);
+    until("the node left", ttl * 3, || !node.is_member()).await;
+    assert!(node.service.owned().is_empty(), "it serves nothing");
+    // Fingerprints its router's cache does not hold (a cached one is still stored).
+    let fresh: Vec<Fingerprint> = (100..200).map(chunk_fp).collect();
+    let err = node.router.lookup(&fresh).await.unwrap_err();
+    assert!(
+        err.to_string().contains("node 1 is out of the cluster") && !err.is_retryable(),
+        "{err}"
+    );
+    // Its owner takes nobody's lookups meanwhile, its own node id's included.
+    let asked = node.service.lookup(1, fps.clone()).await.unwrap_err();
+    assert!(asked.to_string().contains("not a member"), "{asked}");
+
+    etcd.restart(0).await;
+    until("the node joined again", Duration::from_secs(30), || {
+        node.is_member() && node.service.owned().len() == PARTITIONS as usize
+    })
+    .await;
+    // Through a router without a cache: the owner's index has them.
+    let router = Router::new(1, PARTITIONS, node.view.clone(), 0).with_local(node.service.clone());
+    assert_eq!(router.lookup(&fps).await.unwrap(), known);
+    node.stop().await.unwrap();
+}
