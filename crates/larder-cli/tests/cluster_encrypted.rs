@@ -10,19 +10,17 @@
 
 mod support;
 
-#[allow(dead_code)]
-#[path = "../../larder-cluster/tests/support/etcd.rs"]
-mod etcd;
+#[path = "support/cluster.rs"]
+mod cluster_kit;
 #[allow(dead_code)]
 #[path = "../../larder-cluster/tests/support/plaintext.rs"]
 mod plaintext;
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use etcd::EtcdCluster;
+use cluster_kit::etcd::EtcdCluster;
+use cluster_kit::{free_port, node_command, settled, NodeConfig, NodeProcess};
 use plaintext::{digests, files_containing, stored_files};
 use support::{
     assert_same_tree, larder, larder_command, pseudo_random, restored, run_command, Scratch,
@@ -31,81 +29,6 @@ use support::{
 
 const NAME_MARKER: &str = "quarterly-secret-plans";
 const CONTENT_MARKER: &[u8] = b"the launch code is 0000";
-/// Lines of a node's log printed when the test fails.
-const TAIL: usize = 60;
-
-/// A `larder node` process, killed when dropped (its log printed if the test failed).
-struct NodeProcess {
-    id: u16,
-    child: Child,
-    log: PathBuf,
-}
-
-impl Drop for NodeProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if std::thread::panicking() {
-            let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-            let lines: Vec<&str> = text.lines().collect();
-            let tail = &lines[lines.len().saturating_sub(TAIL)..];
-            eprintln!("--- node {} log tail:\n{}", self.id, tail.join("\n"));
-        }
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// `larder node` arguments for node `id` listening on `port`.
-fn node_args(id: u16, etcd: &str, storage: &Path, port: u16) -> Vec<String> {
-    [
-        "node",
-        "--id",
-        &id.to_string(),
-        "--etcd",
-        etcd,
-        "--storage",
-        storage.to_str().unwrap(),
-        "--listen",
-        &format!("127.0.0.1:{port}"),
-        "--ttl",
-        "3",
-    ]
-    .map(String::from)
-    .to_vec()
-}
-
-/// Waits until `nodes` nodes are members and no partition is unowned.
-fn settled(xdg: &Path, etcd: &str, nodes: usize) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let out = larder(
-            xdg,
-            [
-                "--json",
-                "cluster",
-                "status",
-                "--etcd",
-                etcd,
-                "--interval",
-                "100ms",
-            ],
-        );
-        let status = out.expect_ok().json();
-        if status["nodes"].as_array().map(Vec::len) == Some(nodes) && status["unowned"] == 0 {
-            return;
-        }
-        assert!(Instant::now() < deadline, "not settled: {status}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
 /// A tree with a marked file name, a small file (one chunk: smaller than the least
 /// chunk) holding the content marker, and larger files; and the small file's content.
 fn make_source(root: &Path) -> (PathBuf, Vec<u8>) {
@@ -156,19 +79,21 @@ async fn an_encrypted_cluster_backs_up_restores_and_refuses_nodes_without_its_pa
     assert_eq!(slots().len(), 1);
 
     // A node that cannot unlock the key exits 1 before it makes anything.
+    let config = NodeConfig {
+        etcd: endpoints.clone(),
+        storage: storage.clone(),
+        ttl: 3,
+        logs: logs.clone(),
+    };
     let port = free_port();
     let mut without = larder_command(&xdg);
-    without
-        .env_remove("LARDER_PASSWORD")
-        .args(node_args(1, &endpoints, &storage, port));
-    run_command(without, RUN_TIMEOUT)
+    without.env_remove("LARDER_PASSWORD");
+    run_command(node_command(without, 1, port, &config, &[]), RUN_TIMEOUT)
         .expect_code(1)
         .expect_stderr(&["the cluster is encrypted", "LARDER_PASSWORD"]);
     let mut wrong = larder_command(&xdg);
-    wrong
-        .env("LARDER_PASSWORD", "not the password")
-        .args(node_args(1, &endpoints, &storage, port));
-    run_command(wrong, RUN_TIMEOUT)
+    wrong.env("LARDER_PASSWORD", "not the password");
+    run_command(node_command(wrong, 1, port, &config, &[]), RUN_TIMEOUT)
         .expect_code(1)
         .expect_stderr(&["wrong password or no matching key"]);
     assert!(!storage.join("nodes/1").exists());
@@ -177,29 +102,13 @@ async fn an_encrypted_cluster_backs_up_restores_and_refuses_nodes_without_its_pa
     let password_file = scratch.path().join("password");
     std::fs::write(&password_file, format!("{PASSWORD}\n")).unwrap();
     let ports = [free_port(), free_port()];
-    let mut nodes = Vec::new();
-    for (id, port) in [(1u16, ports[0]), (2, ports[1])] {
-        let log = logs.join(format!("node-{id}.log"));
-        let file = std::fs::File::create(&log).unwrap();
-        let mut command = larder_command(&xdg);
-        command
-            .args(node_args(id, &endpoints, &storage, port))
-            .env("LARDER_LOG", "info")
-            .stdout(file.try_clone().unwrap())
-            .stderr(Stdio::from(file));
-        if id == 2 {
-            command
-                .env_remove("LARDER_PASSWORD")
-                .arg("--password-file")
-                .arg(&password_file);
-        }
-        nodes.push(NodeProcess {
-            id,
-            child: command.spawn().unwrap(),
-            log,
-        });
-    }
-    settled(&xdg, &endpoints, 2);
+    let one = NodeProcess::spawn(larder_command(&xdg), 1, ports[0], &config, &[]);
+    let mut base = larder_command(&xdg);
+    base.env_remove("LARDER_PASSWORD");
+    let file_arg = password_file.to_str().unwrap();
+    let two = NodeProcess::spawn(base, 2, ports[1], &config, &["--password-file", file_arg]);
+    let nodes = [one, two];
+    settled(&xdg, &endpoints, 2, Duration::from_secs(60));
     let [one, two] = ports.map(|p| format!("127.0.0.1:{p}"));
 
     let (src, small) = make_source(&scratch.path().join("src"));

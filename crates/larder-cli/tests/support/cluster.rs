@@ -1,6 +1,7 @@
 //! Clusters of real processes for the CLI's tests: etcd from the cluster crate's kit
-//! ([`etcd::EtcdCluster`]), `larder node` processes started in one place
-//! ([`NodeProcess::spawn`]), and waits on `larder cluster status`. A test that uses it
+//! ([`etcd::EtcdCluster`]), `larder node` command lines made in one place
+//! ([`node_command`], which [`NodeProcess::spawn`] runs), and waits on `larder cluster
+//! status`. A test that uses it
 //! declares `mod support;` and `#[path = "support/cluster.rs"] mod cluster_kit;`.
 
 #![allow(dead_code)]
@@ -50,18 +51,32 @@ pub struct NodeProcess {
     log: PathBuf,
 }
 
+/// `larder node` as node `id` of the cluster `config` describes, listening on
+/// `127.0.0.1:port` (0: any free port), through `base` (a `larder` command with its
+/// environment, e.g. [`crate::support::larder_command`]) plus `extra` arguments
+/// (password sources): every test's node command line.
+pub fn node_command(
+    mut base: Command,
+    id: u16,
+    port: u16,
+    config: &NodeConfig,
+    extra: &[&str],
+) -> Command {
+    base.arg("node")
+        .args(["--id", &id.to_string()])
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args(["--etcd", &config.etcd])
+        .arg("--storage")
+        .arg(&config.storage)
+        .args(["--ttl", &config.ttl.to_string()])
+        .args(extra);
+    base
+}
+
 impl NodeProcess {
-    /// Starts `larder node` as node `id` of the cluster `config` describes, listening on
-    /// `127.0.0.1:port` (0: any free port), through `base` (a `larder` command with its
-    /// environment, e.g. [`crate::support::larder_command`]) plus `extra` arguments
-    /// (password sources). Its log level is `LARDER_LOG` when set, else info.
-    pub fn spawn(
-        mut base: Command,
-        id: u16,
-        port: u16,
-        config: &NodeConfig,
-        extra: &[&str],
-    ) -> Self {
+    /// Starts [`node_command`] in the background, its output appended to its log, at
+    /// log level `LARDER_LOG` when set, else info.
+    pub fn spawn(base: Command, id: u16, port: u16, config: &NodeConfig, extra: &[&str]) -> Self {
         std::fs::create_dir_all(&config.logs).unwrap();
         let log = config.logs.join(format!("node-{id}.log"));
         let file = std::fs::OpenOptions::new()
@@ -69,15 +84,7 @@ impl NodeProcess {
             .append(true)
             .open(&log)
             .unwrap();
-        let child = base
-            .arg("node")
-            .args(["--id", &id.to_string()])
-            .args(["--listen", &format!("127.0.0.1:{port}")])
-            .args(["--etcd", &config.etcd])
-            .arg("--storage")
-            .arg(&config.storage)
-            .args(["--ttl", &config.ttl.to_string()])
-            .args(extra)
+        let child = node_command(base, id, port, config, extra)
             .env(
                 "LARDER_LOG",
                 std::env::var("LARDER_LOG").unwrap_or_else(|_| "info".into()),
