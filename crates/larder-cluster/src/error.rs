@@ -44,8 +44,8 @@ pub enum ClusterError {
     /// etcd holds no cluster under this prefix.
     #[error("no cluster under {prefix} in etcd: run `larder cluster init` first")]
     Uninitialised { prefix: String },
-    /// A watch of etcd ended (its connection dropped): the node stops, and starting it
-    /// again resumes.
+    /// A watch of etcd ended (its connection dropped): the node leaves the cluster
+    /// and joins again (node.rs, `stay_member`).
     #[error("{0} ended")]
     WatchEnded(String),
     /// Coordination through etcd failed.

@@ -23,7 +23,8 @@ use crate::service::OwnerService;
 pub struct MapView {
     /// `owners[p]`: partition `p`'s owner, 0 while it has none.
     pub owners: Vec<NodeId>,
-    /// Lookup service address (`host:port`) of each live node.
+    /// Lookup service address (`host:port`) of each live node: the members, whose
+    /// lookups and acknowledgements the node's owner takes (`OwnerService`).
     pub addrs: HashMap<NodeId, String>,
 }
 
