@@ -48,8 +48,8 @@ pub struct OwnerMetrics {
     pub late_acks: u64,
     /// Acknowledgements for partitions this node does not own (dropped).
     pub moved_acks: u64,
-    /// Acknowledgements refused whole: of a lock another node holds, or of a
-    /// location outside the sender's containers.
+    /// Acknowledgement entries refused: of a lock another node holds, or (every entry
+    /// of the message) a location outside the sender's containers.
     pub refused_acks: u64,
     /// Locks whose acknowledgement did not come in time.
     pub expired: u64,
@@ -323,19 +323,20 @@ impl<I: IndexIo> Owner<I> {
     /// writer's chunk is found. The chunks' containers must already be durable: they
     /// are the log a takeover replays (crate::partitions).
     ///
-    /// Refused whole, with nothing changed ([`ClusterError::Refused`]), when an entry
-    /// names a container outside `from`'s range (a node writes only its own) or a
-    /// fingerprint locked by another node (only the holder releases a lock; that
-    /// refusal is retryable: once the holder acknowledges or its lock expires, the
-    /// entry is a late acknowledgement).
+    /// Refused ([`ClusterError::Refused`]), nothing of it taken, when an entry names a
+    /// container outside `from`'s range: a node writes only its own, so the message is
+    /// forged. An entry whose fingerprint another node holds locked is refused alone
+    /// (only the holder releases a lock), the others taken, and the call fails with a
+    /// retryable refusal: once the holder acknowledges or its lock expires, the entry
+    /// is a late acknowledgement.
     pub fn ack(
         &mut self,
         from: NodeId,
         entries: &[(Fingerprint, ChunkLocation)],
         now: Instant,
     ) -> Result<()> {
-        if let Err(e) = self.check_ack(from, entries) {
-            self.metrics.refused_acks += 1;
+        if let Err(e) = check_writer(from, entries) {
+            self.metrics.refused_acks += entries.len() as u64;
             return Err(e);
         }
         // Partition by partition, in order within each, loading ahead what the next
@@ -344,12 +345,17 @@ impl<I: IndexIo> Owner<I> {
         let order = self.by_partition(entries.iter().map(|(fp, _)| fp));
         let groups: Vec<&[(u32, u32)]> = order.chunk_by(|a, b| a.0 == b.0).collect();
         let mut failure = None;
+        let mut locked_by_others: Vec<(Fingerprint, NodeId)> = Vec::new();
         for (g, &group) in groups.iter().enumerate() {
             self.prefetch_ahead(&groups, g, |i| &entries[i as usize].0, true);
             let p = PartitionId(group[0].0);
             let mut late = false;
             for &(_, i) in group {
                 let (fp, location) = entries[i as usize];
+                if let Some(holder) = self.other_holder(p, &fp, from) {
+                    locked_by_others.push((fp, holder));
+                    continue;
+                }
                 if let Err(e) = self.ack_one(p, fp, location, now, &mut late) {
                     failure.get_or_insert(e);
                 }
@@ -360,30 +366,27 @@ impl<I: IndexIo> Owner<I> {
                 }
             }
         }
+        if let Some(&(fp, holder)) = locked_by_others.first() {
+            self.metrics.refused_acks += locked_by_others.len() as u64;
+            return Err(ClusterError::Refused {
+                from,
+                what: "acknowledgement",
+                reason: format!(
+                    "fingerprint {} is locked by node {holder} ({} of its {} entries refused)",
+                    fp.to_hex(),
+                    locked_by_others.len(),
+                    entries.len()
+                ),
+                retryable: true,
+            });
+        }
         failure.map_or(Ok(()), Err)
     }
 
-    /// Whether node `from` may acknowledge every one of `entries`: each location in one
-    /// of its own containers, no fingerprint locked by another node.
-    fn check_ack(&self, from: NodeId, entries: &[(Fingerprint, ChunkLocation)]) -> Result<()> {
-        check_writer(from, entries)?;
-        for (fp, _) in entries {
-            let p = partition_of(fp, self.partitions);
-            let lock = self.parts.get(p).and_then(|part| part.locks.get(fp));
-            if let Some(lock) = lock.filter(|lock| lock.holder != from) {
-                return Err(ClusterError::Refused {
-                    from,
-                    what: "acknowledgement",
-                    reason: format!(
-                        "fingerprint {} is locked by node {}",
-                        fp.to_hex(),
-                        lock.holder
-                    ),
-                    retryable: true,
-                });
-            }
-        }
-        Ok(())
+    /// The node holding `fp`'s lock in partition `p`, if it is another than `from`.
+    fn other_holder(&self, p: PartitionId, fp: &Fingerprint, from: NodeId) -> Option<NodeId> {
+        let lock = self.parts.get(p)?.locks.get(fp)?;
+        (lock.holder != from).then_some(lock.holder)
     }
 
     /// Acknowledges one entry of partition `p`; sets `late` when it is looked up

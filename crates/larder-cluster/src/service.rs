@@ -185,11 +185,9 @@ impl OwnerService {
 
     /// Records member `from`'s acknowledgements: where it stored chunks it was
     /// answered `New` for, in durable containers of its own. Refused whole, nothing
-    /// changed, when `from` is not a member or a location is outside its containers
-    /// (both logged);
-    /// a group whose entries include a lock another node holds refuses its part
-    /// ([`Owner::ack`]), the other groups' parts are taken (each entry taken is one
-    /// `from` may acknowledge).
+    /// changed, when `from` is not a member or a location is outside its containers;
+    /// an entry of a lock another node holds is refused alone and the rest taken
+    /// ([`Owner::ack`]). Every refusal is logged.
     pub fn ack(&self, from: NodeId, entries: &[(Fingerprint, ChunkLocation)]) -> Result<()> {
         self.require_member(from, "acknowledgement")?;
         if let Err(e) = check_writer(from, entries) {

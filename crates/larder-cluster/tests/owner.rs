@@ -323,7 +323,7 @@ fn an_acknowledgement_outside_the_senders_containers_is_refused() {
         owner.get(&[f, g, late]).unwrap(),
         [GetAnswer::Absent, GetAnswer::Absent, GetAnswer::Absent]
     );
-    assert_eq!(owner.metrics().refused_acks, 3);
+    assert_eq!(owner.metrics().refused_acks, 4, "every entry of each");
     // The lock is still node 1's: another node's lookup waits on it.
     owner.lookup(2, &[f], 2, now).unwrap();
     assert!(answers(&mut owner).is_empty());
@@ -333,5 +333,39 @@ fn an_acknowledgement_outside_the_senders_containers_is_refused() {
     assert_eq!(
         answers(&mut owner),
         BTreeMap::from([((2, 2), Answer::Known(loc(1, 5)))])
+    );
+}
+
+/// An acknowledgement of two fingerprints, one locked for the sender and one for
+/// another node: the sender's is taken (its waiter answered), the other refused alone,
+/// still locked for its holder.
+#[test]
+fn only_the_entries_of_another_nodes_locks_are_refused() {
+    let mut owner = owner(Lookup::Eager, &[0, 1, 2, 3]);
+    let now = Instant::now();
+    let (mine, theirs) = (fp(7), fp(8));
+    owner.lookup(1, &[mine], 0, now).unwrap();
+    owner.lookup(2, &[theirs], 1, now).unwrap();
+    owner.lookup(3, &[mine, theirs], 2, now).unwrap();
+    assert_eq!(answers(&mut owner).len(), 2);
+    let err = owner
+        .ack(1, &[(mine, loc(1, 1)), (theirs, loc(1, 2))], now)
+        .unwrap_err();
+    assert!(
+        err.is_retryable() && err.to_string().contains("locked by node 2"),
+        "{err}"
+    );
+    assert_eq!(owner.metrics().refused_acks, 1);
+    assert_eq!(
+        owner.get(&[mine, theirs]).unwrap(),
+        [GetAnswer::Known(loc(1, 1)), GetAnswer::Absent]
+    );
+    owner.ack(2, &[(theirs, loc(2, 2))], now).unwrap();
+    assert_eq!(
+        answers(&mut owner),
+        BTreeMap::from([
+            ((3, 2), Answer::Known(loc(1, 1))),
+            ((3, 3), Answer::Known(loc(2, 2)))
+        ])
     );
 }
