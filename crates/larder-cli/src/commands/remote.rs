@@ -191,3 +191,32 @@ impl Render for RemoteSnapshots {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::ffi::OsStrExt;
+
+    use serde_json::json;
+
+    use super::*;
+
+    /// A node's warnings come back as the engine wrote them: a name that is not UTF-8
+    /// from its `path_hex`, and an entry the node garbled as an error.
+    #[test]
+    fn a_nodes_warnings_come_back_whole() {
+        let summary = json!({"warnings": [
+            {"path": "/t/a\u{fffd}", "path_hex": "2f742f61ff", "message": "lost", "is_error": true},
+            {"path": "/t/sock", "message": "skipped", "is_error": false},
+            {"message": 7},
+        ]});
+        let warnings = node_warnings(&summary);
+        assert_eq!(warnings.len(), 3);
+        assert_eq!(warnings[0].path.as_os_str().as_bytes(), b"/t/a\xff");
+        assert!(warnings[0].is_error && !warnings[1].is_error && warnings[2].is_error);
+        assert_eq!(warnings[2].path, PathBuf::from("?"));
+        assert!(node_warnings(&json!({})).is_empty());
+        assert_eq!(from_hex("2f"), Some(vec![0x2f]));
+        assert_eq!(from_hex("2"), None);
+        assert_eq!(from_hex("zz"), None);
+    }
+}
