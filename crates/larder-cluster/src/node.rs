@@ -324,14 +324,16 @@ impl Node {
 
     /// Leaves the cluster in good order: stops serving, checkpoints every partition
     /// still held under its epoch, and revokes the lease so that the master moves the
-    /// partitions at once.
+    /// partitions at once. A node out of the cluster (its lease lost) writes no
+    /// partition: one a takeover finished after it left is no longer its to write.
     pub async fn stop(&mut self) -> Result<()> {
         let _ = self.stop.send(true);
         self.tasks.abort_all();
         while self.tasks.join_next().await.is_some() {}
+        let member = self.is_member();
         let mut result = Ok(());
         for (p, _) in self.service.owned() {
-            if let Err(e) = self.service.release(p, true) {
+            if let Err(e) = self.service.release(p, member) {
                 result = Err(e);
             }
         }
