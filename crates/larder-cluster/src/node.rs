@@ -380,7 +380,10 @@ impl Session {
 
     /// Serves as a member holding `lease` until `lost` fires or a task of the
     /// membership fails: follows the map and the members, campaigns for master, and
-    /// checkpoints. Returns why it stopped; its tasks end with it.
+    /// checkpoints. Returns why it stopped, once its tasks have ended (a takeover or
+    /// checkpoint already on a blocking thread finishes there: a takeover's partition
+    /// is set against the map when the node joins again, a checkpoint passed its
+    /// fencing check).
     async fn serve(&self, lease: i64, mut lost: watch::Receiver<bool>) -> ClusterError {
         let (_keep, stopped) = watch::channel(false);
         let mut tasks = JoinSet::new();
@@ -411,20 +414,23 @@ impl Session {
             self.checkpoint_every,
             stopped,
         ));
-        loop {
+        let why = loop {
             tokio::select! {
                 changed = lost.wait_for(|&l| l) => {
                     let _ = changed;
-                    return ClusterError::LeaseLost;
+                    break ClusterError::LeaseLost;
                 }
                 done = tasks.join_next() => match done {
                     Some(Ok(Ok(()))) => continue,
-                    Some(Ok(Err(e))) => return e,
-                    Some(Err(e)) => return ClusterError::Task { what: "a member task".into(), reason: e.to_string() },
-                    None => return ClusterError::WatchEnded("the member tasks".into()),
+                    Some(Ok(Err(e))) => break e,
+                    Some(Err(e)) => break ClusterError::Task { what: "a member task".into(), reason: e.to_string() },
+                    None => break ClusterError::WatchEnded("the member tasks".into()),
                 },
             }
-        }
+        };
+        // Every task ended before the caller detaches: none writes the view after.
+        tasks.shutdown().await;
+        why
     }
 
     /// Stops serving at once, writing nothing (the master may already have given the
