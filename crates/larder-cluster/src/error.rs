@@ -74,6 +74,10 @@ pub enum ClusterError {
     /// The cluster's key: missing, not opened by the password, or not this cluster's.
     #[error("{0}")]
     Key(String),
+    /// The cluster's certificates: missing, unreadable, or refused (plaintext off
+    /// loopback).
+    #[error("{0}")]
+    Tls(String),
 }
 
 impl ClusterError {
@@ -92,6 +96,7 @@ impl ClusterError {
             | ClusterError::Task { .. }
             | ClusterError::Uninitialised { .. }
             | ClusterError::Key(_)
+            | ClusterError::Tls(_)
             | ClusterError::LeaseLost
             | ClusterError::Fenced { .. } => false,
         }

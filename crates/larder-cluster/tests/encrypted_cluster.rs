@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use larder_chunk::ChunkerConfig;
-use larder_cluster::coord::{ClusterConfig, COORD_FORMAT_VERSION};
+use larder_cluster::coord::{ClusterConfig, EtcdOptions, COORD_FORMAT_VERSION};
 use larder_cluster::key::{init_encrypted_cluster, KeySlots};
 use larder_cluster::node::{Node, NodeOptions};
 use larder_cluster::rpc::Job;
@@ -123,6 +123,7 @@ async fn an_encrypted_cluster_restores_byte_for_byte_and_stores_no_plaintext() {
         init_encrypted_cluster(
             &endpoints,
             PREFIX,
+            EtcdOptions::default(),
             &slots,
             asked.clone(),
             PASSWORD,

@@ -8,7 +8,7 @@ mod support;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use larder_cluster::coord::{ClusterConfig, COORD_FORMAT_VERSION};
+use larder_cluster::coord::{ClusterConfig, EtcdOptions, COORD_FORMAT_VERSION};
 use larder_cluster::node::{init_cluster, Node, NodeOptions};
 use larder_cluster::router::Router;
 use larder_cluster::{partition_of, Answer, NodeId, PartitionId};
@@ -62,7 +62,7 @@ async fn partitions_fail_over_and_nothing_acknowledged_is_forgotten() {
         hash: "blake3".into(),
         encryption: None,
     };
-    init_cluster(&etcd.endpoints(), "/larder-test", &config)
+    init_cluster(&etcd.endpoints(), "/larder-test", EtcdOptions::default(), &config)
         .await
         .unwrap();
     let one = Node::start(options(1, &etcd, storage)).await.unwrap();

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use larder_chunk::ChunkerConfig;
-use larder_cluster::coord::{ClusterConfig, COORD_FORMAT_VERSION};
+use larder_cluster::coord::{ClusterConfig, EtcdOptions, COORD_FORMAT_VERSION};
 use larder_cluster::node::{init_cluster, Node, NodeOptions};
 use larder_cluster::rpc::Job;
 use larder_cluster::{NodeId, SharedStorage};
@@ -137,7 +137,7 @@ async fn a_cluster_on_s3_is_exact_survives_a_dead_node_and_restores() {
         hash: "blake3".into(),
         encryption: None,
     };
-    init_cluster(&etcd.endpoints(), "/larder-s3", &config)
+    init_cluster(&etcd.endpoints(), "/larder-s3", EtcdOptions::default(), &config)
         .await
         .unwrap();
     let root =

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use larder_cluster::node::Node;
-use larder_cluster::rpc::{Job, NodeClient};
+use larder_cluster::rpc::{Job, JobClient, Transport};
 use larder_index::disk::DiskIndexConfig;
 
 pub mod containers;
@@ -32,8 +32,7 @@ pub fn bytes(seed: u64, len: usize) -> Vec<u8> {
 
 /// Runs `job` on `node` and returns its JSON answer.
 pub async fn job(node: &Node, job: Job) -> serde_json::Value {
-    // Node id 1 as the asker: a job does not look anything up under it.
-    let client = NodeClient::connect(&node.addr.to_string(), 1)
+    let client = JobClient::connect(&node.addr.to_string(), &Transport::Plaintext)
         .await
         .unwrap();
     serde_json::from_str(&client.job(&job).await.unwrap()).unwrap()
