@@ -12,15 +12,16 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use larder_cluster::coord::{
-    ClusterConfig, Election, Etcd, EtcdOptions, Membership, PartitionMapStore, COORD_FORMAT_VERSION,
+    ClusterConfig, Election, Etcd, Membership, PartitionMapStore, COORD_FORMAT_VERSION,
 };
 use larder_cluster::key::{init_encrypted_cluster, KeySlots};
 use larder_cluster::node::init_cluster;
-use larder_cluster::rpc::{NodeClient, NodeStats};
+use larder_cluster::rpc::{JobClient, NodeStats, Transport};
 use larder_crypto::{AeadKind, FingerprintKind, KdfParams, KeyKind};
 use larder_hash::HashAlgo;
 use serde::Serialize;
 
+use super::cluster_tls::TlsArgs;
 use crate::duration;
 use crate::output::{Output, Render};
 use crate::password::{KdfArgs, NewPasswordArgs, PasswordArgs};
@@ -44,6 +45,10 @@ pub enum ClusterCommand {
     Init(InitArgs),
     /// Nodes, the master, partitions per node, and messages per second
     Status(StatusArgs),
+    /// The cluster's certificates: its authorities, and certificates for nodes,
+    /// clients and etcd members
+    #[command(subcommand)]
+    Cert(super::cluster_tls::CertCommand),
 }
 
 #[derive(Args)]
@@ -85,18 +90,25 @@ pub fn runtime() -> Result<tokio::runtime::Runtime> {
         .context("starting the async runtime")
 }
 
-pub fn run(command: ClusterCommand, password: &PasswordArgs, out: &Output) -> Result<ExitCode> {
+pub fn run(
+    command: ClusterCommand,
+    password: &PasswordArgs,
+    tls: &TlsArgs,
+    out: &Output,
+) -> Result<ExitCode> {
     match command {
-        ClusterCommand::Init(args) => init(args, password, out),
+        ClusterCommand::Init(args) => init(args, password, tls, out),
+        ClusterCommand::Cert(command) => super::cluster_tls::run(command, out),
         ClusterCommand::Status(args) => {
-            let status = runtime()?.block_on(status(&args.etcd, args.interval))?;
+            let status = runtime()?.block_on(status(&args.etcd, tls, args.interval))?;
             out.print(&status)?;
             Ok(ExitCode::SUCCESS)
         }
     }
 }
 
-fn init(args: InitArgs, password: &PasswordArgs, out: &Output) -> Result<ExitCode> {
+fn init(args: InitArgs, password: &PasswordArgs, tls: &TlsArgs, out: &Output) -> Result<ExitCode> {
+    let etcd_options = tls.etcd_options()?;
     let Some(hash) = HashAlgo::from_name(&args.hash) else {
         return Ok(out.usage(&format!(
             "unknown hash {}: blake3, sha256 or sha1",
@@ -137,7 +149,7 @@ fn init(args: InitArgs, password: &PasswordArgs, out: &Output) -> Result<ExitCod
     };
     let (etcd, prefix) = (&args.etcd.etcd, &args.etcd.prefix);
     match aead {
-        None => runtime()?.block_on(init_cluster(etcd, prefix, &config))?,
+        None => runtime()?.block_on(init_cluster(etcd, prefix, etcd_options, &config))?,
         Some(aead) => {
             let fingerprint = match hash {
                 HashAlgo::Sha256 => FingerprintKind::HmacSha256,
@@ -148,6 +160,7 @@ fn init(args: InitArgs, password: &PasswordArgs, out: &Output) -> Result<ExitCod
             config = runtime()?.block_on(init_encrypted_cluster(
                 etcd,
                 prefix,
+                etcd_options,
                 &slots,
                 config,
                 password.as_bytes(),
@@ -238,8 +251,9 @@ struct NodeRates {
     fingerprints_per_sec: f64,
 }
 
-async fn status(etcd: &EtcdArgs, interval: Duration) -> Result<Status> {
-    let client = Etcd::connect(&etcd.etcd, &etcd.prefix, EtcdOptions::default()).await?;
+async fn status(etcd: &EtcdArgs, tls: &TlsArgs, interval: Duration) -> Result<Status> {
+    let client = Etcd::connect(&etcd.etcd, &etcd.prefix, tls.etcd_options()?).await?;
+    let transport = tls.transport()?;
     let maps = PartitionMapStore::new(&client);
     let config = maps.config().await?;
     let master = Election::new(&client).leader().await?;
@@ -260,7 +274,7 @@ async fn status(etcd: &EtcdArgs, interval: Duration) -> Result<Status> {
             id: m.id,
             address: m.address.clone(),
             partitions: per_node.get(&m.id).copied().unwrap_or(0),
-            stats: sample(&m.address, interval).await,
+            stats: sample(&m.address, &transport, interval).await,
         });
     }
     Ok(Status {
@@ -273,9 +287,8 @@ async fn status(etcd: &EtcdArgs, interval: Duration) -> Result<Status> {
 
 /// A node's counters now, and its lookup messages and fingerprints per second over
 /// `interval`.
-async fn sample(address: &str, interval: Duration) -> Option<NodeRates> {
-    // Node id 1 as the asker: `Stats` does not act on it.
-    let client = NodeClient::connect(address, 1).await.ok()?;
+async fn sample(address: &str, transport: &Transport, interval: Duration) -> Option<NodeRates> {
+    let client = JobClient::connect(address, transport).await.ok()?;
     let before = client.node_stats().await.ok()?;
     let started = Instant::now();
     tokio::time::sleep(interval).await;
