@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use larder_chunk::ChunkerConfig;
 use larder_cluster::coord::{ClusterConfig, EtcdOptions, COORD_FORMAT_VERSION};
 use larder_cluster::key::{init_encrypted_cluster, KeySlots};
+use larder_cluster::served::Served;
 use larder_cluster::node::{Node, NodeOptions};
 use larder_cluster::rpc::Job;
 use larder_cluster::view::ClusterView;
@@ -60,6 +61,8 @@ fn options(
     options.member_ttl_secs = 3;
     options.checkpoint_every = Duration::from_millis(300);
     options.keys = keys;
+    // The tests' sources and restore targets are in temporary directories.
+    options.served = Served::new(vec![std::env::temp_dir()]).unwrap();
     options
 }
 

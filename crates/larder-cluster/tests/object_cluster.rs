@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use larder_chunk::ChunkerConfig;
 use larder_cluster::coord::{ClusterConfig, EtcdOptions, COORD_FORMAT_VERSION};
+use larder_cluster::served::Served;
 use larder_cluster::node::{init_cluster, Node, NodeOptions};
 use larder_cluster::rpc::Job;
 use larder_cluster::{NodeId, SharedStorage};
@@ -30,6 +31,8 @@ fn options(id: NodeId, etcd: &EtcdCluster, storage: SharedStorage) -> NodeOption
     let mut options = NodeOptions::new(id, etcd.endpoints(), "/larder-s3", storage);
     options.member_ttl_secs = TTL;
     options.checkpoint_every = Duration::from_millis(500);
+    // The tests' sources and restore targets are in temporary directories.
+    options.served = Served::new(vec![std::env::temp_dir()]).unwrap();
     options
 }
 

@@ -97,6 +97,8 @@ pub fn run(
     options.index.expected_fingerprints = args.partition_fingerprints;
     options.lookup = Lookup::Eager;
     options.transport = tls.transport()?;
+    // Before anything is joined: a plaintext port only on loopback.
+    options.transport.check_addr(&args.listen.to_string())?;
     options.etcd_options = tls.etcd_options()?;
     options.served = served;
     runtime()?.block_on(async {

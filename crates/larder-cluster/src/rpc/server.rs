@@ -406,7 +406,7 @@ impl<H: LookupHandler> proto::node_server::Node for NodeService<H> {
             .job(job, grants)
             .await
             .map_err(|err| match err {
-                RpcError::PermissionDenied(_) => Status::permission_denied(err.to_string()),
+                RpcError::PermissionDenied(message) => Status::permission_denied(message),
                 err => Status::failed_precondition(err.to_string()),
             })?;
         Ok(Response::new(proto::JobResponse { json }))
