@@ -24,6 +24,7 @@ mod containers;
 #[allow(dead_code)]
 #[path = "../../larder-cluster/tests/support/etcd.rs"]
 mod etcd;
+mod support;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -32,9 +33,12 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use containers::{chunk_fp, write_container};
-use etcd::EtcdCluster;
+use etcd::{EtcdCluster, EtcdTls};
 use larder_cluster::coord::{Etcd, EtcdOptions, MemberEvent, Membership, PartitionMapStore};
 use larder_cluster::router::{MapView, Router};
+use larder_cluster::rpc::Transport;
+use larder_cluster::tls::TlsFiles;
+use support::certs::ClusterCerts;
 use larder_cluster::{Answer, NodeId};
 use larder_hash::Fingerprint;
 use larder_index::ChunkLocation;
@@ -63,7 +67,7 @@ struct NodeProcess {
 }
 
 impl NodeProcess {
-    fn spawn(id: NodeId, etcd: &EtcdCluster, storage: &Path, logs: &Path) -> Self {
+    fn spawn(id: NodeId, etcd: &EtcdCluster, storage: &Path, logs: &Path, certs: &ClusterCerts) -> Self {
         let log = logs.join(format!("node-{id}.log"));
         let file = std::fs::OpenOptions::new()
             .create(true)
@@ -71,6 +75,7 @@ impl NodeProcess {
             .open(&log)
             .unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_larder"))
+            .args(certs.node_flags(id))
             .arg("node")
             .args(["--id", &id.to_string()])
             .args(["--listen", "127.0.0.1:0"])
@@ -239,14 +244,27 @@ fn larder_ok(args: &[&str]) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn node_processes_fail_over_within_10s_and_forget_nothing() {
-    let mut etcd = EtcdCluster::start(3).await;
-    let endpoints = etcd.endpoints().join(",");
     let dir = tempfile::tempdir().unwrap();
+    // The routers below act as nodes 1 and 3, with their certificates.
+    let certs = ClusterCerts::issue(&dir.path().join("certs"), &NODES);
+    let mut etcd = EtcdCluster::start_tls(
+        3,
+        EtcdTls {
+            member: certs.etcd_member(),
+            client: certs.admin(),
+        },
+    )
+    .await;
+    let endpoints = etcd.endpoints().join(",");
+    let admin = certs.admin_flags();
+    let admin: Vec<&str> = admin.iter().map(String::as_str).collect();
     let storage = dir.path().join("shared");
     let logs = dir.path().join("logs");
     std::fs::create_dir_all(&logs).unwrap();
     let storage_arg = storage.to_str().unwrap();
     larder_ok(&[
+        admin[0],
+        admin[1],
         "cluster",
         "init",
         "--etcd",
@@ -261,13 +279,15 @@ async fn node_processes_fail_over_within_10s_and_forget_nothing() {
     ]);
     let mut nodes: BTreeMap<NodeId, NodeProcess> = BTreeMap::new();
     for id in NODES {
-        nodes.insert(id, NodeProcess::spawn(id, &etcd, &storage, &logs));
+        nodes.insert(id, NodeProcess::spawn(id, &etcd, &storage, &logs, &certs));
         // Node 1 joins first and so becomes the master.
         if id == 1 {
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
-    let client = Etcd::connect(&etcd.endpoints(), "/larder", EtcdOptions::default())
+    let mut etcd_options = EtcdOptions::default();
+    etcd_options.tls = Some(Arc::new(TlsFiles::etcd(&certs.admin()).unwrap().unwrap()));
+    let client = Etcd::connect(&etcd.endpoints(), "/larder", etcd_options)
         .await
         .unwrap();
     let per_node = settled(&client, &NODES).await;
@@ -275,8 +295,9 @@ async fn node_processes_fail_over_within_10s_and_forget_nothing() {
 
     let view = Arc::new(RwLock::new(MapView::default()));
     let follower = tokio::spawn(follow(client.clone(), view.clone()));
-    let router1 = Router::new(1, PARTITIONS, view.clone(), 0);
-    let router3 = Router::new(3, PARTITIONS, view.clone(), 0);
+    let as_node = |id| Transport::Tls(Arc::new(TlsFiles::larder(&certs.node(id)).unwrap()));
+    let router1 = Router::new(1, PARTITIONS, view.clone(), 0).with_transport(as_node(1));
+    let router3 = Router::new(3, PARTITIONS, view.clone(), 0).with_transport(as_node(3));
 
     // Exactness: overlapping requests through both routers, alternately.
     let mut oracle = Oracle::default();
@@ -358,7 +379,7 @@ async fn node_processes_fail_over_within_10s_and_forget_nothing() {
         oracle.store(&router1, 1, &storage, 100, 100).await;
 
         // The node comes back under its id; the partitions spread over all 4 again.
-        nodes.insert(victim, NodeProcess::spawn(victim, &etcd, &storage, &logs));
+        nodes.insert(victim, NodeProcess::spawn(victim, &etcd, &storage, &logs, &certs));
         let per_node = settled(&client, &NODES).await;
         assert!(per_node.values().all(|&n| n == 64), "{per_node:?}");
         oracle.check(&router1).await;
@@ -391,6 +412,8 @@ async fn node_processes_fail_over_within_10s_and_forget_nothing() {
 
     // `larder cluster status`.
     let out = larder_ok(&[
+        admin[0],
+        admin[1],
         "--json",
         "cluster",
         "status",

@@ -22,7 +22,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use etcd::EtcdCluster;
+use etcd::{EtcdCluster, EtcdTls};
+use support::certs::ClusterCerts;
 use plaintext::{digests, files_containing, stored_files};
 use support::{
     assert_same_tree, larder, larder_command, pseudo_random, restored, run_command, Scratch,
@@ -62,9 +63,18 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// `larder node` arguments for node `id` listening on `port`.
-fn node_args(id: u16, etcd: &str, storage: &Path, port: u16) -> Vec<String> {
-    [
+/// `larder node` arguments for node `id` listening on `port` with its certificate,
+/// serving `served`.
+fn node_args(
+    id: u16,
+    etcd: &str,
+    storage: &Path,
+    port: u16,
+    certs: &ClusterCerts,
+    served: &Path,
+) -> Vec<String> {
+    let mut args = certs.node_flags(id);
+    args.extend([
         "node",
         "--id",
         &id.to_string(),
@@ -77,17 +87,21 @@ fn node_args(id: u16, etcd: &str, storage: &Path, port: u16) -> Vec<String> {
         "--ttl",
         "3",
     ]
-    .map(String::from)
-    .to_vec()
+    .map(String::from));
+    args.extend(["--serve".into(), served.display().to_string()]);
+    args
 }
 
 /// Waits until `nodes` nodes are members and no partition is unowned.
-fn settled(xdg: &Path, etcd: &str, nodes: usize) {
+fn settled(xdg: &Path, certs: &ClusterCerts, etcd: &str, nodes: usize) {
     let deadline = Instant::now() + Duration::from_secs(60);
+    let admin = certs.admin_flags();
     loop {
         let out = larder(
             xdg,
             [
+                admin[0].as_str(),
+                &admin[1],
                 "--json",
                 "cluster",
                 "status",
@@ -127,13 +141,28 @@ fn make_source(root: &Path) -> (PathBuf, Vec<u8>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_encrypted_cluster_backs_up_restores_and_refuses_nodes_without_its_password() {
-    let etcd = EtcdCluster::start(1).await;
-    let endpoints = etcd.endpoints().join(",");
     let scratch = Scratch::new();
+    let certs = ClusterCerts::issue(&scratch.dir("certs"), &[1, 2]);
+    let etcd = EtcdCluster::start_tls(
+        1,
+        EtcdTls {
+            member: certs.etcd_member(),
+            client: certs.admin(),
+        },
+    )
+    .await;
+    let endpoints = etcd.endpoints().join(",");
     let xdg = scratch.dir("xdg");
     let storage = scratch.path().join("shared");
     let logs = scratch.dir("logs");
+    // Sources and restore targets are in the scratch directory, which the nodes serve
+    // and the client's certificate grants.
+    let served = scratch.path();
+    let admin = certs.admin_flags();
+    let client = certs.client_flags("tester", &[served]);
     let init: Vec<&str> = [
+        admin[0].as_str(),
+        &admin[1],
         "--json",
         "cluster",
         "init",
@@ -160,14 +189,14 @@ async fn an_encrypted_cluster_backs_up_restores_and_refuses_nodes_without_its_pa
     let mut without = larder_command(&xdg);
     without
         .env_remove("LARDER_PASSWORD")
-        .args(node_args(1, &endpoints, &storage, port));
+        .args(node_args(1, &endpoints, &storage, port, &certs, served));
     run_command(without, RUN_TIMEOUT)
         .expect_code(1)
         .expect_stderr(&["the cluster is encrypted", "LARDER_PASSWORD"]);
     let mut wrong = larder_command(&xdg);
     wrong
         .env("LARDER_PASSWORD", "not the password")
-        .args(node_args(1, &endpoints, &storage, port));
+        .args(node_args(1, &endpoints, &storage, port, &certs, served));
     run_command(wrong, RUN_TIMEOUT)
         .expect_code(1)
         .expect_stderr(&["wrong password or no matching key"]);
@@ -183,7 +212,7 @@ async fn an_encrypted_cluster_backs_up_restores_and_refuses_nodes_without_its_pa
         let file = std::fs::File::create(&log).unwrap();
         let mut command = larder_command(&xdg);
         command
-            .args(node_args(id, &endpoints, &storage, port))
+            .args(node_args(id, &endpoints, &storage, port, &certs, served))
             .env("LARDER_LOG", "info")
             .stdout(file.try_clone().unwrap())
             .stderr(Stdio::from(file));
@@ -199,27 +228,28 @@ async fn an_encrypted_cluster_backs_up_restores_and_refuses_nodes_without_its_pa
             log,
         });
     }
-    settled(&xdg, &endpoints, 2);
+    settled(&xdg, &certs, &endpoints, 2);
     let [one, two] = ports.map(|p| format!("127.0.0.1:{p}"));
 
     let (src, small) = make_source(&scratch.path().join("src"));
     let src_arg = src.to_str().unwrap();
-    let first = larder(&xdg, ["--json", "--cluster", &one, "backup", src_arg])
+    let (tls, dir) = (client[0].as_str(), client[1].as_str());
+    let first = larder(&xdg, [tls, dir, "--json", "--cluster", &one, "backup", src_arg])
         .expect_ok()
         .json();
     assert!(first["chunks_new"].as_u64().unwrap() > 5, "{first}");
     let id = first["snapshot_id"].as_str().unwrap().to_string();
     // Node 2 cuts and fingerprints as node 1 does: nothing but the tree is new.
-    let second = larder(&xdg, ["--json", "--cluster", &two, "backup", src_arg])
+    let second = larder(&xdg, [tls, dir, "--json", "--cluster", &two, "backup", src_arg])
         .expect_ok()
         .json();
     assert!(second["chunks_new"].as_u64().unwrap() <= 1, "{second}");
-    let listed = larder(&xdg, ["--json", "--cluster", &two, "snapshots"]);
+    let listed = larder(&xdg, [tls, dir, "--json", "--cluster", &two, "snapshots"]);
     assert!(listed.expect_ok().stdout.contains(&id), "{listed}");
     let target = scratch.path().join("target");
     larder(
         &xdg,
-        ["--cluster", &two, "restore", &id, target.to_str().unwrap()],
+        [tls, dir, "--cluster", &two, "restore", &id, target.to_str().unwrap()],
     )
     .expect_ok();
     assert_same_tree(&src, &restored(&target, &src));
