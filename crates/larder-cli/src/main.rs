@@ -26,8 +26,8 @@ use clap::{Parser, Subcommand};
 use larder_engine::escape_controls;
 
 use crate::commands::{
-    backup, bench, cat, check, chunk, cluster, cluster_tls, copy, diff, forget, gc, gen, index, init, key, ls,
-    mount, node, repair, restore, snapshots, stats, unlock, Globals,
+    backup, bench, cat, check, chunk, cluster, cluster_tls, copy, diff, forget, gc, gen, index,
+    init, key, ls, mount, node, repair, restore, snapshots, stats, unlock, Globals,
 };
 use crate::output::{error_json, Output, SafeLines};
 use crate::repo_open::RepoOpener;

@@ -38,10 +38,10 @@ use larder_cluster::coord::{Etcd, EtcdOptions, MemberEvent, Membership, Partitio
 use larder_cluster::router::{MapView, Router};
 use larder_cluster::rpc::Transport;
 use larder_cluster::tls::TlsFiles;
-use support::certs::ClusterCerts;
 use larder_cluster::{Answer, NodeId};
 use larder_hash::Fingerprint;
 use larder_index::ChunkLocation;
+use support::certs::ClusterCerts;
 
 const PARTITIONS: u32 = 256;
 const NODES: [NodeId; 4] = [1, 2, 3, 4];
@@ -67,7 +67,13 @@ struct NodeProcess {
 }
 
 impl NodeProcess {
-    fn spawn(id: NodeId, etcd: &EtcdCluster, storage: &Path, logs: &Path, certs: &ClusterCerts) -> Self {
+    fn spawn(
+        id: NodeId,
+        etcd: &EtcdCluster,
+        storage: &Path,
+        logs: &Path,
+        certs: &ClusterCerts,
+    ) -> Self {
         let log = logs.join(format!("node-{id}.log"));
         let file = std::fs::OpenOptions::new()
             .create(true)
@@ -285,8 +291,10 @@ async fn node_processes_fail_over_within_10s_and_forget_nothing() {
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
-    let mut etcd_options = EtcdOptions::default();
-    etcd_options.tls = Some(Arc::new(TlsFiles::etcd(&certs.admin()).unwrap().unwrap()));
+    let etcd_options = EtcdOptions {
+        tls: Some(Arc::new(TlsFiles::etcd(&certs.admin()).unwrap().unwrap())),
+        ..EtcdOptions::default()
+    };
     let client = Etcd::connect(&etcd.endpoints(), "/larder", etcd_options)
         .await
         .unwrap();
@@ -379,7 +387,10 @@ async fn node_processes_fail_over_within_10s_and_forget_nothing() {
         oracle.store(&router1, 1, &storage, 100, 100).await;
 
         // The node comes back under its id; the partitions spread over all 4 again.
-        nodes.insert(victim, NodeProcess::spawn(victim, &etcd, &storage, &logs, &certs));
+        nodes.insert(
+            victim,
+            NodeProcess::spawn(victim, &etcd, &storage, &logs, &certs),
+        );
         let per_node = settled(&client, &NODES).await;
         assert!(per_node.values().all(|&n| n == 64), "{per_node:?}");
         oracle.check(&router1).await;

@@ -23,8 +23,8 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use etcd::{EtcdCluster, EtcdTls};
-use support::certs::ClusterCerts;
 use plaintext::{digests, files_containing, stored_files};
+use support::certs::ClusterCerts;
 use support::{
     assert_same_tree, larder, larder_command, pseudo_random, restored, run_command, Scratch,
     TreeBuilder, CHEAP_KDF, PASSWORD, RUN_TIMEOUT,
@@ -74,20 +74,22 @@ fn node_args(
     served: &Path,
 ) -> Vec<String> {
     let mut args = certs.node_flags(id);
-    args.extend([
-        "node",
-        "--id",
-        &id.to_string(),
-        "--etcd",
-        etcd,
-        "--storage",
-        storage.to_str().unwrap(),
-        "--listen",
-        &format!("127.0.0.1:{port}"),
-        "--ttl",
-        "3",
-    ]
-    .map(String::from));
+    args.extend(
+        [
+            "node",
+            "--id",
+            &id.to_string(),
+            "--etcd",
+            etcd,
+            "--storage",
+            storage.to_str().unwrap(),
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--ttl",
+            "3",
+        ]
+        .map(String::from),
+    );
     args.extend(["--serve".into(), served.display().to_string()]);
     args
 }
@@ -234,22 +236,36 @@ async fn an_encrypted_cluster_backs_up_restores_and_refuses_nodes_without_its_pa
     let (src, small) = make_source(&scratch.path().join("src"));
     let src_arg = src.to_str().unwrap();
     let (tls, dir) = (client[0].as_str(), client[1].as_str());
-    let first = larder(&xdg, [tls, dir, "--json", "--cluster", &one, "backup", src_arg])
-        .expect_ok()
-        .json();
+    let first = larder(
+        &xdg,
+        [tls, dir, "--json", "--cluster", &one, "backup", src_arg],
+    )
+    .expect_ok()
+    .json();
     assert!(first["chunks_new"].as_u64().unwrap() > 5, "{first}");
     let id = first["snapshot_id"].as_str().unwrap().to_string();
     // Node 2 cuts and fingerprints as node 1 does: nothing but the tree is new.
-    let second = larder(&xdg, [tls, dir, "--json", "--cluster", &two, "backup", src_arg])
-        .expect_ok()
-        .json();
+    let second = larder(
+        &xdg,
+        [tls, dir, "--json", "--cluster", &two, "backup", src_arg],
+    )
+    .expect_ok()
+    .json();
     assert!(second["chunks_new"].as_u64().unwrap() <= 1, "{second}");
     let listed = larder(&xdg, [tls, dir, "--json", "--cluster", &two, "snapshots"]);
     assert!(listed.expect_ok().stdout.contains(&id), "{listed}");
     let target = scratch.path().join("target");
     larder(
         &xdg,
-        [tls, dir, "--cluster", &two, "restore", &id, target.to_str().unwrap()],
+        [
+            tls,
+            dir,
+            "--cluster",
+            &two,
+            "restore",
+            &id,
+            target.to_str().unwrap(),
+        ],
     )
     .expect_ok();
     assert_same_tree(&src, &restored(&target, &src));

@@ -69,11 +69,26 @@ fn settled(xdg: &Path, certs: &ClusterCerts, etcd: &str, nodes: usize) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let mut args = certs.admin_flags();
-        args.extend(["--json", "cluster", "status", "--etcd", etcd, "--interval", "100ms"].map(String::from));
+        args.extend(
+            [
+                "--json",
+                "cluster",
+                "status",
+                "--etcd",
+                etcd,
+                "--interval",
+                "100ms",
+            ]
+            .map(String::from),
+        );
         let status = larder(xdg, &args).expect_ok().json();
         if status["nodes"].as_array().map(Vec::len) == Some(nodes) && status["unowned"] == 0 {
             assert!(
-                status["nodes"].as_array().unwrap().iter().all(|n| n["stats"].is_object()),
+                status["nodes"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .all(|n| n["stats"].is_object()),
                 "the administrator reads every node's counters: {status}"
             );
             return;
@@ -99,11 +114,16 @@ async fn assert_refused_everything(addr: &str, transport: &Transport, who: &str)
         Ok(client) => {
             let lookup = client.lookup(&[fp(7)]).await;
             assert!(lookup.is_err(), "{who}: a lookup was answered: {lookup:?}");
-            let ack = client.ack(&[(fp(7), ChunkLocation {
-                container: 2 << 48,
-                offset: 0,
-                length: 10,
-            })]).await;
+            let ack = client
+                .ack(&[(
+                    fp(7),
+                    ChunkLocation {
+                        container: 2 << 48,
+                        offset: 0,
+                        length: 10,
+                    },
+                )])
+                .await;
             assert!(ack.is_err(), "{who}: an Ack was accepted");
             let get = client.get(&[fp(7)]).await;
             assert!(get.is_err(), "{who}: a Get was answered: {get:?}");
@@ -147,8 +167,15 @@ async fn strangers_are_refused_and_clients_act_only_beneath_their_paths() {
 
     let mut init = certs.admin_flags();
     init.extend(
-        ["cluster", "init", "--etcd", &endpoints, "--storage", storage.to_str().unwrap()]
-            .map(String::from),
+        [
+            "cluster",
+            "init",
+            "--etcd",
+            &endpoints,
+            "--storage",
+            storage.to_str().unwrap(),
+        ]
+        .map(String::from),
     );
     init.extend(["--partitions", "32", "--encryption", "none"].map(String::from));
     larder(&xdg, &init).expect_ok();
@@ -162,7 +189,15 @@ async fn strangers_are_refused_and_clients_act_only_beneath_their_paths() {
         let mut command = larder_command(&xdg);
         command
             .args(certs.node_flags(id))
-            .args(["node", "--id", &id.to_string(), "--etcd", &endpoints, "--ttl", "3"])
+            .args([
+                "node",
+                "--id",
+                &id.to_string(),
+                "--etcd",
+                &endpoints,
+                "--ttl",
+                "3",
+            ])
             .args(["--listen", &addr, "--storage", storage.to_str().unwrap()])
             .arg("--serve")
             .arg(&served)
@@ -222,29 +257,46 @@ async fn strangers_are_refused_and_clients_act_only_beneath_their_paths() {
         Etcd::connect(&etcd.endpoints(), "/larder", EtcdOptions::default()),
     )
     .await;
-    assert!(!matches!(plain, Ok(Ok(_))), "etcd answered without a certificate");
-    let mut foreign_etcd = EtcdOptions::default();
-    foreign_etcd.tls = Some(Arc::new(TlsFiles::etcd(&stranger.node(2)).unwrap().unwrap()));
+    assert!(
+        !matches!(plain, Ok(Ok(_))),
+        "etcd answered without a certificate"
+    );
+    let foreign_etcd = EtcdOptions {
+        tls: Some(Arc::new(
+            TlsFiles::etcd(&stranger.node(2)).unwrap().unwrap(),
+        )),
+        ..EtcdOptions::default()
+    };
     let foreign = tokio::time::timeout(
         Duration::from_secs(10),
         Etcd::connect(&etcd.endpoints(), "/larder", foreign_etcd),
     )
     .await;
-    assert!(!matches!(foreign, Ok(Ok(_))), "etcd answered a foreign certificate");
+    assert!(
+        !matches!(foreign, Ok(Ok(_))),
+        "etcd answered a foreign certificate"
+    );
 
     // Node 1's certificate: it looks up as node 1, but an Ack (or lookup) claiming
     // node 2 is refused; a client's certificate cannot use the lookup stream or Get,
     // and a node's runs no job.
     let node1 = transport(&certs.node(1));
-    let honest = NodeClient::connect_with(&addrs[1], 1, &node1).await.unwrap();
+    let honest = NodeClient::connect_with(&addrs[1], 1, &node1)
+        .await
+        .unwrap();
     honest.lookup(&[fp(9)]).await.unwrap();
-    let forger = NodeClient::connect_with(&addrs[1], 2, &node1).await.unwrap();
+    let forger = NodeClient::connect_with(&addrs[1], 2, &node1)
+        .await
+        .unwrap();
     let forged = forger
-        .ack(&[(fp(9), ChunkLocation {
+        .ack(&[(
+            fp(9),
+            ChunkLocation {
                 container: 2 << 48,
                 offset: 0,
                 length: 10,
-            })])
+            },
+        )])
         .await
         .unwrap_err();
     assert!(
@@ -255,7 +307,11 @@ async fn strangers_are_refused_and_clients_act_only_beneath_their_paths() {
     let client_flags = certs.client_flags("alice", &[&alice]);
     let alice_transport = transport(Path::new(&client_flags[1]));
     let as_node = NodeClient::connect_with(&addrs[0], 1, &alice_transport).await;
-    assert!(matches!(as_node, Err(RpcError::PermissionDenied(_))), "{:?}", as_node.err());
+    assert!(
+        matches!(as_node, Err(RpcError::PermissionDenied(_))),
+        "{:?}",
+        as_node.err()
+    );
     let node_job = JobClient::connect(&addrs[0], &node1).await.unwrap();
     assert!(matches!(
         node_job.job(&Job::Snapshots).await,
@@ -272,13 +328,17 @@ async fn strangers_are_refused_and_clients_act_only_beneath_their_paths() {
     let first = run(&["--json", "--cluster", &addrs[0], "backup"], &[&src]);
     let first = first.expect_ok().json();
     assert!(first["chunks_new"].as_u64().unwrap() >= 2, "{first}");
-    let second = run(&["--json", "--cluster", &addrs[1], "backup"], &[&src]).expect_ok().json();
+    let second = run(&["--json", "--cluster", &addrs[1], "backup"], &[&src])
+        .expect_ok()
+        .json();
     assert!(second["chunks_new"].as_u64().unwrap() <= 1, "{second}");
     let id = first["snapshot_id"].as_str().unwrap().to_string();
     let target = alice.join("restored");
     run(&["--cluster", &addrs[1], "restore", &id], &[&target]).expect_ok();
     assert_same_tree(&src, &restored(&target, &src));
-    let listed = run(&["--json", "--cluster", &addrs[0], "snapshots"], &[]).expect_ok().json();
+    let listed = run(&["--json", "--cluster", &addrs[0], "snapshots"], &[])
+        .expect_ok()
+        .json();
     assert_eq!(listed["snapshots"].as_array().unwrap().len(), 2, "{listed}");
 
     // Outside her paths: the root-only file, bob's file, and through the symlink.
@@ -292,10 +352,24 @@ async fn strangers_are_refused_and_clients_act_only_beneath_their_paths() {
         out.expect_code(1).expect_stderr(&["permission denied"]);
     }
     assert_eq!(std::fs::read(&secret).unwrap(), SECRET);
-    assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 1, "nothing restored outside");
-    assert_eq!(std::fs::read_dir(&bob).unwrap().count(), 1, "nothing restored into bob's");
-    let listed = run(&["--json", "--cluster", &addrs[0], "snapshots"], &[]).expect_ok().json();
-    assert_eq!(listed["snapshots"].as_array().unwrap().len(), 2, "no snapshot of the refused backups");
+    assert_eq!(
+        std::fs::read_dir(&outside).unwrap().count(),
+        1,
+        "nothing restored outside"
+    );
+    assert_eq!(
+        std::fs::read_dir(&bob).unwrap().count(),
+        1,
+        "nothing restored into bob's"
+    );
+    let listed = run(&["--json", "--cluster", &addrs[0], "snapshots"], &[])
+        .expect_ok()
+        .json();
+    assert_eq!(
+        listed["snapshots"].as_array().unwrap().len(),
+        2,
+        "no snapshot of the refused backups"
+    );
 }
 
 #[test]
@@ -321,12 +395,21 @@ fn plaintext_only_by_its_flag_and_only_on_loopback() {
     node(&["--insecure-plaintext"], "http://127.0.0.1:9", "0.0.0.0:0")
         .expect_code(1)
         .expect_stderr(&["plaintext is only for loopback"]);
-    node(&["--insecure-plaintext"], "http://192.0.2.1:2379", "127.0.0.1:0")
-        .expect_code(1)
-        .expect_stderr(&["plaintext is only for loopback"]);
+    node(
+        &["--insecure-plaintext"],
+        "http://192.0.2.1:2379",
+        "127.0.0.1:0",
+    )
+    .expect_code(1)
+    .expect_stderr(&["plaintext is only for loopback"]);
     // A client too.
     let mut client = larder_command(&xdg);
-    client.args(["--insecure-plaintext", "--cluster", "192.0.2.1:7001", "snapshots"]);
+    client.args([
+        "--insecure-plaintext",
+        "--cluster",
+        "192.0.2.1:7001",
+        "snapshots",
+    ]);
     support::run_command(client, support::RUN_TIMEOUT)
         .expect_code(1)
         .expect_stderr(&["plaintext is only for loopback"]);

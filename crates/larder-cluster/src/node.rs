@@ -121,27 +121,33 @@ pub struct Node {
     membership: Option<Membership>,
 }
 
+/// Where a cluster's coordination lives: etcd's endpoints, the cluster's key prefix,
+/// and how etcd is reached (its certificates).
+#[derive(Debug, Clone)]
+pub struct EtcdTarget {
+    pub endpoints: Vec<String>,
+    pub prefix: String,
+    pub options: EtcdOptions,
+}
+
+impl EtcdTarget {
+    async fn connect(&self) -> Result<Etcd> {
+        Ok(Etcd::connect(&self.endpoints, &self.prefix, self.options.clone()).await?)
+    }
+}
+
 /// The cluster's parameters, written once (`larder cluster init`): a second init with
 /// other parameters fails.
-pub async fn init_cluster(
-    etcd: &[String],
-    prefix: &str,
-    options: EtcdOptions,
-    config: &ClusterConfig,
-) -> Result<()> {
-    let etcd = Etcd::connect(etcd, prefix, options).await?;
+pub async fn init_cluster(etcd: &EtcdTarget, config: &ClusterConfig) -> Result<()> {
+    let etcd = etcd.connect().await?;
     PartitionMapStore::new(&etcd).init_cluster(config).await?;
     Ok(())
 }
 
 /// The cluster's parameters, if it was initialized: what a node (or `cluster init`)
 /// reads first, to know whether the cluster is encrypted.
-pub async fn cluster_config(
-    etcd: &[String],
-    prefix: &str,
-    options: EtcdOptions,
-) -> Result<Option<ClusterConfig>> {
-    let etcd = Etcd::connect(etcd, prefix, options).await?;
+pub async fn cluster_config(etcd: &EtcdTarget) -> Result<Option<ClusterConfig>> {
+    let etcd = etcd.connect().await?;
     Ok(PartitionMapStore::new(&etcd).config().await?)
 }
 
@@ -189,7 +195,8 @@ impl Node {
     /// the map (and campaigning for master). Fails if the cluster was never
     /// initialized.
     pub async fn start(options: NodeOptions) -> Result<Node> {
-        let etcd = Etcd::connect(&options.etcd, &options.prefix, options.etcd_options.clone()).await?;
+        let etcd =
+            Etcd::connect(&options.etcd, &options.prefix, options.etcd_options.clone()).await?;
         let maps = PartitionMapStore::new(&etcd);
         let config = maps
             .config()
@@ -232,12 +239,13 @@ impl Node {
             keys.clone(),
             options.served.clone(),
         );
-        let server = LookupServer::bind_with(options.listen, Arc::new(handler), options.transport.clone())
-            .await
-            .map_err(|source| ClusterError::Io {
-                what: format!("listen on {}", options.listen),
-                source,
-            })?;
+        let server =
+            LookupServer::bind_with(options.listen, Arc::new(handler), options.transport.clone())
+                .await
+                .map_err(|source| ClusterError::Io {
+                    what: format!("listen on {}", options.listen),
+                    source,
+                })?;
         let addr = server.local_addr();
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
         let membership = Membership::join(

@@ -51,7 +51,11 @@ impl Served {
 
     /// The served root `path` lies beneath, and `path` relative to it, once `path`
     /// is also beneath one of `grants`.
-    fn authorize<'a>(&'a self, grants: &Grants, path: &'a Path) -> Result<(&'a Path, &'a Path), RpcError> {
+    fn authorize<'a>(
+        &'a self,
+        grants: &Grants,
+        path: &'a Path,
+    ) -> Result<(&'a Path, &'a Path), RpcError> {
         if !is_plain_absolute(path) {
             return Err(denied(format!(
                 "{}: a job's paths are absolute, without '.' or '..'",

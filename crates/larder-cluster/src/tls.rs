@@ -189,8 +189,8 @@ impl Authority {
             })
         };
         let cert_pem = read(cert)?;
-        let key = KeyPair::from_pem(&read(key)?)
-            .map_err(|e| tls_error("the authority's key", e))?;
+        let key =
+            KeyPair::from_pem(&read(key)?).map_err(|e| tls_error("the authority's key", e))?;
         let issuer = Issuer::from_ca_cert_pem(&cert_pem, key)
             .map_err(|e| tls_error("the authority's certificate", e))?;
         Ok(Self { cert_pem, issuer })
@@ -267,7 +267,9 @@ pub fn issue_node(ca_dir: &Path, id: u16, addresses: &[String], out: &Path) -> R
             ExtendedKeyUsagePurpose::ClientAuth,
         ],
     );
-    params.subject_alt_names.push(uri(format!("larder:node:{id}"))?);
+    params
+        .subject_alt_names
+        .push(uri(format!("larder:node:{id}"))?);
     for address in addresses {
         params.subject_alt_names.push(address_san(address)?);
     }
@@ -373,7 +375,8 @@ fn decode_path(text: &str) -> Option<PathBuf> {
             i += 1;
         }
     }
-    let path = PathBuf::from(<std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(out));
+    let path =
+        PathBuf::from(<std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(out));
     is_plain_absolute(&path).then_some(path)
 }
 

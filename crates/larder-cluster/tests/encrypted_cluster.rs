@@ -16,9 +16,9 @@ use std::time::{Duration, Instant};
 use larder_chunk::ChunkerConfig;
 use larder_cluster::coord::{ClusterConfig, EtcdOptions, COORD_FORMAT_VERSION};
 use larder_cluster::key::{init_encrypted_cluster, KeySlots};
-use larder_cluster::served::Served;
-use larder_cluster::node::{Node, NodeOptions};
+use larder_cluster::node::{EtcdTarget, Node, NodeOptions};
 use larder_cluster::rpc::Job;
+use larder_cluster::served::Served;
 use larder_cluster::view::ClusterView;
 use larder_cluster::{ClusterError, NodeId, SharedStorage};
 use larder_crypto::{AeadKind, FingerprintKind, KdfParams, KeyKind, KeySlot, RepoKeys};
@@ -121,12 +121,14 @@ async fn an_encrypted_cluster_restores_byte_for_byte_and_stores_no_plaintext() {
         encryption: None,
     };
     let algorithms = (AeadKind::Aes256Gcm, FingerprintKind::KeyedBlake3);
-    let endpoints = etcd.endpoints();
+    let target = EtcdTarget {
+        endpoints: etcd.endpoints(),
+        prefix: PREFIX.into(),
+        options: EtcdOptions::default(),
+    };
     let init = || {
         init_encrypted_cluster(
-            &endpoints,
-            PREFIX,
-            EtcdOptions::default(),
+            &target,
             &slots,
             asked.clone(),
             PASSWORD,

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use larder_cluster::coord::{ClusterConfig, EtcdOptions, COORD_FORMAT_VERSION};
-use larder_cluster::node::{init_cluster, Node, NodeOptions};
+use larder_cluster::node::{init_cluster, EtcdTarget, Node, NodeOptions};
 use larder_cluster::router::Router;
 use larder_cluster::{partition_of, Answer, NodeId, PartitionId};
 use larder_hash::Fingerprint;
@@ -62,9 +62,16 @@ async fn partitions_fail_over_and_nothing_acknowledged_is_forgotten() {
         hash: "blake3".into(),
         encryption: None,
     };
-    init_cluster(&etcd.endpoints(), "/larder-test", EtcdOptions::default(), &config)
-        .await
-        .unwrap();
+    init_cluster(
+        &EtcdTarget {
+            endpoints: etcd.endpoints(),
+            prefix: "/larder-test".into(),
+            options: EtcdOptions::default(),
+        },
+        &config,
+    )
+    .await
+    .unwrap();
     let one = Node::start(options(1, &etcd, storage)).await.unwrap();
     // Node 2 never checkpoints: after it dies, its partitions' entries can only come
     // back from the replay of the containers.

@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 
 use larder_chunk::ChunkerConfig;
 use larder_cluster::coord::{ClusterConfig, EtcdOptions, COORD_FORMAT_VERSION};
-use larder_cluster::served::Served;
-use larder_cluster::node::{init_cluster, Node, NodeOptions};
+use larder_cluster::node::{init_cluster, EtcdTarget, Node, NodeOptions};
 use larder_cluster::rpc::Job;
+use larder_cluster::served::Served;
 use larder_cluster::{NodeId, SharedStorage};
 use larder_engine::{backup, BackupOptions};
 use larder_hash::HashAlgo;
@@ -140,9 +140,16 @@ async fn a_cluster_on_s3_is_exact_survives_a_dead_node_and_restores() {
         hash: "blake3".into(),
         encryption: None,
     };
-    init_cluster(&etcd.endpoints(), "/larder-s3", EtcdOptions::default(), &config)
-        .await
-        .unwrap();
+    init_cluster(
+        &EtcdTarget {
+            endpoints: etcd.endpoints(),
+            prefix: "/larder-s3".into(),
+            options: EtcdOptions::default(),
+        },
+        &config,
+    )
+    .await
+    .unwrap();
     let root =
         Arc::new(ObjectBackend::new(server.store("larder"), "cluster", "s3://larder").unwrap());
     let storage = |id: NodeId| SharedStorage::Object {

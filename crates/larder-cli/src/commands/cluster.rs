@@ -15,7 +15,7 @@ use larder_cluster::coord::{
     ClusterConfig, Election, Etcd, Membership, PartitionMapStore, COORD_FORMAT_VERSION,
 };
 use larder_cluster::key::{init_encrypted_cluster, KeySlots};
-use larder_cluster::node::init_cluster;
+use larder_cluster::node::{init_cluster, EtcdTarget};
 use larder_cluster::rpc::{JobClient, NodeStats, Transport};
 use larder_crypto::{AeadKind, FingerprintKind, KdfParams, KeyKind};
 use larder_hash::HashAlgo;
@@ -147,9 +147,13 @@ fn init(args: InitArgs, password: &PasswordArgs, tls: &TlsArgs, out: &Output) ->
         hash: args.hash,
         encryption: None,
     };
-    let (etcd, prefix) = (&args.etcd.etcd, &args.etcd.prefix);
+    let etcd = EtcdTarget {
+        endpoints: args.etcd.etcd.clone(),
+        prefix: args.etcd.prefix.clone(),
+        options: etcd_options,
+    };
     match aead {
-        None => runtime()?.block_on(init_cluster(etcd, prefix, etcd_options, &config))?,
+        None => runtime()?.block_on(init_cluster(&etcd, &config))?,
         Some(aead) => {
             let fingerprint = match hash {
                 HashAlgo::Sha256 => FingerprintKind::HmacSha256,
@@ -158,9 +162,7 @@ fn init(args: InitArgs, password: &PasswordArgs, tls: &TlsArgs, out: &Output) ->
             let password = args.new_password.get_or(password)?;
             let slots = KeySlots::parse(&args.storage)?;
             config = runtime()?.block_on(init_encrypted_cluster(
-                etcd,
-                prefix,
-                etcd_options,
+                &etcd,
                 &slots,
                 config,
                 password.as_bytes(),

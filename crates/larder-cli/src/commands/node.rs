@@ -10,17 +10,17 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use larder_cluster::node::{cluster_config, Node, NodeOptions};
+use larder_cluster::node::{cluster_config, EtcdTarget, Node, NodeOptions};
 use larder_cluster::SharedStorage;
 use larder_index::disk::Lookup;
 use serde::Serialize;
 
 use super::cluster::{runtime, EtcdArgs};
 use super::cluster_tls::TlsArgs;
-use larder_cluster::served::Served;
 use crate::output::{Output, Render};
 use crate::password::PasswordArgs;
 use crate::{duration, size};
+use larder_cluster::served::Served;
 
 #[derive(Args)]
 pub struct NodeArgs {
@@ -102,8 +102,12 @@ pub fn run(
     options.etcd_options = tls.etcd_options()?;
     options.served = served;
     runtime()?.block_on(async {
-        let config =
-            cluster_config(&options.etcd, &options.prefix, options.etcd_options.clone()).await?;
+        let config = cluster_config(&EtcdTarget {
+            endpoints: options.etcd.clone(),
+            prefix: options.prefix.clone(),
+            options: options.etcd_options.clone(),
+        })
+        .await?;
         if let Some(encryption) = config.as_ref().and_then(|c| c.encryption.as_ref()) {
             let password = password
                 .get(None)

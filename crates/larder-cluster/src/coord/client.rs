@@ -405,7 +405,9 @@ fn connect_options(options: &EtcdOptions) -> ConnectOptions {
 
 /// Whether an endpoint (`scheme://host:port` or `host:port`) is on loopback.
 fn endpoint_is_loopback(endpoint: &str) -> bool {
-    let host = endpoint.split_once("://").map_or(endpoint, |(_, rest)| rest);
+    let host = endpoint
+        .split_once("://")
+        .map_or(endpoint, |(_, rest)| rest);
     crate::rpc::transport::is_loopback(host.trim_end_matches('/'))
 }
 

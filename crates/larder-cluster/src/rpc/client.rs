@@ -233,7 +233,9 @@ impl NodeClient {
             .exchange(ReceiverStream::new(rx))
             .await
             .map_err(|status| match status.code() {
-                tonic::Code::PermissionDenied => RpcError::PermissionDenied(status.message().into()),
+                tonic::Code::PermissionDenied => {
+                    RpcError::PermissionDenied(status.message().into())
+                }
                 _ => shared.lost(&format!("opening the lookup stream: {status}")),
             })?
             .into_inner();
