@@ -158,3 +158,67 @@ fn open_root(root: &Path) -> Result<OwnedFd, RpcError> {
 pub fn fd_path(fd: &OwnedFd) -> PathBuf {
     PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `served/a/x`, `served/ab/y`, and `served/a/link` -> `../ab`: a symlink that
+    /// stays beneath the served path but leaves the grant.
+    fn tree() -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let served = dir.path().join("served");
+        std::fs::create_dir_all(served.join("a")).unwrap();
+        std::fs::create_dir_all(served.join("ab")).unwrap();
+        std::fs::write(served.join("a/x"), b"x").unwrap();
+        std::fs::write(served.join("ab/y"), b"y").unwrap();
+        std::os::unix::fs::symlink("../ab", served.join("a/link")).unwrap();
+        (dir, served)
+    }
+
+    fn denied(result: Result<(), RpcError>) -> bool {
+        matches!(result, Err(RpcError::PermissionDenied(_)))
+    }
+
+    #[test]
+    fn grants_are_whole_components_and_no_symlink_is_followed() {
+        let (_dir, served) = tree();
+        let node = Served::new(vec![served.clone()]).unwrap();
+        let grants = Grants::Paths(vec![served.join("a")]);
+        node.check_source(&grants, &served.join("a/x")).unwrap();
+        // A symlink as the last name is backed up as one.
+        node.check_source(&grants, &served.join("a/link")).unwrap();
+        assert!(denied(node.check_source(&grants, &served.join("ab/y"))));
+        assert!(denied(node.check_source(&grants, &served.join("a/link/y"))));
+        assert!(denied(
+            node.check_source(&grants, &served.join("a/../ab/y"))
+        ));
+        assert!(denied(node.check_source(&grants, Path::new("relative"))));
+        assert!(denied(
+            node.check_source(&Grants::Served, Path::new("/etc/passwd"))
+        ));
+        // No served path: nothing.
+        assert!(denied(
+            Served::default().check_source(&Grants::Served, &served.join("a/x"))
+        ));
+    }
+
+    #[test]
+    fn a_restore_target_is_made_and_opened_beneath_without_symlinks() {
+        let (_dir, served) = tree();
+        let node = Served::new(vec![served.clone()]).unwrap();
+        let grants = Grants::Paths(vec![served.join("a")]);
+        let fd = node
+            .open_target(&grants, &served.join("a/new/deeper"))
+            .unwrap();
+        assert_eq!(
+            std::fs::canonicalize(fd_path(&fd)).unwrap(),
+            std::fs::canonicalize(served.join("a/new/deeper")).unwrap()
+        );
+        let through_link = node.open_target(&grants, &served.join("a/link/z"));
+        assert!(matches!(through_link, Err(RpcError::PermissionDenied(_))));
+        assert!(!served.join("ab/z").exists());
+        let beside = node.open_target(&grants, &served.join("ab"));
+        assert!(matches!(beside, Err(RpcError::PermissionDenied(_))));
+    }
+}
