@@ -212,6 +212,30 @@ async fn strangers_are_refused_and_clients_act_only_beneath_their_paths() {
     }
     settled(&xdg, &certs, &endpoints, 2);
 
+    // etcd's users (cluster init turned them on): a node's etcd certificate reads and
+    // writes the cluster's prefix, and nothing else.
+    let node_etcd = TlsFiles::etcd(&certs.node(1)).unwrap().unwrap();
+    let as_node = etcd_client::ConnectOptions::new().with_tls(
+        etcd_client::TlsOptions::new()
+            .ca_certificate(etcd_client::Certificate::from_pem(&node_etcd.ca))
+            .identity(etcd_client::Identity::from_pem(
+                &node_etcd.cert,
+                &node_etcd.key,
+            )),
+    );
+    let mut raw = etcd_client::Client::connect(etcd.endpoints(), Some(as_node))
+        .await
+        .unwrap();
+    let inside = etcd_client::GetOptions::new()
+        .with_prefix()
+        .with_count_only();
+    assert!(raw.get("/larder/", Some(inside)).await.unwrap().count() > 0);
+    let outside = raw.put("/elsewhere", "x", None).await.unwrap_err();
+    assert!(
+        outside.to_string().contains("permission denied"),
+        "{outside}"
+    );
+
     // A root-only file outside the served directory, and a symlink to its directory
     // planted inside it.
     let outside = scratch.dir("outside");

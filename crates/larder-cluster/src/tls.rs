@@ -22,6 +22,7 @@ use rcgen::{
     ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType,
 };
 
+use crate::coord::auth::{NODE_USER, ROOT_USER};
 use crate::error::{ClusterError, Result};
 
 /// The authority's files (`cluster cert ca --out DIR`); the keys are 0600.
@@ -244,8 +245,9 @@ fn leaf(common_name: &str, usages: &[ExtendedKeyUsagePurpose]) -> CertificatePar
     params
 }
 
-/// An etcd client certificate named `common_name` (etcd takes it as the user name),
-/// into `out` as `etcd-ca.crt`, `etcd.crt`, `etcd.key`.
+/// An etcd client certificate named `common_name` (etcd takes it as the user name:
+/// [`NODE_USER`] or [`ROOT_USER`]), into `out` as `etcd-ca.crt`, `etcd.crt`,
+/// `etcd.key`.
 fn issue_etcd_client(ca_dir: &Path, common_name: &str, out: &Path) -> Result<()> {
     let etcd = Authority::load(ca_dir, ETCD_CA_CERT, ETCD_CA_KEY)?;
     let params = leaf(common_name, &[ExtendedKeyUsagePurpose::ClientAuth]);
@@ -253,7 +255,8 @@ fn issue_etcd_client(ca_dir: &Path, common_name: &str, out: &Path) -> Result<()>
 }
 
 /// Node `id`'s directory `out`: its larder certificate (`node-<id>`, for serving at
-/// `addresses` and for asking other nodes) and its etcd client certificate.
+/// `addresses` and for asking other nodes) and its etcd client certificate (etcd's
+/// user [`NODE_USER`], the same for every node: the node id is bound on larder's port).
 pub fn issue_node(ca_dir: &Path, id: u16, addresses: &[String], out: &Path) -> Result<()> {
     if id == 0 {
         return Err(ClusterError::Tls("node ids are 1 to 65535".into()));
@@ -274,7 +277,7 @@ pub fn issue_node(ca_dir: &Path, id: u16, addresses: &[String], out: &Path) -> R
         params.subject_alt_names.push(address_san(address)?);
     }
     larder.issue(params, out, [CA_CERT, CERT, KEY])?;
-    issue_etcd_client(ca_dir, &name, out)
+    issue_etcd_client(ca_dir, NODE_USER, out)
 }
 
 /// Whether `name` may name a client: 1 to 64 of `A-Za-z0-9._-`.
@@ -287,7 +290,8 @@ pub fn valid_client_name(name: &str) -> bool {
 
 /// Client `name`'s directory `out`: a larder certificate (`client-<name>`) granting
 /// `paths` (absolute, without `.` or `..`); with `etcd`, also an etcd client
-/// certificate (an administrator's: `cluster init` and `cluster status`).
+/// certificate (an administrator's, etcd's user [`ROOT_USER`]: `cluster init` and
+/// `cluster status`).
 pub fn issue_client(
     ca_dir: &Path,
     name: &str,
@@ -319,7 +323,7 @@ pub fn issue_client(
     }
     larder.issue(params, out, [CA_CERT, CERT, KEY])?;
     if etcd {
-        issue_etcd_client(ca_dir, &common_name, out)?;
+        issue_etcd_client(ca_dir, ROOT_USER, out)?;
     }
     Ok(())
 }

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
+use larder_cluster::coord::auth::enable_auth;
 use larder_cluster::coord::{
     ClusterConfig, Election, Etcd, Membership, PartitionMapStore, COORD_FORMAT_VERSION,
 };
@@ -72,6 +73,11 @@ pub struct InitArgs {
     new_password: NewPasswordArgs,
     #[command(flatten)]
     kdf: KdfArgs,
+    /// Leave etcd's authentication as it is. Otherwise, with --tls, init makes etcd's
+    /// users (root: the administrator's certificate; larder-node: every node's,
+    /// confined to --prefix) and turns authentication on
+    #[arg(long)]
+    no_etcd_auth: bool,
 }
 
 #[derive(Args)]
@@ -173,7 +179,12 @@ fn init(args: InitArgs, password: &PasswordArgs, tls: &TlsArgs, out: &Output) ->
             ))?;
         }
     }
+    let etcd_auth = tls.tls.is_some() && !args.no_etcd_auth;
+    if etcd_auth {
+        runtime()?.block_on(enable_auth(&etcd.endpoints, &etcd.prefix, &etcd.options))?;
+    }
     out.print(&Created {
+        etcd_auth,
         storage: storage.display().to_string(),
         partitions: config.partitions,
         hash: config.hash,
@@ -206,6 +217,8 @@ fn prepare_storage(storage: &str) -> Result<PathBuf> {
 /// The cluster `cluster init` created.
 #[derive(Serialize)]
 struct Created {
+    /// Whether etcd's users and authentication are on (nodes confined to the prefix).
+    etcd_auth: bool,
     storage: String,
     partitions: u32,
     hash: String,
@@ -215,10 +228,16 @@ struct Created {
 
 impl Render for Created {
     fn notes(&self) -> Vec<String> {
-        vec![format!(
+        let mut notes = vec![format!(
             "created a cluster of {} partitions ({}, encryption {}) in {}",
             self.partitions, self.hash, self.encryption, self.storage
-        )]
+        )];
+        if self.etcd_auth {
+            notes.push(
+                "etcd authentication is on: nodes read and write only the cluster's prefix".into(),
+            );
+        }
+        notes
     }
 }
 

@@ -387,7 +387,7 @@ impl Etcd {
 /// Connect options shared by probes and the main client: HTTP/2 keepalive so that a
 /// stream to a member that vanished without closing its sockets fails, and
 /// `require_leader` so that a member cut off from quorum refuses at once.
-fn connect_options(options: &EtcdOptions) -> ConnectOptions {
+pub(super) fn connect_options(options: &EtcdOptions) -> ConnectOptions {
     let connect = ConnectOptions::new()
         .with_connect_timeout(options.health_timeout)
         .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2))
