@@ -316,7 +316,8 @@ impl Router {
                 retryable: true,
             });
         };
-        let client = Arc::new(NodeClient::connect_with(&addr, self.me, &self.transport).await?);
+        let client =
+            Arc::new(NodeClient::connect_to(&addr, Some(node), self.me, &self.transport).await?);
         lock(&self.clients).insert(node, client.clone());
         Ok(client)
     }

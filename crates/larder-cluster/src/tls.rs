@@ -273,6 +273,8 @@ pub fn issue_node(ca_dir: &Path, id: u16, addresses: &[String], out: &Path) -> R
     params
         .subject_alt_names
         .push(uri(format!("larder:node:{id}"))?);
+    // The name another node checks when it dials this node by the map's address.
+    params.subject_alt_names.push(address_san(&name)?);
     for address in addresses {
         params.subject_alt_names.push(address_san(address)?);
     }

@@ -110,6 +110,13 @@ async fn each_call_answers_only_the_certificates_it_is_for() {
     assert_eq!(node2.get(&[FP]).await.unwrap(), [GetAnswer::Absent]);
     assert_eq!(calls(), 3);
 
+    // Dialled as the owner the map names, the server's certificate must name it.
+    NodeClient::connect_to(&addr, Some(1), 2, &certs.node(2))
+        .await
+        .unwrap();
+    let impostor = NodeClient::connect_to(&addr, Some(2), 1, &certs.node(1)).await;
+    assert!(impostor.is_err(), "node 1's port passed for node 2's");
+
     // Node 2's certificate claiming node 1: refused before the handler.
     let forger = NodeClient::connect_with(&addr, 1, &certs.node(2))
         .await

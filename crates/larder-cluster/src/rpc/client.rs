@@ -119,13 +119,15 @@ impl Shared {
     }
 }
 
-/// The unary client of the node at `addr`, connected over `transport`.
+/// The unary client of the node at `addr` (node `node`, when known), connected over
+/// `transport`.
 async fn unary(
     addr: &str,
+    node: Option<u16>,
     transport: &Transport,
 ) -> Result<node_client::NodeClient<Channel>, RpcError> {
     let channel = transport
-        .endpoint(addr)?
+        .endpoint(addr, node)?
         .connect_timeout(CONNECT_TIMEOUT)
         .tcp_nodelay(true)
         .initial_stream_window_size(STREAM_WINDOW_BYTES)
@@ -156,7 +158,7 @@ impl JobClient {
     pub async fn connect(addr: &str, transport: &Transport) -> Result<Self, RpcError> {
         Ok(JobClient {
             addr: addr.to_string(),
-            unary: unary(addr, transport).await?,
+            unary: unary(addr, None, transport).await?,
         })
     }
 
@@ -221,8 +223,19 @@ impl NodeClient {
         from_node: u16,
         transport: &Transport,
     ) -> Result<Self, RpcError> {
+        Self::connect_to(addr, None, from_node, transport).await
+    }
+
+    /// As `connect_with`, and under TLS the server's certificate must name node
+    /// `node` (`None`: it must be for `addr`).
+    pub async fn connect_to(
+        addr: &str,
+        node: Option<u16>,
+        from_node: u16,
+        transport: &Transport,
+    ) -> Result<Self, RpcError> {
         super::node_id(u32::from(from_node))?;
-        let mut grpc = unary(addr, transport).await?;
+        let mut grpc = unary(addr, node, transport).await?;
         let (outbound, rx) = mpsc::channel(REQUESTS_BUFFERED);
         let shared = Arc::new(Shared {
             addr: addr.to_string(),

@@ -46,8 +46,10 @@ impl Transport {
     }
 
     /// The endpoint for the node at `addr` (`host:port`): `https` with this side's
-    /// certificate, the server's checked against the authority and `addr`.
-    pub(crate) fn endpoint(&self, addr: &str) -> Result<Endpoint, RpcError> {
+    /// certificate, the server's checked against the authority and, when `node` is
+    /// given, its name `node-<id>` (a node dialling an owner the map names), else
+    /// `addr` (a client dialling an address it was given).
+    pub(crate) fn endpoint(&self, addr: &str, node: Option<u16>) -> Result<Endpoint, RpcError> {
         self.check_addr(addr)?;
         let connect_err = |source| RpcError::Connect {
             addr: addr.to_string(),
@@ -58,9 +60,12 @@ impl Transport {
                 Endpoint::from_shared(format!("http://{addr}")).map_err(connect_err)
             }
             Transport::Tls(files) => {
-                let tls = ClientTlsConfig::new()
+                let mut tls = ClientTlsConfig::new()
                     .ca_certificate(Certificate::from_pem(&files.ca))
                     .identity(Identity::from_pem(&files.cert, &files.key));
+                if let Some(id) = node {
+                    tls = tls.domain_name(format!("node-{id}"));
+                }
                 Endpoint::from_shared(format!("https://{addr}"))
                     .and_then(|e| e.tls_config(tls))
                     .map_err(connect_err)
