@@ -11,8 +11,10 @@
 //! - a holder holds the lock only after it wrote its object and then found no live
 //!   conflicting object; otherwise it removes its object and waits. Two racers may
 //!   both back off, never both hold.
-//! - an object is stale, and excludes nothing, once its holder is known gone (same
-//!   host, pid gone) or it was not refreshed for [`LOCK_STALE_AFTER`]. A holder that
+//! - an object whose holder larder can see (same host, boot and pid namespace) is
+//!   stale exactly when that process is gone: clocks play no part. Any other object
+//!   is stale once it was not refreshed for [`LOCK_STALE_AFTER`], or claims a refresh
+//!   more than `LOCK_STALE_AFTER` ahead of this client's clock. A holder that
 //!   cannot refresh for `LOCK_STALE_AFTER - LOCK_REFRESH` counts its lock as lost
 //!   ([`ObjectLock::is_lost`]) before anyone may take it as stale; so does a holder
 //!   whose object is gone or no longer its own when it reads it back to refresh it.
@@ -108,11 +110,22 @@ impl LockObject {
         serde_json::from_slice(json).map_err(|e| format!("it is not a lock object ({e})"))
     }
 
-    /// Whether the holder is gone at `now` (seconds since the epoch): on this host
-    /// with its pid gone, or not refreshed for [`LOCK_STALE_AFTER`].
+    /// Whether the holder is gone at `now` (seconds since the epoch, this client's
+    /// clock). A holder that larder can see (this host, boot and pid namespace) is
+    /// gone exactly when its process is, whatever the clocks say. Another one is gone
+    /// when its object was not refreshed for [`LOCK_STALE_AFTER`], or claims a
+    /// refresh more than `LOCK_STALE_AFTER` ahead of `now`: no clock that far ahead
+    /// is trusted, so no time an object claims holds the lock for more than twice the
+    /// bound past `now` (docs/design/remote.md, "Lock objects").
     pub fn is_stale(&self, now: u64) -> bool {
-        self.holder.is_alive() == Some(false)
-            || now.saturating_sub(self.refreshed) > LOCK_STALE_AFTER.as_secs()
+        match self.holder.is_alive() {
+            Some(alive) => !alive,
+            None => {
+                let bound = LOCK_STALE_AFTER.as_secs();
+                now.saturating_sub(self.refreshed) > bound
+                    || self.refreshed.saturating_sub(now) > bound
+            }
+        }
     }
 
     /// Whether it excludes a process that wants the lock in `mode`.
