@@ -257,3 +257,45 @@ fn a_second_backup_with_its_clock_an_hour_ahead_damages_nothing() {
         assert_same_tree(source, &restored(&target, source));
     }
 }
+
+/// A lock object that claims a refresh ten years ahead (a host whose clock is far off,
+/// or one forged in a plaintext repository) blocks no backup, and `unlock` removes it
+/// as stale; one that claims a refresh 20 minutes ahead is respected.
+#[test]
+fn a_lock_object_from_the_future_blocks_for_no_longer_than_the_bound() {
+    let scratch = Scratch::new();
+    let server = sshd::Sshd::start();
+    let url = server.url("repo");
+    let run =
+        |args: &[&str]| run_command(command(&server, &scratch, &url, None, args), RUN_TIMEOUT);
+    run(&["init", "--encryption", "none"]).expect_ok();
+    let source = TreeBuilder::new(&scratch.dir("source"))
+        .file("a.txt", support::pseudo_text(5, 50_000))
+        .finish();
+    let plant = |name: &str, ahead: u64| {
+        let object = serde_json::json!({
+            "pid": 4242, "hostname": "clock-ahead", "username": "root",
+            "started": unix_now(), "nonce": "00112233445566778899aabbccddeeff",
+            "exclusive": true, "refreshed": unix_now() + ahead,
+        });
+        let locks = server.dir().join("repo/locks");
+        std::fs::create_dir_all(&locks).unwrap();
+        let path = locks.join(format!("{name}.lock"));
+        std::fs::write(path, serde_json::to_vec(&object).unwrap()).unwrap();
+    };
+
+    plant("00000000000000f1", 315_000_000);
+    run(&["--json", "backup", source.to_str().unwrap()]).expect_ok();
+    let unlocked = run(&["unlock"]);
+    unlocked.expect_ok();
+    assert!(unlocked.stdout.contains("clock-ahead"), "{unlocked}");
+    assert!(!server
+        .dir()
+        .join("repo/locks/00000000000000f1.lock")
+        .exists());
+
+    plant("00000000000000f2", 20 * 60);
+    run(&["--json", "backup", source.to_str().unwrap()])
+        .expect_code(1)
+        .expect_stderr(&["clock-ahead"]);
+}
