@@ -525,7 +525,9 @@ impl Backend for SftpBackend {
 
     /// Hard-linked into place with `hardlink@openssh.com`, which fails if the name
     /// exists: of two writers, one wins. A server without the extension cannot create
-    /// files exclusively and atomically: an error.
+    /// files exclusively and atomically: an error. Where the server refuses to remove
+    /// the temporary name afterwards (an append-only account, `-P remove`), it stays:
+    /// a second name of the same file, which costs no space (docs/design/sftp.md).
     fn write_new(&self, kind: FileKind, name: &str, data: &[u8]) -> Result<bool> {
         self.write_via_tmp(&kind.relative_path(name), data, |c, tmp, dest| {
             Box::pin(async move {
@@ -542,7 +544,10 @@ impl Backend for SftpBackend {
                         Err(_) => return Err(e.into()),
                     },
                 };
-                fs.remove_file(&tmp).await?;
+                match fs.remove_file(&tmp).await {
+                    Err(SftpError::SftpError(SftpErrorKind::PermDenied, _)) | Ok(()) => {}
+                    Err(e) => return Err(e.into()),
+                }
                 Ok(linked)
             })
         })
@@ -581,22 +586,25 @@ impl Backend for SftpBackend {
         })
     }
 
-    /// Removes every file in `tmp/`: uploads that a killed writer left.
+    /// Removes every file in `tmp/`: uploads that a killed writer left, and the
+    /// temporary names that an append-only account kept. On such an account (the first
+    /// removal refused) it stops and leaves them: nothing there is in the way.
     fn clean_tmp(&self) -> Result<usize> {
         let files = self.list_dir("tmp")?;
         let dir = self.remote("tmp");
-        let removed = files.len();
         self.call("tmp", move |c| async move {
             let mut fs = c.sftp.fs();
+            let mut removed = 0;
             for (file, _) in files {
                 match fs.remove_file(dir.join(file)).await {
-                    Err(e) if !is_not_found(&e) => return Err(e.into()),
-                    _ => {}
+                    Ok(()) => removed += 1,
+                    Err(SftpError::SftpError(SftpErrorKind::PermDenied, _)) => break,
+                    Err(e) if is_not_found(&e) => {}
+                    Err(e) => return Err(e.into()),
                 }
             }
-            Ok(())
-        })?;
-        Ok(removed)
+            Ok(removed)
+        })
     }
 
     fn location(&self) -> String {

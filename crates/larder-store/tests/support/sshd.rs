@@ -53,6 +53,12 @@ fn keygen(path: &Path) {
 impl Sshd {
     /// Starts sshd and waits until it accepts connections.
     pub fn start() -> Self {
+        Self::start_with_sftp_flags("")
+    }
+
+    /// Starts sshd whose SFTP server runs with `flags` (`-P remove,rmdir`: an
+    /// append-only account, docs/design/remote.md "Append-only storage").
+    pub fn start_with_sftp_flags(flags: &str) -> Self {
         let binary = sshd_binary();
         let dir = tempfile::Builder::new()
             .prefix("larder-sshd-")
@@ -77,7 +83,7 @@ impl Sshd {
                 .and_then(|l| l.local_addr())
                 .expect("a free port")
                 .port();
-            write_configs(dir.path(), port);
+            write_configs(dir.path(), port, flags);
             let log = std::fs::File::create(dir.path().join("sshd.log")).expect("create the log");
             let mut child = Command::new(&binary)
                 .args(["-D", "-e", "-f"])
@@ -182,8 +188,9 @@ fn children_of(parent: u32) -> Vec<u32> {
         .collect()
 }
 
-/// The server's and the clients' configuration files for `port`.
-fn write_configs(dir: &Path, port: u16) {
+/// The server's and the clients' configuration files for `port`, the SFTP server
+/// given `sftp_flags`.
+fn write_configs(dir: &Path, port: u16, sftp_flags: &str) {
     let d = dir.display();
     let sftp_server = [
         "/usr/lib/openssh/sftp-server",
@@ -197,7 +204,7 @@ fn write_configs(dir: &Path, port: u16) {
          AuthorizedKeysFile {d}/authorized_keys\nStrictModes no\nUsePAM no\n\
          PubkeyAuthentication yes\nPasswordAuthentication no\n\
          KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\n\
-         Subsystem sftp {sftp_server}\nLogLevel ERROR\n"
+         Subsystem sftp {sftp_server} {sftp_flags}\nLogLevel ERROR\n"
     );
     std::fs::write(dir.join("sshd_config"), server).expect("write sshd_config");
     for (file, key) in [
