@@ -322,6 +322,25 @@ async fn with_dirs<T, F: Future<Output = CallResult<T>>>(
     op().await
 }
 
+/// Fails unless the mode of the file at `path` gives its group and others nothing
+/// (asked by path: the crate refuses `fstat` on a handle opened only for writing).
+async fn require_private(c: &Connection, path: &Path) -> CallResult<()> {
+    let meta = c.sftp.fs().metadata(path).await?;
+    let mode = meta.permissions().map(|p| p.as_raw().bits());
+    match mode {
+        Some(mode) if mode & 0o077 == 0 => Ok(()),
+        _ => Err(CallError::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "the server refuses to set the mode of a new file (fsetstat) and made it \
+                 {}: others could read it; give the account a umask such as 077 \
+                 (`sftp-server -u 077`)",
+                mode.map_or("of unknown mode".into(), |m| format!("{m:o}"))
+            ),
+        )),
+    }
+}
+
 /// Writes `data` into a new file at `path` (fails if it exists), `PIECES_IN_FLIGHT`
 /// requests at a time, and fsyncs it where the server can. The pieces go out as
 /// `Bytes` (`write_all_zero_copy`): the crate's copying `write_all` frames the data
@@ -341,8 +360,15 @@ async fn upload(c: &Connection, path: &Path, data: &Bytes) -> CallResult<()> {
         .create_new(true)
         .open(path)
         .await?;
-    file.set_permissions(Permissions::from(super::FILE_MODE as u16))
-        .await?;
+    let private = file
+        .set_permissions(Permissions::from(super::FILE_MODE as u16))
+        .await;
+    match private {
+        // A server that lets no one change a mode (the account that refuses
+        // overwrites, docs/design/sftp.md) made it private by its umask, or refuses.
+        Err(SftpError::SftpError(SftpErrorKind::PermDenied, _)) => require_private(c, path).await?,
+        set => set?,
+    }
     futures::stream::iter((0..data.len()).step_by(PIECE))
         .map(|start| {
             let mut file = file.clone();

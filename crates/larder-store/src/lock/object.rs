@@ -29,7 +29,7 @@ use larder_crypto::{ObjectKind, RepoKeys};
 use serde::{Deserialize, Serialize};
 
 use super::{unix_now, LockHolder, LockMode, Removal, RemovedLock, MAX_HOLDER_BYTES};
-use crate::backend::{Backend, FileKind};
+use crate::backend::{create_file, Backend, FileKind};
 use crate::error::{Result, StoreError};
 
 /// How often a holder rewrites its lock object (restic's interval).
@@ -219,7 +219,8 @@ pub struct ObjectLock {
     name: String,
     lost: Arc<AtomicBool>,
     stop: Option<mpsc::Sender<()>>,
-    refresher: Option<JoinHandle<()>>,
+    /// The refresher, which returns the name its object has when it stops.
+    refresher: Option<JoinHandle<String>>,
 }
 
 impl ObjectLock {
@@ -233,18 +234,24 @@ impl ObjectLock {
     ) -> Result<Self> {
         let start = Instant::now();
         let deadline = start + wait.max(RACE_GRACE);
-        let name = larder_crypto::random_id_hex(8);
         let k = keys.as_deref();
         loop {
             let mut blocked = blocker(&*backend, None, mode, k)?;
             if blocked.is_none() {
+                let name = larder_crypto::random_id_hex(8);
                 let object = LockObject::new(mode);
-                backend.write(FileKind::Lock, &name, &object.encode(&name, k))?;
+                create_file(
+                    &*backend,
+                    FileKind::Lock,
+                    &name,
+                    &object.encode(&name, k),
+                    "lock object",
+                )?;
                 blocked = blocker(&*backend, Some(&name), mode, k)?;
                 if blocked.is_none() {
                     return Ok(Self::start(backend, keys, name, object));
                 }
-                backend.remove(FileKind::Lock, &name)?;
+                release(&*backend, &name)?;
             }
             let now = Instant::now();
             if now >= deadline {
@@ -272,12 +279,13 @@ impl ObjectLock {
             std::thread::Builder::new()
                 .name("larder-lock-refresh".into())
                 .spawn(move || {
-                    let held = Held {
+                    let mut held = Held {
                         backend: &*backend,
                         keys: keys.as_deref(),
-                        name: &name,
+                        name,
                     };
-                    refresh(&held, object, &stopped, &lost)
+                    refresh(&mut held, object, &stopped, &lost);
+                    held.name
                 })
                 .ok()
         };
@@ -302,15 +310,17 @@ impl ObjectLock {
 struct Held<'a> {
     backend: &'a dyn Backend,
     keys: Option<&'a RepoKeys>,
-    name: &'a str,
+    /// Its name now: a new one after each refresh on storage that refuses to replace
+    /// a file.
+    name: String,
 }
 
 impl Held<'_> {
     /// Whether the object under the holder's name is still its own (carries its
     /// nonce); an error if it could not be read for now.
     fn still_own(&self, nonce: &str) -> Result<bool> {
-        match self.backend.read(FileKind::Lock, self.name) {
-            Ok(bytes) => Ok(LockObject::decode(self.name, &bytes, self.keys)
+        match self.backend.read(FileKind::Lock, &self.name) {
+            Ok(bytes) => Ok(LockObject::decode(&self.name, &bytes, self.keys)
                 .is_ok_and(|o| o.holder.nonce == nonce)),
             Err(StoreError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
                 Ok(false)
@@ -318,24 +328,62 @@ impl Held<'_> {
             Err(e) => Err(e),
         }
     }
+
+    /// Writes `object` over the holder's object. Where the storage refuses to replace
+    /// a file (an account that refuses overwrites, docs/design/sftp.md), writes it
+    /// under a new name instead and releases the old one: the holder's lock never
+    /// lapses in between.
+    fn rewrite(&mut self, object: &LockObject) -> Result<()> {
+        let bytes = object.encode(&self.name, self.keys);
+        match self.backend.write(FileKind::Lock, &self.name, &bytes) {
+            Err(StoreError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::PermissionDenied =>
+            {
+                let next = larder_crypto::random_id_hex(8);
+                let bytes = object.encode(&next, self.keys);
+                create_file(self.backend, FileKind::Lock, &next, &bytes, "lock object")?;
+                let old = std::mem::replace(&mut self.name, next);
+                release(self.backend, &old)
+            }
+            written => written,
+        }
+    }
+}
+
+/// Removes lock object `name`; where the storage refuses removals (append-only
+/// storage), writes its release marker instead.
+fn release(backend: &dyn Backend, name: &str) -> Result<()> {
+    match backend.remove(FileKind::Lock, name) {
+        Err(StoreError::Io { source, .. })
+            if source.kind() == std::io::ErrorKind::PermissionDenied =>
+        {
+            let marker = format!("{name}{RELEASED}");
+            backend.write_new(FileKind::Lock, &marker, b"").map(drop)
+        }
+        removed => removed,
+    }
 }
 
 /// Rewrites the lock object every [`LOCK_REFRESH`] until `stopped` says so, after
 /// reading it back: an object gone or replaced means others may hold the lock, which
 /// is then lost for good.
-fn refresh(held: &Held, mut object: LockObject, stopped: &mpsc::Receiver<()>, lost: &AtomicBool) {
-    let name = held.name;
+fn refresh(
+    held: &mut Held,
+    mut object: LockObject,
+    stopped: &mpsc::Receiver<()>,
+    lost: &AtomicBool,
+) {
     let mut last_written = Instant::now();
     let mut interval = LOCK_REFRESH;
     while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(interval) {
         object.refreshed = unix_now();
         let refreshed = held.still_own(&object.holder.nonce).and_then(|own| {
             if own {
-                held.backend
-                    .write(FileKind::Lock, name, &object.encode(name, held.keys))?;
+                held.rewrite(&object)?;
             }
             Ok(own)
         });
+        let name = &held.name;
         match refreshed {
             Ok(true) => {
                 last_written = Instant::now();
@@ -362,18 +410,12 @@ fn refresh(held: &Held, mut object: LockObject, stopped: &mpsc::Receiver<()>, lo
 impl Drop for ObjectLock {
     fn drop(&mut self) {
         drop(self.stop.take());
-        if let Some(thread) = self.refresher.take() {
-            let _ = thread.join();
-        }
+        let name = match self.refresher.take().map(JoinHandle::join) {
+            Some(Ok(name)) => name,
+            _ => self.name.clone(),
+        };
         // Best effort: an object left behind goes stale (see the module's invariants).
-        // Storage that refuses removals gets a release marker instead.
-        if let Err(StoreError::Io { source, .. }) = self.backend.remove(FileKind::Lock, &self.name)
-        {
-            if source.kind() == std::io::ErrorKind::PermissionDenied {
-                let marker = format!("{}{RELEASED}", self.name);
-                let _ = self.backend.write_new(FileKind::Lock, &marker, b"");
-            }
-        }
+        let _ = release(&*self.backend, &name);
     }
 }
 
@@ -429,20 +471,20 @@ mod tests {
             let held = Held {
                 backend: &backend,
                 keys,
-                name: "00000000000000f1",
+                name: "00000000000000f1".into(),
             };
             let own = LockObject::new(LockMode::Exclusive);
             let nonce = own.holder.nonce.clone();
             backend
-                .write(FileKind::Lock, held.name, &own.encode(held.name, keys))
+                .write(FileKind::Lock, &held.name, &own.encode(&held.name, keys))
                 .unwrap();
             assert!(held.still_own(&nonce).unwrap());
             let other = LockObject::new(LockMode::Exclusive);
             backend
-                .write(FileKind::Lock, held.name, &other.encode(held.name, keys))
+                .write(FileKind::Lock, &held.name, &other.encode(&held.name, keys))
                 .unwrap();
             assert!(!held.still_own(&nonce).unwrap(), "replaced");
-            backend.remove(FileKind::Lock, held.name).unwrap();
+            backend.remove(FileKind::Lock, &held.name).unwrap();
             assert!(!held.still_own(&nonce).unwrap(), "removed");
         }
     }
