@@ -488,4 +488,91 @@ mod tests {
             assert!(!held.still_own(&nonce).unwrap(), "removed");
         }
     }
+    /// Storage that refuses to replace or remove a file (the SFTP account that refuses
+    /// overwrites), over a local directory.
+    struct NoOverwrites(LocalBackend);
+
+    fn refused() -> StoreError {
+        StoreError::io(
+            "refused",
+            std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+        )
+    }
+
+    impl Backend for NoOverwrites {
+        fn read(&self, kind: FileKind, name: &str) -> Result<Vec<u8>> {
+            self.0.read(kind, name)
+        }
+        fn read_ranges(
+            &self,
+            kind: FileKind,
+            name: &str,
+            ranges: &[std::ops::Range<u64>],
+        ) -> Result<Vec<Vec<u8>>> {
+            self.0.read_ranges(kind, name, ranges)
+        }
+        fn file_len(&self, kind: FileKind, name: &str) -> Result<u64> {
+            self.0.file_len(kind, name)
+        }
+        fn write(&self, _: FileKind, _: &str, _: &[u8]) -> Result<()> {
+            Err(refused())
+        }
+        fn write_new(&self, kind: FileKind, name: &str, data: &[u8]) -> Result<bool> {
+            self.0.write_new(kind, name, data)
+        }
+        fn sync(&self, kind: FileKind) -> Result<()> {
+            self.0.sync(kind)
+        }
+        fn list(&self, kind: FileKind) -> Result<Vec<String>> {
+            self.0.list(kind)
+        }
+        fn remove(&self, _: FileKind, _: &str) -> Result<()> {
+            Err(refused())
+        }
+        fn location(&self) -> String {
+            "no-overwrites".into()
+        }
+    }
+
+    /// Where the storage refuses to replace a file, a refresh writes the object under
+    /// a new name and releases the old one: the holder holds the lock all along, and
+    /// others see one live object.
+    #[test]
+    fn a_refresh_that_may_not_replace_moves_the_object_to_a_new_name() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("tmp")).unwrap();
+        let backend = NoOverwrites(LocalBackend::new(dir.path()));
+        let object = LockObject::new(LockMode::Exclusive);
+        let first = "00000000000000f2";
+        create_file(
+            &backend,
+            FileKind::Lock,
+            first,
+            &object.encode(first, None),
+            "lock",
+        )
+        .unwrap();
+        let mut held = Held {
+            backend: &backend,
+            keys: None,
+            name: first.into(),
+        };
+        held.rewrite(&object).unwrap();
+        assert_ne!(held.name, first);
+        assert!(held.still_own(&object.holder.nonce).unwrap());
+        let live: Vec<String> = read_all(&backend, None, None)
+            .unwrap()
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect();
+        assert_eq!(live, [held.name.clone()]);
+        assert!(
+            blocker(&backend, Some(&held.name), LockMode::Exclusive, None)
+                .unwrap()
+                .is_none()
+        );
+        assert!(blocker(&backend, None, LockMode::Shared, None)
+            .unwrap()
+            .is_some());
+    }
 }
