@@ -185,3 +185,49 @@ fn a_hostile_client_cannot_overwrite_snapshots_or_containers_on_the_account_that
     run(&["restore", &latest, target.to_str().unwrap()]).expect_ok();
     assert_same_tree(&source, &restored(&target, &source));
 }
+
+/// What denying removals alone does not protect (remote.md, "Append-only storage"): a
+/// hostile client of that account overwrites a snapshot by uploading over it and a
+/// container by renaming onto it. larder cannot prevent it there, but detects it:
+/// `check --read-data` fails and names both.
+#[test]
+fn denying_removals_alone_lets_a_hostile_client_overwrite_and_check_names_the_damage() {
+    let server = sshd::Sshd::start_with_sftp_flags(APPEND_ONLY);
+    let scratch = Scratch::new();
+    let url = server.url("repo");
+    let run = |args: &[&str]| larder(&server, &scratch, &url, args);
+    let repo = server.dir().join("repo");
+    let mut init = vec!["init"];
+    init.extend_from_slice(&CHEAP_KDF);
+    run(&init).expect_ok();
+    let source = TreeBuilder::new(&scratch.dir("source"))
+        .file("a.bin", support::pseudo_random(3, 1 << 20))
+        .finish();
+    run(&["--json", "backup", source.to_str().unwrap()]).expect_ok();
+
+    let only = |dir: &str| {
+        let entry = std::fs::read_dir(repo.join(dir)).unwrap().next().unwrap();
+        entry.unwrap().path()
+    };
+    let (snapshot, container) = (only("snapshots"), only("containers"));
+    let evil = scratch.path().join("evil");
+    std::fs::write(&evil, b"overwritten by a hostile client").unwrap();
+    let tmp = repo.join("tmp").display().to_string();
+    let evil = evil.display();
+    for attack in [
+        format!("put {evil} {}", snapshot.display()),
+        format!("put {evil} {tmp}/evil"),
+        format!("rename {tmp}/evil {}", container.display()),
+    ] {
+        assert!(hostile_sftp(&server, &attack), "refused: {attack}");
+    }
+    let checked = run(&["--json", "check", "--read-data"]);
+    assert_ne!(checked.code, Some(0), "{checked}");
+    let said = format!("{}{}", checked.stdout, checked.stderr);
+    // The container by its full name, the snapshot by its short id.
+    let named = |path: &Path, len: usize| {
+        let stem = path.file_stem().unwrap().to_str().unwrap();
+        said.contains(&stem[..len])
+    };
+    assert!(named(&container, 16) && named(&snapshot, 8), "{checked}");
+}
