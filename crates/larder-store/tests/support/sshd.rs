@@ -66,6 +66,11 @@ impl Sshd {
     /// `setpriv` before it starts: a backup account without root's power over file
     /// modes, with no login account needed), with `flags`.
     pub fn start_with_sftp_as(id: u32, flags: &str) -> Self {
+        assert!(
+            Path::new("/usr/bin/setpriv").is_file(),
+            "/usr/bin/setpriv not found: these tests run the SFTP server as another user \
+             with it (Debian's util-linux)"
+        );
         let prefix = format!("/usr/bin/setpriv --reuid={id} --regid={id} --clear-groups");
         Self::start_with_sftp(&prefix, flags)
     }
