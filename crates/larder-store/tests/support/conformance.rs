@@ -175,43 +175,17 @@ pub fn conformance(backend: &dyn Backend) {
 
     // Containers, segments and snapshots are created, never replaced: another file
     // of the name is `NameTaken` and stays; the same bytes are this write's own.
-    let ctr = bytes(9, 70_000);
-    create_file(
-        backend,
-        FileKind::Container,
-        "00000000000000c1",
-        &ctr,
-        "container",
-    )
-    .unwrap();
-    create_file(
-        backend,
-        FileKind::Container,
-        "00000000000000c1",
-        &ctr,
-        "container",
-    )
-    .unwrap();
-    let taken = create_file(
-        backend,
-        FileKind::Container,
-        "00000000000000c1",
-        b"x",
-        "container",
-    );
+    let (name, ctr) = ("00000000000000c1", bytes(9, 70_000));
+    let create = |data: &[u8]| create_file(backend, FileKind::Container, name, data, "container");
+    create(&ctr).unwrap();
+    create(&ctr).unwrap();
+    let taken = create(b"x");
     assert!(
-        matches!(&taken, Err(StoreError::NameTaken { name, .. }) if name == "00000000000000c1"),
+        matches!(&taken, Err(StoreError::NameTaken { name: n, .. }) if n == name),
         "{taken:?}"
     );
-    assert_eq!(
-        backend
-            .read(FileKind::Container, "00000000000000c1")
-            .unwrap(),
-        ctr
-    );
-    backend
-        .remove(FileKind::Container, "00000000000000c1")
-        .unwrap();
+    assert_eq!(backend.read(FileKind::Container, name).unwrap(), ctr);
+    backend.remove(FileKind::Container, name).unwrap();
 
     // The config is one file at the top, listed by its name only.
     assert!(backend.list(FileKind::Config).unwrap().is_empty());
