@@ -18,6 +18,9 @@
 //!   cannot refresh for `LOCK_STALE_AFTER - LOCK_REFRESH` counts its lock as lost
 //!   ([`ObjectLock::is_lost`]) before anyone may take it as stale; so does a holder
 //!   whose object is gone or no longer its own when it reads it back to refresh it.
+//! - objects are created create-only, under fresh names. Where the storage refuses to
+//!   replace one, a refresh creates its successor before releasing it, so that the
+//!   holder is never without a live object.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -216,6 +219,8 @@ fn blocker(
 #[derive(Debug)]
 pub struct ObjectLock {
     backend: Arc<dyn Backend>,
+    /// The name its object was created under (the refresher may move it: see
+    /// `Held::rewrite`).
     name: String,
     lost: Arc<AtomicBool>,
     stop: Option<mpsc::Sender<()>>,
