@@ -10,6 +10,7 @@ pub mod cat;
 pub mod check;
 pub mod chunk;
 pub mod cluster;
+pub mod cluster_tls;
 pub mod copy;
 pub mod device;
 pub mod diff;
@@ -40,6 +41,8 @@ pub struct Globals {
     /// `--cluster`: node lookup addresses to go through instead of a local repository;
     /// empty for the local one.
     pub cluster: Vec<String>,
+    /// `--tls DIR` or `--insecure-plaintext`: how a cluster is reached.
+    pub tls: cluster_tls::TlsArgs,
 }
 
 /// Exit code 0, or 3 for a partial success: a snapshot was saved or a restore

@@ -26,8 +26,8 @@ use clap::{Parser, Subcommand};
 use larder_engine::escape_controls;
 
 use crate::commands::{
-    backup, bench, cat, check, chunk, cluster, copy, diff, forget, gc, gen, index, init, key, ls,
-    mount, node, repair, restore, snapshots, stats, unlock, Globals,
+    backup, bench, cat, check, chunk, cluster, cluster_tls, copy, diff, forget, gc, gen, index,
+    init, key, ls, mount, node, repair, restore, snapshots, stats, unlock, Globals,
 };
 use crate::output::{error_json, Output, SafeLines};
 use crate::repo_open::RepoOpener;
@@ -75,6 +75,8 @@ struct Cli {
         env = "LARDER_CLUSTER"
     )]
     cluster: Vec<String>,
+    #[command(flatten)]
+    tls: cluster_tls::TlsArgs,
     #[command(flatten)]
     password: password::PasswordArgs,
     #[command(subcommand)]
@@ -239,6 +241,7 @@ fn run(cli: Cli, out: &Output) -> Result<ExitCode> {
             cli.password,
         ),
         cluster: cli.cluster,
+        tls: cli.tls,
     };
     if let (false, Some(name)) = (g.cluster.is_empty(), repository_only(&cli.command)) {
         return Ok(out.usage(&format!(
@@ -267,8 +270,8 @@ fn run(cli: Cli, out: &Output) -> Result<ExitCode> {
         Command::Unlock(args) => unlock::run(args, &g, out),
         Command::Chunk(args) => chunk::run(args, out),
         Command::Gen(args) => gen::run(args, out),
-        Command::Node(args) => node::run(args, &g.repo.password, out),
-        Command::Cluster(command) => cluster::run(command, &g.repo.password, out),
+        Command::Node(args) => node::run(args, &g.repo.password, &g.tls, out),
+        Command::Cluster(command) => cluster::run(command, &g.repo.password, &g.tls, out),
         Command::Bench(args) => bench::run(args, out),
     }
 }

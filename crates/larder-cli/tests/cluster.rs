@@ -34,13 +34,16 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use cluster_kit::etcd::EtcdCluster;
-use cluster_kit::{NodeConfig, NodeProcess};
+use cluster_kit::{etcd_tls, NodeConfig, NodeProcess};
 use containers::{chunk_fp, write_container};
 use larder_cluster::coord::{Etcd, EtcdOptions, MemberEvent, Membership, PartitionMapStore};
 use larder_cluster::router::{MapView, Router};
+use larder_cluster::rpc::Transport;
+use larder_cluster::tls::TlsFiles;
 use larder_cluster::{Answer, NodeId};
 use larder_hash::Fingerprint;
 use larder_index::ChunkLocation;
+use support::certs::ClusterCerts;
 
 const PARTITIONS: u32 = 256;
 const NODES: [NodeId; 4] = [1, 2, 3, 4];
@@ -181,14 +184,20 @@ fn larder_ok(args: &[&str]) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn node_processes_fail_over_within_10s_and_forget_nothing() {
-    let mut etcd = EtcdCluster::start(3).await;
-    let endpoints = etcd.endpoints().join(",");
     let dir = tempfile::tempdir().unwrap();
+    // The routers below act as nodes 1 and 3, with their certificates.
+    let certs = ClusterCerts::issue(&dir.path().join("certs"), &NODES);
+    let mut etcd = EtcdCluster::start_tls(3, etcd_tls(&certs)).await;
+    let endpoints = etcd.endpoints().join(",");
+    let admin = certs.admin_flags();
+    let admin: Vec<&str> = admin.iter().map(String::as_str).collect();
     let storage = dir.path().join("shared");
     let logs = dir.path().join("logs");
     std::fs::create_dir_all(&logs).unwrap();
     let storage_arg = storage.to_str().unwrap();
     larder_ok(&[
+        admin[0],
+        admin[1],
         "cluster",
         "init",
         "--etcd",
@@ -206,6 +215,8 @@ async fn node_processes_fail_over_within_10s_and_forget_nothing() {
         storage: storage.clone(),
         ttl: TTL,
         logs: logs.clone(),
+        certs: certs.clone(),
+        serve: Vec::new(),
     };
     let xdg = dir.path().join("xdg");
     let spawn = |id| NodeProcess::spawn(support::larder_command(&xdg), id, 0, &node_config, &[]);
@@ -217,7 +228,11 @@ async fn node_processes_fail_over_within_10s_and_forget_nothing() {
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
-    let client = Etcd::connect(&etcd.endpoints(), "/larder", EtcdOptions::default())
+    let etcd_options = EtcdOptions {
+        tls: Some(Arc::new(TlsFiles::etcd(&certs.admin()).unwrap().unwrap())),
+        ..EtcdOptions::default()
+    };
+    let client = Etcd::connect(&etcd.endpoints(), "/larder", etcd_options)
         .await
         .unwrap();
     let per_node = settled(&client, &NODES).await;
@@ -225,8 +240,9 @@ async fn node_processes_fail_over_within_10s_and_forget_nothing() {
 
     let view = Arc::new(RwLock::new(MapView::default()));
     let follower = tokio::spawn(follow(client.clone(), view.clone()));
-    let router1 = Router::new(1, PARTITIONS, view.clone(), 0);
-    let router3 = Router::new(3, PARTITIONS, view.clone(), 0);
+    let as_node = |id| Transport::Tls(Arc::new(TlsFiles::larder(&certs.node(id)).unwrap()));
+    let router1 = Router::new(1, PARTITIONS, view.clone(), 0).with_transport(as_node(1));
+    let router3 = Router::new(3, PARTITIONS, view.clone(), 0).with_transport(as_node(3));
 
     // Exactness: overlapping requests through both routers, alternately.
     let mut oracle = Oracle::default();
@@ -351,6 +367,8 @@ async fn node_processes_fail_over_within_10s_and_forget_nothing() {
 
     // `larder cluster status`.
     let out = larder_ok(&[
+        admin[0],
+        admin[1],
         "--json",
         "cluster",
         "status",

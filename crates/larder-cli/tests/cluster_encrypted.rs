@@ -20,8 +20,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use cluster_kit::etcd::EtcdCluster;
-use cluster_kit::{free_port, node_command, settled, NodeConfig, NodeProcess};
+use cluster_kit::{etcd_tls, free_port, node_command, settled, NodeConfig, NodeProcess};
 use plaintext::{digests, files_containing, stored_files};
+use support::certs::ClusterCerts;
 use support::{
     assert_same_tree, larder, larder_command, pseudo_random, restored, run_command, Scratch,
     TreeBuilder, CHEAP_KDF, PASSWORD, RUN_TIMEOUT,
@@ -50,13 +51,21 @@ fn make_source(root: &Path) -> (PathBuf, Vec<u8>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_encrypted_cluster_backs_up_restores_and_refuses_nodes_without_its_password() {
-    let etcd = EtcdCluster::start(1).await;
-    let endpoints = etcd.endpoints().join(",");
     let scratch = Scratch::new();
+    let certs = ClusterCerts::issue(&scratch.dir("certs"), &[1, 2]);
+    let etcd = EtcdCluster::start_tls(1, etcd_tls(&certs)).await;
+    let endpoints = etcd.endpoints().join(",");
     let xdg = scratch.dir("xdg");
     let storage = scratch.path().join("shared");
     let logs = scratch.dir("logs");
+    // Sources and restore targets are in the scratch directory, which the nodes serve
+    // and the client's certificate grants.
+    let served = scratch.path();
+    let admin = certs.admin_flags();
+    let client = certs.client_flags("tester", &[served]);
     let init: Vec<&str> = [
+        admin[0].as_str(),
+        &admin[1],
         "--json",
         "cluster",
         "init",
@@ -84,6 +93,8 @@ async fn an_encrypted_cluster_backs_up_restores_and_refuses_nodes_without_its_pa
         storage: storage.clone(),
         ttl: 3,
         logs: logs.clone(),
+        certs: certs.clone(),
+        serve: vec![served.to_path_buf()],
     };
     let port = free_port();
     let mut without = larder_command(&xdg);
@@ -108,27 +119,42 @@ async fn an_encrypted_cluster_backs_up_restores_and_refuses_nodes_without_its_pa
     let file_arg = password_file.to_str().unwrap();
     let two = NodeProcess::spawn(base, 2, ports[1], &config, &["--password-file", file_arg]);
     let nodes = [one, two];
-    settled(&xdg, &endpoints, 2, Duration::from_secs(60));
+    settled(&xdg, &certs, &endpoints, 2, Duration::from_secs(60));
     let [one, two] = ports.map(|p| format!("127.0.0.1:{p}"));
 
     let (src, small) = make_source(&scratch.path().join("src"));
     let src_arg = src.to_str().unwrap();
-    let first = larder(&xdg, ["--json", "--cluster", &one, "backup", src_arg])
-        .expect_ok()
-        .json();
+    let (tls, dir) = (client[0].as_str(), client[1].as_str());
+    let first = larder(
+        &xdg,
+        [tls, dir, "--json", "--cluster", &one, "backup", src_arg],
+    )
+    .expect_ok()
+    .json();
     assert!(first["chunks_new"].as_u64().unwrap() > 5, "{first}");
     let id = first["snapshot_id"].as_str().unwrap().to_string();
     // Node 2 cuts and fingerprints as node 1 does: nothing but the tree is new.
-    let second = larder(&xdg, ["--json", "--cluster", &two, "backup", src_arg])
-        .expect_ok()
-        .json();
+    let second = larder(
+        &xdg,
+        [tls, dir, "--json", "--cluster", &two, "backup", src_arg],
+    )
+    .expect_ok()
+    .json();
     assert!(second["chunks_new"].as_u64().unwrap() <= 1, "{second}");
-    let listed = larder(&xdg, ["--json", "--cluster", &two, "snapshots"]);
+    let listed = larder(&xdg, [tls, dir, "--json", "--cluster", &two, "snapshots"]);
     assert!(listed.expect_ok().stdout.contains(&id), "{listed}");
     let target = scratch.path().join("target");
     larder(
         &xdg,
-        ["--cluster", &two, "restore", &id, target.to_str().unwrap()],
+        [
+            tls,
+            dir,
+            "--cluster",
+            &two,
+            "restore",
+            &id,
+            target.to_str().unwrap(),
+        ],
     )
     .expect_ok();
     assert_same_tree(&src, &restored(&target, &src));

@@ -14,9 +14,10 @@ mod cluster_kit;
 use std::time::{Duration, Instant};
 
 use cluster_kit::etcd::EtcdCluster;
-use cluster_kit::{free_port, settled, NodeConfig, NodeProcess};
+use cluster_kit::{etcd_tls, free_port, settled, NodeConfig, NodeProcess};
+use support::certs::ClusterCerts;
 use support::{
-    assert_same_tree, larder, larder_command, pseudo_random, restored, Scratch, TreeBuilder,
+    assert_same_tree, larder, larder_command, pseudo_random, restored, Output, Scratch, TreeBuilder,
 };
 
 /// The lease's TTL: every node's `lost` fires within it once etcd is gone.
@@ -39,16 +40,32 @@ fn tree(root: &std::path::Path, seed: u64) -> std::path::PathBuf {
     tree.finish()
 }
 
+/// `larder` with the certificate flags `client` in front of `args`.
+fn as_client(xdg: &std::path::Path, client: &[String], args: &[&str]) -> Output {
+    larder(
+        xdg,
+        client
+            .iter()
+            .map(String::as_str)
+            .chain(args.iter().copied()),
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_ride_out_an_etcd_outage_and_join_again() {
-    let mut etcd = EtcdCluster::start(3).await;
-    let endpoints = etcd.endpoints().join(",");
     let scratch = Scratch::new();
+    let certs = ClusterCerts::issue(&scratch.dir("certs"), &[1, 2]);
+    let mut etcd = EtcdCluster::start_tls(3, etcd_tls(&certs)).await;
+    let endpoints = etcd.endpoints().join(",");
     let xdg = scratch.dir("xdg");
     let storage = scratch.path().join("shared");
-    larder(
+    // Sources and restore targets are in the scratch directory, which the nodes serve
+    // and the client's certificate grants.
+    let client = certs.client_flags("tester", &[scratch.path()]);
+    as_client(
         &xdg,
-        [
+        &certs.admin_flags(),
+        &[
             "cluster",
             "init",
             "--etcd",
@@ -67,17 +84,20 @@ async fn nodes_ride_out_an_etcd_outage_and_join_again() {
         storage: storage.clone(),
         ttl: TTL,
         logs: scratch.dir("logs"),
+        certs: certs.clone(),
+        serve: vec![scratch.path().to_path_buf()],
     };
     let mut nodes: Vec<NodeProcess> = [1, 2]
         .map(|id| NodeProcess::spawn(larder_command(&xdg), id, free_port(), &config, &[]))
         .into();
-    settled(&xdg, &endpoints, 2, SETTLE);
+    settled(&xdg, &certs, &endpoints, 2, SETTLE);
     let (one, two) = (nodes[0].addr(), nodes[1].addr());
 
     let src_a = tree(&scratch.dir("a"), 1);
-    let a = larder(
+    let a = as_client(
         &xdg,
-        [
+        &client,
+        &[
             "--json",
             "--cluster",
             &one,
@@ -98,11 +118,12 @@ async fn nodes_ride_out_an_etcd_outage_and_join_again() {
         .file("large.bin", pseudo_random(3, 64 << 20))
         .finish();
     let in_flight = std::thread::spawn({
-        let (xdg, two, src_c) = (xdg.clone(), two.clone(), src_c.clone());
+        let (xdg, client, two, src_c) = (xdg.clone(), client.clone(), two.clone(), src_c.clone());
         move || {
-            larder(
+            as_client(
                 &xdg,
-                [
+                &client,
+                &[
                     "--json",
                     "--cluster",
                     &two,
@@ -122,7 +143,11 @@ async fn nodes_ride_out_an_etcd_outage_and_join_again() {
     let src_b = tree(&scratch.dir("b"), 2);
     // Past the TTL every node has stopped serving: a backup fails, naming why.
     std::thread::sleep(Duration::from_secs(TTL + 3));
-    let during = larder(&xdg, ["--cluster", &one, "backup", src_b.to_str().unwrap()]);
+    let during = as_client(
+        &xdg,
+        &client,
+        &["--cluster", &one, "backup", src_b.to_str().unwrap()],
+    );
     during
         .expect_code(1)
         .expect_stderr(&["out of the cluster", "lease in etcd was lost"]);
@@ -171,16 +196,17 @@ async fn nodes_ride_out_an_etcd_outage_and_join_again() {
             std::thread::sleep(Duration::from_millis(200));
         }
     }
-    settled(&xdg, &endpoints, 2, SETTLE);
+    settled(&xdg, &certs, &endpoints, 2, SETTLE);
     eprintln!(
         "etcd back: both nodes members again and every partition owned after {:.1} s",
         back.elapsed().as_secs_f64()
     );
 
     // The cluster works again: a backup through node 2, restores through either.
-    let b = larder(
+    let b = as_client(
         &xdg,
-        [
+        &client,
+        &[
             "--json",
             "--cluster",
             &two,
@@ -192,7 +218,7 @@ async fn nodes_ride_out_an_etcd_outage_and_join_again() {
         .as_str()
         .unwrap()
         .to_string();
-    let listed = larder(&xdg, ["--json", "--cluster", &one, "snapshots"]);
+    let listed = as_client(&xdg, &client, &["--json", "--cluster", &one, "snapshots"]);
     let ids: Vec<String> = listed.expect_ok().json()["snapshots"]
         .as_array()
         .unwrap()
@@ -214,7 +240,7 @@ async fn nodes_ride_out_an_etcd_outage_and_join_again() {
             id,
             target.to_str().unwrap(),
         ];
-        larder(&xdg, args).expect_ok();
+        as_client(&xdg, &client, &args).expect_ok();
         assert_same_tree(src, &restored(&target, src));
     }
     for node in &mut nodes {

@@ -11,19 +11,27 @@ use std::io::{Seek, SeekFrom, Write};
 use std::time::Duration;
 
 use cluster_kit::etcd::EtcdCluster;
-use cluster_kit::{free_port, settled, NodeConfig, NodeProcess};
+use cluster_kit::{etcd_tls, free_port, settled, NodeConfig, NodeProcess};
+use support::certs::ClusterCerts;
 use support::{larder, larder_command, pseudo_random, Scratch, TreeBuilder};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_restore_that_loses_a_file_names_it_and_exits_3() {
-    let etcd = EtcdCluster::start(1).await;
-    let endpoints = etcd.endpoints().join(",");
     let scratch = Scratch::new();
+    let certs = ClusterCerts::issue(&scratch.dir("certs"), &[1]);
+    let etcd = EtcdCluster::start_tls(1, etcd_tls(&certs)).await;
+    let endpoints = etcd.endpoints().join(",");
     let xdg = scratch.dir("xdg");
     let storage = scratch.path().join("shared");
+    // Sources and restore targets are in the scratch directory, which the node serves
+    // and the client's certificate grants.
+    let client = certs.client_flags("tester", &[scratch.path()]);
+    let admin = certs.admin_flags();
     larder(
         &xdg,
         [
+            admin[0].as_str(),
+            &admin[1],
             "cluster",
             "init",
             "--etcd",
@@ -42,9 +50,11 @@ async fn a_cluster_restore_that_loses_a_file_names_it_and_exits_3() {
         storage: storage.clone(),
         ttl: 3,
         logs: scratch.dir("logs"),
+        certs: certs.clone(),
+        serve: vec![scratch.path().to_path_buf()],
     };
     let node = NodeProcess::spawn(larder_command(&xdg), 1, free_port(), &config, &[]);
-    settled(&xdg, &endpoints, 1, Duration::from_secs(60));
+    settled(&xdg, &certs, &endpoints, 1, Duration::from_secs(60));
     let cluster = node.addr();
     let src = TreeBuilder::new(&scratch.dir("src"))
         .file("payroll.bin", pseudo_random(3, 200_000))
@@ -53,6 +63,8 @@ async fn a_cluster_restore_that_loses_a_file_names_it_and_exits_3() {
     let run = larder(
         &xdg,
         [
+            client[0].as_str(),
+            &client[1],
             "--json",
             "--cluster",
             &cluster,
@@ -81,6 +93,8 @@ async fn a_cluster_restore_that_loses_a_file_names_it_and_exits_3() {
     for json in [false, true] {
         let target = scratch.path().join(format!("restored-{json}"));
         let mut args = vec![
+            client[0].as_str(),
+            &client[1],
             "--cluster",
             &cluster,
             "restore",

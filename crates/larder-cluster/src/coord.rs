@@ -2,6 +2,7 @@
 //! retrying client, membership through leases, master election, and the
 //! partition-to-node map with its epochs. Coordination data only; no chunk data.
 
+pub mod auth;
 mod client;
 mod election;
 mod map;

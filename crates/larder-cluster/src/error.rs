@@ -87,6 +87,10 @@ pub enum ClusterError {
         /// join yet, a lock its holder may still acknowledge (or let expire).
         retryable: bool,
     },
+    /// The cluster's certificates: missing, unreadable, or refused (plaintext off
+    /// loopback).
+    #[error("{0}")]
+    Tls(String),
 }
 
 impl ClusterError {
@@ -106,6 +110,7 @@ impl ClusterError {
             | ClusterError::Task { .. }
             | ClusterError::Uninitialised { .. }
             | ClusterError::Key(_)
+            | ClusterError::Tls(_)
             | ClusterError::LeaseLost
             | ClusterError::Fenced { .. } => false,
         }

@@ -20,7 +20,8 @@ use tokio::runtime::Handle;
 
 use crate::ids::NodeId;
 use crate::router::Router;
-use crate::rpc::{Answer, GetAnswer, Job, LookupHandler, RpcError};
+use crate::rpc::{Answer, GetAnswer, Grants, Job, LookupHandler, RpcError};
+use crate::served::{fd_path, Served};
 use crate::service::OwnerService;
 use crate::storage::SharedStorage;
 use crate::view::ClusterView;
@@ -83,6 +84,8 @@ pub struct NodeHandler {
     router: Arc<Router>,
     /// The cluster's key, in an encrypted cluster.
     keys: Option<Arc<RepoKeys>>,
+    /// The paths backups may read and restores may write (with the client's grants).
+    served: Arc<Served>,
 }
 
 /// Where node `id`'s repository holds chunks of a killed backup: containers sealed and
@@ -123,6 +126,7 @@ impl NodeHandler {
         service: OwnerService,
         router: Arc<Router>,
         keys: Option<Arc<RepoKeys>>,
+        served: Served,
     ) -> Self {
         Self {
             id,
@@ -130,15 +134,21 @@ impl NodeHandler {
             service,
             router,
             keys,
+            served: Arc::new(served),
         }
     }
 
-    async fn run(&self, job: Job) -> Result<String, RpcError> {
+    /// Runs `job` for a client holding `grants`: a backup reads and a restore writes
+    /// only beneath paths both the node serves and the grants name.
+    async fn run(&self, job: Job, grants: Grants) -> Result<String, RpcError> {
         let storage = self.storage.clone();
         let id = self.id;
         let keys = self.keys.clone();
         match job {
             Job::Backup { paths } => {
+                for path in &paths {
+                    self.served.check_source(&grants, Path::new(path))?;
+                }
                 let remote: Arc<dyn RemoteIndex> = Arc::new(ClusterIndex {
                     router: self.router.clone(),
                     runtime: Handle::current(),
@@ -165,8 +175,11 @@ impl NodeHandler {
                 serde_json::to_string(&summary).map_err(|e| failed("backup summary", e))
             }
             Job::Restore { snapshot, target } => {
+                let served = self.served.clone();
                 let summary = tokio::task::spawn_blocking(move || {
-                    let repo = ClusterView::open(&storage, id, keys.as_deref())?;
+                    let target = served.open_target(&grants, Path::new(&target))?;
+                    let repo = ClusterView::open(&storage, id, keys.as_deref())
+                        .map_err(|e| failed("restore", e))?;
                     let options = RestoreOptions {
                         overwrite: false,
                         include: PatternList::default(),
@@ -175,11 +188,12 @@ impl NodeHandler {
                         progress: Arc::new(NoProgress),
                         ..RestoreOptions::default()
                     };
-                    restore(&repo, &snapshot, Path::new(&target), &options)
+                    // Through the opened directory: no name is resolved again.
+                    restore(&repo, &snapshot, &fd_path(&target), &options)
+                        .map_err(|e| failed("restore", e))
                 })
                 .await
-                .map_err(|e| failed("restore task", e))?
-                .map_err(|e| failed("restore", e))?;
+                .map_err(|e| failed("restore task", e))??;
                 serde_json::to_string(&summary).map_err(|e| failed("restore summary", e))
             }
             Job::Snapshots => {
@@ -233,8 +247,12 @@ impl LookupHandler for NodeHandler {
         LookupHandler::get(&self.service, fps)
     }
 
-    fn job(&self, job: Job) -> impl std::future::Future<Output = Result<String, RpcError>> + Send {
+    fn job(
+        &self,
+        job: Job,
+        grants: Grants,
+    ) -> impl std::future::Future<Output = Result<String, RpcError>> + Send {
         let handler = self.clone();
-        async move { handler.run(job).await }
+        async move { handler.run(job, grants).await }
     }
 }

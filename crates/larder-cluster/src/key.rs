@@ -311,15 +311,14 @@ impl KeySlots {
 /// or another init that won a race), the slot this call wrote is removed again, so
 /// that only slots of the cluster etcd names stay. Returns the config written.
 pub async fn init_encrypted_cluster(
-    etcd: &[String],
-    prefix: &str,
+    etcd: &crate::node::EtcdTarget,
     slots: &KeySlots,
     mut config: crate::coord::ClusterConfig,
     password: &[u8],
     (aead, fingerprint): (AeadKind, FingerprintKind),
     new_slot: impl FnOnce(&RepoKeys) -> std::result::Result<KeySlot, String>,
 ) -> Result<crate::coord::ClusterConfig> {
-    let existing = crate::node::cluster_config(etcd, prefix).await?;
+    let existing = crate::node::cluster_config(etcd).await?;
     let existing_key = match &existing {
         // A plaintext cluster: another config, refused with no slot written.
         Some(c) if c.encryption.is_none() => {
@@ -335,7 +334,7 @@ pub async fn init_encrypted_cluster(
     let (keys, written) =
         slots.create_or_unlock_key(password, existing_key, aead, fingerprint, new_slot)?;
     config.encryption = Some(ClusterEncryption::of(&keys));
-    if let Err(e) = crate::node::init_cluster(etcd, prefix, &config).await {
+    if let Err(e) = crate::node::init_cluster(etcd, &config).await {
         if let Some(id) = written {
             if let Err(removing) = slots.remove(&id) {
                 tracing::warn!("removing key slot {id}, which no cluster uses: {removing}");

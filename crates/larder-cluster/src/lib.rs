@@ -15,8 +15,10 @@ pub mod owner;
 pub mod partitions;
 pub mod router;
 pub mod rpc;
+pub mod served;
 pub mod service;
 pub mod storage;
+pub mod tls;
 pub mod view;
 
 pub use error::{ClusterError, Result};

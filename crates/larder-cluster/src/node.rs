@@ -30,7 +30,8 @@ use crate::ids::{NodeId, PartitionId};
 use crate::jobs::NodeHandler;
 use crate::partitions::PartitionStore;
 use crate::router::{MapView, Router};
-use crate::rpc::LookupServer;
+use crate::rpc::{LookupServer, Transport};
+use crate::served::Served;
 use crate::service::OwnerService;
 use crate::storage::SharedStorage;
 
@@ -70,6 +71,13 @@ pub struct NodeOptions {
     /// The cluster's key, unlocked from its slots in the shared storage: required in an
     /// encrypted cluster, refused in a plaintext one.
     pub keys: Option<Arc<RepoKeys>>,
+    /// How its port is served and other nodes' reached: the node's certificate, or
+    /// plaintext (loopback only).
+    pub transport: Transport,
+    /// How etcd is reached (its `tls` the node's etcd certificate).
+    pub etcd_options: EtcdOptions,
+    /// The paths its clients' jobs may read and write (none: it runs no jobs).
+    pub served: Served,
 }
 
 impl NodeOptions {
@@ -98,6 +106,9 @@ impl NodeOptions {
             },
             lookup: Lookup::Eager,
             keys: None,
+            transport: Transport::Plaintext,
+            etcd_options: EtcdOptions::default(),
+            served: Served::default(),
         }
     }
 }
@@ -147,18 +158,33 @@ struct Session {
     membership: MemberSlot,
 }
 
+/// Where a cluster's coordination lives: etcd's endpoints, the cluster's key prefix,
+/// and how etcd is reached (its certificates).
+#[derive(Debug, Clone)]
+pub struct EtcdTarget {
+    pub endpoints: Vec<String>,
+    pub prefix: String,
+    pub options: EtcdOptions,
+}
+
+impl EtcdTarget {
+    async fn connect(&self) -> Result<Etcd> {
+        Ok(Etcd::connect(&self.endpoints, &self.prefix, self.options.clone()).await?)
+    }
+}
+
 /// The cluster's parameters, written once (`larder cluster init`): a second init with
 /// other parameters fails.
-pub async fn init_cluster(etcd: &[String], prefix: &str, config: &ClusterConfig) -> Result<()> {
-    let etcd = Etcd::connect(etcd, prefix, EtcdOptions::default()).await?;
+pub async fn init_cluster(etcd: &EtcdTarget, config: &ClusterConfig) -> Result<()> {
+    let etcd = etcd.connect().await?;
     PartitionMapStore::new(&etcd).init_cluster(config).await?;
     Ok(())
 }
 
 /// The cluster's parameters, if it was initialized: what a node (or `cluster init`)
 /// reads first, to know whether the cluster is encrypted.
-pub async fn cluster_config(etcd: &[String], prefix: &str) -> Result<Option<ClusterConfig>> {
-    let etcd = Etcd::connect(etcd, prefix, EtcdOptions::default()).await?;
+pub async fn cluster_config(etcd: &EtcdTarget) -> Result<Option<ClusterConfig>> {
+    let etcd = etcd.connect().await?;
     Ok(PartitionMapStore::new(&etcd).config().await?)
 }
 
@@ -206,7 +232,8 @@ impl Node {
     /// the map (and campaigning for master). Fails if the cluster was never
     /// initialized.
     pub async fn start(options: NodeOptions) -> Result<Node> {
-        let etcd = Etcd::connect(&options.etcd, &options.prefix, EtcdOptions::default()).await?;
+        let etcd =
+            Etcd::connect(&options.etcd, &options.prefix, options.etcd_options.clone()).await?;
         let maps = PartitionMapStore::new(&etcd);
         let config = maps
             .config()
@@ -243,7 +270,8 @@ impl Node {
             })?;
         let router = Arc::new(
             Router::new(options.id, config.partitions, view.clone(), ROUTER_CACHE)
-                .with_local(service.clone()),
+                .with_local(service.clone())
+                .with_transport(options.transport.clone()),
         );
         let handler = NodeHandler::new(
             options.id,
@@ -251,13 +279,15 @@ impl Node {
             service.clone(),
             router.clone(),
             keys.clone(),
+            options.served.clone(),
         );
-        let server = LookupServer::bind(options.listen, Arc::new(handler))
-            .await
-            .map_err(|source| ClusterError::Io {
-                what: format!("listen on {}", options.listen),
-                source,
-            })?;
+        let server =
+            LookupServer::bind_with(options.listen, Arc::new(handler), options.transport.clone())
+                .await
+                .map_err(|source| ClusterError::Io {
+                    what: format!("listen on {}", options.listen),
+                    source,
+                })?;
         let addr = server.local_addr();
         let session = Session {
             me: options.id,

@@ -14,7 +14,7 @@ use larder_index::ChunkLocation;
 use tokio::task::JoinSet;
 
 use crate::ids::{partition_of, NodeId, PartitionId};
-use crate::rpc::{Answer, LookupHandler, NodeClient, RpcError};
+use crate::rpc::{Answer, LookupHandler, NodeClient, RpcError, Transport};
 use crate::service::OwnerService;
 
 /// Where partitions are: their owners and the nodes' addresses, as the node's watch of
@@ -61,6 +61,8 @@ pub struct Router {
     map: Arc<RwLock<MapView>>,
     /// This node's own partitions, asked in process.
     local: Option<OwnerService>,
+    /// How the owners' ports are reached (plaintext only on loopback).
+    transport: Transport,
     clients: Mutex<HashMap<NodeId, Arc<NodeClient>>>,
     cache: Mutex<LruCache>,
     metrics: Mutex<RouterMetrics>,
@@ -88,6 +90,7 @@ impl Router {
             partitions,
             map,
             local: None,
+            transport: Transport::Plaintext,
             clients: Mutex::new(HashMap::new()),
             cache: Mutex::new(LruCache::new(cache_entries)),
             metrics: Mutex::new(RouterMetrics::default()),
@@ -116,6 +119,12 @@ impl Router {
     /// process, without a message.
     pub fn with_local(mut self, local: OwnerService) -> Self {
         self.local = Some(local);
+        self
+    }
+
+    /// Reaches the owners over `transport` (this node's certificate under TLS).
+    pub fn with_transport(mut self, transport: Transport) -> Self {
+        self.transport = transport;
         self
     }
 
@@ -331,7 +340,8 @@ impl Router {
                 retryable: true,
             });
         };
-        let client = Arc::new(NodeClient::connect(&addr, self.me).await?);
+        let client =
+            Arc::new(NodeClient::connect_to(&addr, Some(node), self.me, &self.transport).await?);
         lock(&self.clients).insert(node, client.clone());
         Ok(client)
     }

@@ -11,14 +11,16 @@
 pub mod client;
 pub mod codec;
 pub mod server;
+pub mod transport;
 
 use std::future::Future;
 
 use larder_hash::Fingerprint;
 use larder_index::ChunkLocation;
 
-pub use client::{ClientStats, NodeClient};
+pub use client::{ClientStats, JobClient, NodeClient};
 pub use server::{LookupServer, NodeService, NodeStats};
+pub use transport::{Grants, Peer, Transport};
 
 /// The messages and service generated from `proto/cluster.proto`.
 pub mod proto {
@@ -84,9 +86,14 @@ pub trait LookupHandler: Send + Sync + 'static {
         fps: Vec<Fingerprint>,
     ) -> impl Future<Output = Result<Vec<GetAnswer>, RpcError>> + Send;
 
-    /// Runs a client's job and answers its JSON summary. A handler that serves only
-    /// lookups refuses every job.
-    fn job(&self, job: Job) -> impl Future<Output = Result<String, RpcError>> + Send {
+    /// Runs a client's job over the paths `grants` allows it and answers its JSON
+    /// summary. A handler that serves only lookups refuses every job.
+    fn job(
+        &self,
+        job: Job,
+        grants: Grants,
+    ) -> impl Future<Output = Result<String, RpcError>> + Send {
+        let _ = grants;
         std::future::ready(Err(RpcError::Handler {
             message: format!("this node runs no jobs ({job:?})"),
             retryable: false,
@@ -173,6 +180,13 @@ pub enum RpcError {
         addr: String,
         status: Box<tonic::Status>,
     },
+    /// The peer may not make this request: a client on a node's call, a node on a
+    /// client's, or a message whose `from_node` is not its certificate's node.
+    #[error("permission denied: {0}")]
+    PermissionDenied(String),
+    /// Plaintext to or on an address that is not loopback.
+    #[error("plaintext is only for loopback addresses, and {addr} is not one: give the node and its clients the cluster's certificates (--tls DIR)")]
+    Insecure { addr: String },
     /// The handler (the partition owner's logic) failed; `retryable` says whether the
     /// same request may succeed later (the owner is busy, or its partition is moving).
     #[error("lookup handler: {message}")]
@@ -192,9 +206,11 @@ impl RpcError {
                     | tonic::Code::DeadlineExceeded
                     | tonic::Code::Aborted
             ),
-            RpcError::Malformed { .. } | RpcError::InvalidNode(_) | RpcError::TooLarge { .. } => {
-                false
-            }
+            RpcError::Malformed { .. }
+            | RpcError::InvalidNode(_)
+            | RpcError::TooLarge { .. }
+            | RpcError::PermissionDenied(_)
+            | RpcError::Insecure { .. } => false,
         }
     }
 }

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use larder_chunk::ChunkerConfig;
 use larder_cluster::coord::{ClusterConfig, COORD_FORMAT_VERSION};
 use larder_cluster::key::{init_encrypted_cluster, KeySlots};
-use larder_cluster::node::{Node, NodeOptions};
+use larder_cluster::node::{EtcdTarget, Node, NodeOptions};
 use larder_cluster::rpc::Job;
 use larder_cluster::view::ClusterView;
 use larder_cluster::{ClusterError, NodeId, SharedStorage};
@@ -24,6 +24,7 @@ use larder_crypto::{AeadKind, FingerprintKind, KdfParams, KeyKind, KeySlot, Repo
 use larder_engine::{backup, BackupOptions};
 use larder_hash::HashAlgo;
 use larder_store::{Compression, LockMode, ObjectBackend, RepoConfig, Repository};
+use support::certs::Certs;
 use support::etcd::EtcdCluster;
 use support::plaintext::{digests, files_containing, stored_files};
 use support::s3s::S3sServer;
@@ -55,12 +56,13 @@ fn options(
     etcd: &EtcdCluster,
     storage: SharedStorage,
     keys: Option<Arc<RepoKeys>>,
+    certs: &Certs,
 ) -> NodeOptions {
     let mut options = NodeOptions::new(id, etcd.endpoints(), PREFIX, storage);
     options.member_ttl_secs = 3;
     options.checkpoint_every = Duration::from_millis(300);
     options.keys = keys;
-    options
+    certs.secure(options)
 }
 
 async fn settled(nodes: &[&Node]) {
@@ -99,7 +101,8 @@ fn make_source(base: &Path) -> (std::path::PathBuf, Vec<u8>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_encrypted_cluster_restores_byte_for_byte_and_stores_no_plaintext() {
-    let etcd = EtcdCluster::start(1).await;
+    let certs = Certs::issue(2);
+    let etcd = EtcdCluster::start_tls(1, certs.etcd()).await;
     let server = S3sServer::start(&["larder"]);
     let dir = tempfile::tempdir().unwrap();
     let base = dir.path();
@@ -118,11 +121,14 @@ async fn an_encrypted_cluster_restores_byte_for_byte_and_stores_no_plaintext() {
         encryption: None,
     };
     let algorithms = (AeadKind::Aes256Gcm, FingerprintKind::KeyedBlake3);
-    let endpoints = etcd.endpoints();
+    let target = EtcdTarget {
+        endpoints: etcd.endpoints(),
+        prefix: PREFIX.into(),
+        options: certs.etcd_options(),
+    };
     let init = || {
         init_encrypted_cluster(
-            &endpoints,
-            PREFIX,
+            &target,
             &slots,
             asked.clone(),
             PASSWORD,
@@ -156,7 +162,7 @@ async fn an_encrypted_cluster_restores_byte_for_byte_and_stores_no_plaintext() {
         (None, "the cluster is encrypted"),
         (Some(other), "the key is not this cluster's"),
     ] {
-        let refused = Node::start(options(1, &etcd, storage(1), keys)).await;
+        let refused = Node::start(options(1, &etcd, storage(1), keys, &certs)).await;
         let Err(ClusterError::Key(message)) = refused else {
             panic!("a node without the cluster's key started");
         };
@@ -165,10 +171,10 @@ async fn an_encrypted_cluster_restores_byte_for_byte_and_stores_no_plaintext() {
     assert!(!base.join("cache-1").exists());
     assert!(!server.bucket_dir("larder").join("cluster/nodes").exists());
 
-    let one = Node::start(options(1, &etcd, storage(1), Some(keys.clone())))
+    let one = Node::start(options(1, &etcd, storage(1), Some(keys.clone()), &certs))
         .await
         .unwrap();
-    let two = Node::start(options(2, &etcd, storage(2), Some(keys.clone())))
+    let two = Node::start(options(2, &etcd, storage(2), Some(keys.clone()), &certs))
         .await
         .unwrap();
     settled(&[&one, &two]).await;
@@ -177,6 +183,7 @@ async fn an_encrypted_cluster_restores_byte_for_byte_and_stores_no_plaintext() {
     let paths = vec![src.display().to_string()];
     let first = job(
         &one,
+        &certs,
         Job::Backup {
             paths: paths.clone(),
         },
@@ -185,7 +192,7 @@ async fn an_encrypted_cluster_restores_byte_for_byte_and_stores_no_plaintext() {
     assert!(first["chunks_new"].as_u64().unwrap() > 10, "{first}");
     // Node 2 cuts and fingerprints as node 1 does (one chunker secret, one id key):
     // the same tree again stores at most its tree chunk.
-    let second = job(&two, Job::Backup { paths }).await;
+    let second = job(&two, &certs, Job::Backup { paths }).await;
     assert!(second["chunks_new"].as_u64().unwrap() <= 1, "{second}");
 
     // Checkpoints put objects of the new entries (after the takeovers' empty full
@@ -203,6 +210,7 @@ async fn an_encrypted_cluster_restores_byte_for_byte_and_stores_no_plaintext() {
     let target = base.join("restored");
     job(
         &two,
+        &certs,
         Job::Restore {
             snapshot: first["snapshot_id"].as_str().unwrap().to_string(),
             target: target.display().to_string(),

@@ -9,22 +9,28 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use larder_cluster::coord::{ClusterConfig, COORD_FORMAT_VERSION};
-use larder_cluster::node::{init_cluster, Node, NodeOptions};
+use larder_cluster::node::{init_cluster, EtcdTarget, Node, NodeOptions};
 use larder_cluster::router::Router;
 use larder_cluster::{partition_of, Answer, NodeId, PartitionId};
 use larder_hash::Fingerprint;
 use larder_index::ChunkLocation;
+use support::certs::Certs;
 use support::containers::{chunk_fp, write_container};
 use support::etcd::EtcdCluster;
 
 const PARTITIONS: u32 = 64;
 const TTL: i64 = 3;
 
-fn options(id: NodeId, etcd: &EtcdCluster, storage: &std::path::Path) -> NodeOptions {
+fn options(
+    id: NodeId,
+    etcd: &EtcdCluster,
+    storage: &std::path::Path,
+    certs: &Certs,
+) -> NodeOptions {
     let mut options = NodeOptions::new(id, etcd.endpoints(), "/larder-test", storage.to_path_buf());
     options.member_ttl_secs = TTL;
     options.checkpoint_every = Duration::from_millis(500);
-    options
+    certs.secure(options)
 }
 
 /// Waits until every partition is served by a live node and every node's view agrees.
@@ -52,7 +58,8 @@ async fn settled(nodes: &[&Node], live: &[NodeId]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn partitions_fail_over_and_nothing_acknowledged_is_forgotten() {
-    let etcd = EtcdCluster::start(3).await;
+    let certs = Certs::issue(3);
+    let etcd = EtcdCluster::start_tls(3, certs.etcd()).await;
     let dir = tempfile::tempdir().unwrap();
     let storage = dir.path();
     let config = ClusterConfig {
@@ -62,16 +69,27 @@ async fn partitions_fail_over_and_nothing_acknowledged_is_forgotten() {
         hash: "blake3".into(),
         encryption: None,
     };
-    init_cluster(&etcd.endpoints(), "/larder-test", &config)
+    init_cluster(
+        &EtcdTarget {
+            endpoints: etcd.endpoints(),
+            prefix: "/larder-test".into(),
+            options: certs.etcd_options(),
+        },
+        &config,
+    )
+    .await
+    .unwrap();
+    let one = Node::start(options(1, &etcd, storage, &certs))
         .await
         .unwrap();
-    let one = Node::start(options(1, &etcd, storage)).await.unwrap();
     // Node 2 never checkpoints: after it dies, its partitions' entries can only come
     // back from the replay of the containers.
-    let mut lazy = options(2, &etcd, storage);
+    let mut lazy = options(2, &etcd, storage, &certs);
     lazy.checkpoint_every = Duration::from_secs(3600);
     let two = Node::start(lazy).await.unwrap();
-    let three = Node::start(options(3, &etcd, storage)).await.unwrap();
+    let three = Node::start(options(3, &etcd, storage, &certs))
+        .await
+        .unwrap();
     settled(&[&one, &two, &three], &[1, 2, 3]).await;
     for node in [&one, &two, &three] {
         let load = node.service.owned().len();
@@ -80,9 +98,12 @@ async fn partitions_fail_over_and_nothing_acknowledged_is_forgotten() {
 
     // Node 1 stores chunks 0..600 in three containers and acknowledges them; node 3
     // then finds every one of them.
-    let router1 = Router::new(1, PARTITIONS, one.view.clone(), 0).with_local(one.service.clone());
-    let router3 =
-        Router::new(3, PARTITIONS, three.view.clone(), 0).with_local(three.service.clone());
+    let router1 = Router::new(1, PARTITIONS, one.view.clone(), 0)
+        .with_local(one.service.clone())
+        .with_transport(certs.node(1));
+    let router3 = Router::new(3, PARTITIONS, three.view.clone(), 0)
+        .with_local(three.service.clone())
+        .with_transport(certs.node(3));
     let mut stored: HashMap<Fingerprint, ChunkLocation> = HashMap::new();
     for seq in 0..3u64 {
         let ids = seq * 200..(seq + 1) * 200;
@@ -147,7 +168,8 @@ async fn until(what: &str, within: Duration, condition: impl Fn() -> bool) {
 /// partition again and finds what was acknowledged before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_out_of_the_cluster_stops_serving_and_joins_again() {
-    let mut etcd = EtcdCluster::start(1).await;
+    let certs = Certs::issue(1);
+    let mut etcd = EtcdCluster::start_tls(1, certs.etcd()).await;
     let dir = tempfile::tempdir().unwrap();
     let storage = dir.path();
     let config = ClusterConfig {
@@ -157,10 +179,19 @@ async fn a_node_out_of_the_cluster_stops_serving_and_joins_again() {
         hash: "blake3".into(),
         encryption: None,
     };
-    init_cluster(&etcd.endpoints(), "/larder-test", &config)
+    init_cluster(
+        &EtcdTarget {
+            endpoints: etcd.endpoints(),
+            prefix: "/larder-test".into(),
+            options: certs.etcd_options(),
+        },
+        &config,
+    )
+    .await
+    .unwrap();
+    let mut node = Node::start(options(1, &etcd, storage, &certs))
         .await
         .unwrap();
-    let mut node = Node::start(options(1, &etcd, storage)).await.unwrap();
     settled(&[&node], &[1]).await;
     let fps: Vec<Fingerprint> = (0..100).map(chunk_fp).collect();
     assert!(node

@@ -13,12 +13,13 @@ use std::time::{Duration, Instant};
 
 use larder_chunk::ChunkerConfig;
 use larder_cluster::coord::{ClusterConfig, COORD_FORMAT_VERSION};
-use larder_cluster::node::{init_cluster, Node, NodeOptions};
+use larder_cluster::node::{init_cluster, EtcdTarget, Node, NodeOptions};
 use larder_cluster::rpc::Job;
 use larder_cluster::{NodeId, SharedStorage};
 use larder_engine::{backup, BackupOptions};
 use larder_hash::HashAlgo;
 use larder_store::{LockMode, ObjectBackend, RepoConfig, Repository};
+use support::certs::Certs;
 use support::etcd::EtcdCluster;
 use support::s3s::S3sServer;
 use support::{bytes, files, job};
@@ -26,11 +27,11 @@ use support::{bytes, files, job};
 const PARTITIONS: u32 = 32;
 const TTL: i64 = 3;
 
-fn options(id: NodeId, etcd: &EtcdCluster, storage: SharedStorage) -> NodeOptions {
+fn options(id: NodeId, etcd: &EtcdCluster, storage: SharedStorage, certs: &Certs) -> NodeOptions {
     let mut options = NodeOptions::new(id, etcd.endpoints(), "/larder-s3", storage);
     options.member_ttl_secs = TTL;
     options.checkpoint_every = Duration::from_millis(500);
-    options
+    certs.secure(options)
 }
 
 async fn settled(nodes: &[&Node], live: &[NodeId]) {
@@ -49,9 +50,10 @@ async fn settled(nodes: &[&Node], live: &[NodeId]) {
     }
 }
 
-async fn backup_through(node: &Node, src: &Path) -> serde_json::Value {
+async fn backup_through(node: &Node, certs: &Certs, src: &Path) -> serde_json::Value {
     let summary = job(
         node,
+        certs,
         Job::Backup {
             paths: vec![src.display().to_string()],
         },
@@ -125,7 +127,8 @@ fn new_of(run: &serde_json::Value) -> (u64, u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_on_s3_is_exact_survives_a_dead_node_and_restores() {
-    let etcd = EtcdCluster::start(1).await;
+    let certs = Certs::issue(3);
+    let etcd = EtcdCluster::start_tls(1, certs.etcd()).await;
     let server = S3sServer::start(&["larder"]);
     let dir = tempfile::tempdir().unwrap();
     let base = dir.path();
@@ -137,20 +140,31 @@ async fn a_cluster_on_s3_is_exact_survives_a_dead_node_and_restores() {
         hash: "blake3".into(),
         encryption: None,
     };
-    init_cluster(&etcd.endpoints(), "/larder-s3", &config)
-        .await
-        .unwrap();
+    init_cluster(
+        &EtcdTarget {
+            endpoints: etcd.endpoints(),
+            prefix: "/larder-s3".into(),
+            options: certs.etcd_options(),
+        },
+        &config,
+    )
+    .await
+    .unwrap();
     let root =
         Arc::new(ObjectBackend::new(server.store("larder"), "cluster", "s3://larder").unwrap());
     let storage = |id: NodeId| SharedStorage::Object {
         root: root.clone(),
         cache: base.join(format!("cache-{id}")),
     };
-    let one = Node::start(options(1, &etcd, storage(1))).await.unwrap();
-    let two = Node::start(options(2, &etcd, storage(2))).await.unwrap();
+    let one = Node::start(options(1, &etcd, storage(1), &certs))
+        .await
+        .unwrap();
+    let two = Node::start(options(2, &etcd, storage(2), &certs))
+        .await
+        .unwrap();
     // Node 3 never checkpoints after its takeovers: its partitions' later entries can
     // only come back from the replay of the containers.
-    let mut lazy = options(3, &etcd, storage(3));
+    let mut lazy = options(3, &etcd, storage(3), &certs);
     lazy.checkpoint_every = Duration::from_secs(3600);
     let three = Node::start(lazy).await.unwrap();
     settled(&[&one, &two, &three], &[1, 2, 3]).await;
@@ -162,7 +176,7 @@ async fn a_cluster_on_s3_is_exact_survives_a_dead_node_and_restores() {
     let mut oracle = OneRepository::new(&base.join("oracle"));
     let mut runs = Vec::new();
     for (node, src) in [(&one, &a), (&two, &b), (&three, &a)] {
-        let run = backup_through(node, src).await;
+        let run = backup_through(node, &certs, src).await;
         assert_eq!(new_of(&run), oracle.backup(src), "{run}");
         runs.push(run);
     }
@@ -194,7 +208,7 @@ async fn a_cluster_on_s3_is_exact_survives_a_dead_node_and_restores() {
         "node 3's acknowledged entries came back from the replay"
     );
     for (node, src) in [(&one, &b), (&two, &a)] {
-        let again = backup_through(node, src).await;
+        let again = backup_through(node, &certs, src).await;
         assert_eq!(new_of(&again), oracle.backup(src), "{again}");
         assert!(
             new_of(&again).0 <= 1,
@@ -211,6 +225,7 @@ async fn a_cluster_on_s3_is_exact_survives_a_dead_node_and_restores() {
         let id = run["snapshot_id"].as_str().unwrap().to_string();
         job(
             node,
+            &certs,
             Job::Restore {
                 snapshot: id,
                 target: target.display().to_string(),

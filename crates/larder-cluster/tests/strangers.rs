@@ -1,9 +1,13 @@
-//! A stranger that reaches a node's lookup port (no member of the cluster: its node id
-//! is in no `members/` key) tries to poison the index: it asks for the fingerprint of a
-//! victim's file and acknowledges it at a location of its own making, so that the
-//! victim's backup would find the chunk "stored" and store nothing, and the restore
-//! would lose the file. Every owner refuses both messages; the victim's backup stores
-//! the file and it restores byte for byte.
+//! A stranger that reaches a node's lookup port tries to poison the index: it asks for
+//! the fingerprint of a victim's file and acknowledges it at a location of its own
+//! making (in its own containers), so that the victim's backup would find the chunk
+//! "stored" and store nothing, and the restore would lose the file. The stranger holds
+//! a node certificate the cluster's authority issued (the TLS handshake and the
+//! certificate's node id let it through) but is no member of the cluster: its node id
+//! is in no `members/` key. Every owner refuses both messages; the victim's backup
+//! stores the file and it restores byte for byte. (A stranger without such a
+//! certificate is refused at the handshake: `rpc_tls.rs`, the CLI's
+//! `cluster_security.rs`.)
 
 mod support;
 
@@ -11,24 +15,30 @@ use std::time::{Duration, Instant};
 
 use larder_cluster::coord::{ClusterConfig, COORD_FORMAT_VERSION};
 use larder_cluster::ids::first_container;
-use larder_cluster::node::{init_cluster, Node, NodeOptions};
+use larder_cluster::node::{init_cluster, EtcdTarget, Node, NodeOptions};
 use larder_cluster::rpc::{Job, NodeClient, RpcError};
 use larder_cluster::NodeId;
 use larder_hash::HashAlgo;
 use larder_index::ChunkLocation;
+use support::certs::Certs;
 use support::etcd::EtcdCluster;
 use support::{bytes, files, job};
 
 const PARTITIONS: u32 = 16;
 const PREFIX: &str = "/larder-strangers";
-/// A node id no member has.
-const STRANGER: NodeId = 77;
+/// A node id no member has, whose certificate the cluster's authority issued.
+const STRANGER: NodeId = 3;
 
-fn options(id: NodeId, etcd: &EtcdCluster, storage: &std::path::Path) -> NodeOptions {
+fn options(
+    id: NodeId,
+    etcd: &EtcdCluster,
+    storage: &std::path::Path,
+    certs: &Certs,
+) -> NodeOptions {
     let mut options = NodeOptions::new(id, etcd.endpoints(), PREFIX, storage.to_path_buf());
     options.member_ttl_secs = 3;
     options.checkpoint_every = Duration::from_millis(300);
-    options
+    certs.secure(options)
 }
 
 /// Waits until every partition is served and both nodes see both members.
@@ -58,7 +68,9 @@ fn refused(e: RpcError, what: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_strangers_lookups_and_acknowledgements_poison_nothing() {
-    let etcd = EtcdCluster::start(1).await;
+    // Nodes 1 and 2 run; node 3's certificate is the stranger's.
+    let certs = Certs::issue(3);
+    let etcd = EtcdCluster::start_tls(1, certs.etcd()).await;
     let dir = tempfile::tempdir().unwrap();
     let storage = dir.path().join("shared");
     let config = ClusterConfig {
@@ -68,14 +80,26 @@ async fn a_strangers_lookups_and_acknowledgements_poison_nothing() {
         hash: "blake3".into(),
         encryption: None,
     };
-    init_cluster(&etcd.endpoints(), PREFIX, &config)
+    init_cluster(
+        &EtcdTarget {
+            endpoints: etcd.endpoints(),
+            prefix: PREFIX.into(),
+            options: certs.etcd_options(),
+        },
+        &config,
+    )
+    .await
+    .unwrap();
+    let one = Node::start(options(1, &etcd, &storage, &certs))
         .await
         .unwrap();
-    let one = Node::start(options(1, &etcd, &storage)).await.unwrap();
-    let two = Node::start(options(2, &etcd, &storage)).await.unwrap();
+    let two = Node::start(options(2, &etcd, &storage, &certs))
+        .await
+        .unwrap();
     settled(&[&one, &two]).await;
 
-    // The victim's file: one chunk (smaller than the least chunk), whose fingerprint
+    // The victim's file (in the temporary directory the nodes serve and the client's
+    // certificate grants): one chunk (smaller than the least chunk), whose fingerprint
     // in a plaintext cluster is the BLAKE3 of its bytes.
     let src = dir.path().join("victim");
     std::fs::create_dir_all(&src).unwrap();
@@ -90,7 +114,8 @@ async fn a_strangers_lookups_and_acknowledgements_poison_nothing() {
     // At both nodes: one of them owns the fingerprint's partition.
     let mut answers = Vec::new();
     for node in [&one, &two] {
-        let stranger = NodeClient::connect(&node.addr.to_string(), STRANGER)
+        let addr = node.addr.to_string();
+        let stranger = NodeClient::connect_with(&addr, STRANGER, &certs.node(STRANGER))
             .await
             .unwrap();
         answers.push((
@@ -101,6 +126,7 @@ async fn a_strangers_lookups_and_acknowledgements_poison_nothing() {
 
     let run = job(
         &one,
+        &certs,
         Job::Backup {
             paths: vec![src.display().to_string()],
         },
@@ -112,6 +138,7 @@ async fn a_strangers_lookups_and_acknowledgements_poison_nothing() {
     let target = dir.path().join("restored");
     let restored = job(
         &two,
+        &certs,
         Job::Restore {
             snapshot: run["snapshot_id"].as_str().unwrap().to_string(),
             target: target.display().to_string(),

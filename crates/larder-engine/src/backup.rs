@@ -60,7 +60,7 @@ use crate::pattern::PatternList;
 use crate::{NoProgress, Progress};
 use commit::Committer;
 use previous::Previous;
-use read_stage::{FileToRead, RoundEnd, Source};
+use read_stage::{FileId, FileToRead, RoundEnd, Source};
 use walk::{walk, WalkOptions, Walked};
 
 /// A checkpoint is written after each this many parts of the bytes to read.
@@ -377,7 +377,13 @@ fn run(
             source: if job.stdin {
                 Source::Stdin
             } else {
-                Source::Path(&it.abs)
+                Source::Path(
+                    &it.abs,
+                    Some(FileId {
+                        device: it.entry.device,
+                        inode: it.entry.inode,
+                    }),
+                )
             },
             size: it.entry.size,
         })

@@ -254,8 +254,8 @@ fn traced_child_backup() {
 
 /// Rules 1, 2 and 3 on a real backup that writes several containers, adopts one left
 /// by a killed backup, and deduplicates against an earlier snapshot: every container
-/// is fsynced, renamed into place and its directory fsynced before the segment naming
-/// it is renamed into `index/`; that segment is fsynced and `index/` fsynced before
+/// is fsynced, renamed or linked into place and its directory fsynced before the
+/// segment naming it is linked into `index/`; that segment is fsynced and `index/` fsynced before
 /// the snapshot is renamed into `snapshots/`; and `snapshots/` is fsynced before
 /// `backup` returns. Also: every file outside `tmp/` is created by a rename from
 /// `tmp/`, never opened for writing where it lies.
@@ -785,10 +785,8 @@ mod syscall_trace {
     pub enum Call {
         /// `fsync` or `fdatasync` of the file or directory at this path.
         Fsync(PathBuf),
-        Rename {
-            from: PathBuf,
-            to: PathBuf,
-        },
+        /// A rename, or a hard link (create-only writes): either puts a file in place.
+        Rename { from: PathBuf, to: PathBuf },
         /// An open with `O_WRONLY`, `O_RDWR`, `O_CREAT` or `O_TRUNC`.
         OpenForWrite(PathBuf),
         /// An open of a path whose file name starts with [`super::MARKER`].
@@ -986,12 +984,12 @@ mod syscall_trace {
                     .ok()
                     .map(Call::Fsync)
             }
-            libc::SYS_renameat | libc::SYS_renameat2 => Some(Call::Rename {
+            libc::SYS_renameat | libc::SYS_renameat2 | libc::SYS_linkat => Some(Call::Rename {
                 from: resolve(tid, fd(a[0]), a[1])?,
                 to: resolve(tid, fd(a[2]), a[3])?,
             }),
             #[cfg(target_arch = "x86_64")]
-            libc::SYS_rename => Some(Call::Rename {
+            libc::SYS_rename | libc::SYS_link => Some(Call::Rename {
                 from: resolve(tid, libc::AT_FDCWD, a[0])?,
                 to: resolve(tid, libc::AT_FDCWD, a[1])?,
             }),

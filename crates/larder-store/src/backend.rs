@@ -165,6 +165,33 @@ pub trait Backend: Send + Sync {
     }
 }
 
+/// Creates file `name` of `kind` (a container or an index segment, `what` in words)
+/// with `data`, never replacing one: where one of that name exists with other bytes,
+/// [`StoreError::NameTaken`], and that file stays as it was. One with the same bytes is
+/// this write's own (a retried create whose first attempt succeeded unseen), or as
+/// good as its own.
+pub fn create_file(
+    backend: &dyn Backend,
+    kind: FileKind,
+    name: &str,
+    data: &[u8],
+    what: &'static str,
+) -> Result<()> {
+    if backend.write_new(kind, name, data)? {
+        return Ok(());
+    }
+    let same =
+        backend.file_len(kind, name)? == data.len() as u64 && backend.read(kind, name)? == data;
+    if same {
+        return Ok(());
+    }
+    Err(StoreError::NameTaken {
+        location: backend.location(),
+        what,
+        name: name.to_string(),
+    })
+}
+
 /// A backend shows as its location (what holders of one, such as a lock, print).
 impl std::fmt::Debug for dyn Backend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -42,6 +42,12 @@ pub enum StoreError {
         /// How long this process waited for it.
         waited: std::time::Duration,
     },
+    #[error("{what} {name} already exists in repository {location} with other contents: another writer is using the repository at the same time (a lock taken for stale, or no lock); nothing was overwritten, and this writer stops here without committing")]
+    NameTaken {
+        location: String,
+        what: &'static str,
+        name: String,
+    },
     #[error("the lock of repository {} could not be refreshed for so long that others may take it as stale; stopped before committing", .0.display())]
     LockLost(PathBuf),
     #[error("the storage of repository {location} refuses deletes (append-only): cannot {action}; run it with credentials that may delete (docs/design/remote.md, \"Append-only storage\")")]

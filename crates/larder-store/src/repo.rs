@@ -643,7 +643,7 @@ impl Repository {
             .read_ranges(FileKind::Container, &format!("{id:016x}"), ranges)
     }
 
-    /// Makes `written` containers (already written with [`Backend::write`]) and any
+    /// Makes `written` containers (already created with [`create_file`](crate::create_file)) and any
     /// adopted ones durable in the index: rules 1 and 2 of the commit order. Their
     /// chunks enter the index in memory here: a backup's index stage records only that
     /// they are new, since their locations are decided when they are written.
@@ -657,7 +657,7 @@ impl Repository {
         self.check_lock()?;
         self.backend.sync(FileKind::Container)?;
         let name = self.next_segment_name();
-        self.write_segment(&name, &containers)?;
+        self.create_segment(&name, &containers)?;
         self.backend.sync(FileKind::IndexSegment)?;
         self.segments.push(name);
         if let RepoIndex::Disk(state) = &mut self.index {
@@ -694,7 +694,7 @@ impl Repository {
             all.extend(self.read_segment(name)?);
         }
         let merged = self.next_segment_name();
-        self.write_segment(&merged, &all)?;
+        self.create_segment(&merged, &all)?;
         self.backend.sync(FileKind::IndexSegment)?;
         for name in std::mem::replace(&mut self.segments, vec![merged]) {
             self.backend.remove(FileKind::IndexSegment, &name)?;
@@ -724,7 +724,7 @@ impl Repository {
         let name = self.next_segment_name();
         let old = std::mem::take(&mut self.segments);
         self.backend.sync(FileKind::Container)?;
-        self.write_segment(&name, &good)?;
+        self.create_segment(&name, &good)?;
         self.backend.sync(FileKind::IndexSegment)?;
         for n in &old {
             self.backend.remove(FileKind::IndexSegment, n)?;

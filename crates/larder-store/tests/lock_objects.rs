@@ -161,25 +161,83 @@ fn a_fresh_object_of_another_host_blocks_and_says_when_it_lapses() {
     acquire(&backend, LockMode::Exclusive);
 }
 
-/// A lock object whose refresh time lies ten years ahead: `unlock` names it instead of
-/// saying the repository is not locked, and `--remove-all` frees the repository.
+/// A lock object whose refresh time lies ten years ahead (a forged object, or a clock
+/// far ahead) blocks no one: no claimed time more than `LOCK_STALE_AFTER` ahead of
+/// this client's clock is trusted, and `unlock` removes it as stale. A clock ahead by
+/// less is respected, until the refresh it claims is `LOCK_STALE_AFTER` old.
 #[test]
-fn a_lock_from_the_future_is_named_by_unlock_and_removed_by_remove_all() {
+fn a_lock_from_the_future_holds_for_no_longer_than_the_bound() {
     let backend = backend();
-    let future = LockObject {
+    let bound = LOCK_STALE_AFTER.as_secs();
+    let at = |refreshed| LockObject {
         holder: LockHolder {
             hostname: "clock-ahead".into(),
             ..LockHolder::current()
         },
         exclusive: true,
-        refreshed: now() + 315_000_000,
+        refreshed,
     };
-    plant(&*backend, "00000000000000d1", &future);
-    refused(&backend, LockMode::Shared);
+    let t = now();
+    // The clock is injected: what each object says at each moment of this client's.
+    let far = at(t + 315_000_000);
+    assert!(far.is_stale(t), "ten years ahead is not trusted");
+    let ahead = at(t + 20 * 60);
+    assert!(!ahead.is_stale(t), "a clock 20 minutes ahead is respected");
+    assert!(!ahead.is_stale(t + 20 * 60 + bound));
+    assert!(
+        ahead.is_stale(t + 20 * 60 + bound + 1),
+        "and lapses like any other"
+    );
+    assert!(at(t + bound).is_stale(t - 1), "just past the bound");
+
+    plant(&*backend, "00000000000000d1", &far);
+    drop(acquire(&backend, LockMode::Exclusive));
     let removal = RepoLock::remove_stale(&backend, None, false).unwrap();
-    assert_eq!(removal.kept.len(), 1, "{removal:?}");
-    RepoLock::remove_stale(&backend, None, true).unwrap();
-    acquire(&backend, LockMode::Exclusive);
+    assert_eq!(removal.removed, [RemovedLock::Stale(far.holder)]);
+    assert!(removal.kept.is_empty());
+
+    plant(&*backend, "00000000000000d2", &ahead);
+    let message = refused(&backend, LockMode::Shared);
+    assert!(message.contains("clock-ahead"), "{message}");
+}
+
+/// A holder that larder can see (this host, this boot and pid namespace) is live
+/// exactly while its process runs, whatever the times in its object say: a writer
+/// whose clock runs an hour ahead does not take a running backup's lock as stale.
+/// A pid that a later process reused is no holder.
+#[test]
+fn a_live_holder_on_this_host_is_never_stale_whatever_the_clocks() {
+    let backend = backend();
+    let t = now();
+    let live = |refreshed| LockObject {
+        holder: LockHolder::current(),
+        exclusive: true,
+        refreshed,
+    };
+    for refreshed in [t - 3600, t - 10 * 365 * 86400, t + 315_000_000] {
+        assert!(!live(refreshed).is_stale(t), "refreshed {refreshed} at {t}");
+    }
+    plant(&*backend, "00000000000000e1", &live(t - 3600));
+    let message = refused(&backend, LockMode::Shared);
+    assert!(message.contains("locked by pid"), "{message}");
+    let removal = RepoLock::remove_stale(&backend, None, false).unwrap();
+    assert!(removal.removed.is_empty(), "{removal:?}");
+
+    let mut reused = live(t);
+    assert_ne!(
+        reused.holder.pid_start, 0,
+        "this process's start time is known"
+    );
+    reused.holder.pid_start += 1;
+    assert!(reused.is_stale(t), "the pid belongs to another process now");
+
+    // Another boot, or another pid namespace, of a host with the same name: its pid
+    // says nothing here, so its times decide.
+    let mut elsewhere = live(t);
+    elsewhere.holder.boot = "another boot".into();
+    elsewhere.holder.pid = dead_pid();
+    assert!(!elsewhere.is_stale(t));
+    assert!(elsewhere.is_stale(t + LOCK_STALE_AFTER.as_secs() + 1));
 }
 
 #[test]
@@ -218,10 +276,12 @@ fn a_plaintext_repositorys_lock_object_records_who_and_no_command_line() {
     assert_eq!(
         fields,
         [
+            "boot",
             "exclusive",
             "hostname",
             "nonce",
             "pid",
+            "pid_start",
             "refreshed",
             "started",
             "username"

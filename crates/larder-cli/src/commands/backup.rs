@@ -121,7 +121,7 @@ pub fn run(args: BackupArgs, g: &Globals, out: &Output) -> Result<ExitCode> {
         if args.device == DeviceArg::Gpu {
             bail!("--device gpu: a backup through a cluster chunks on its nodes");
         }
-        return remote::backup(&g.cluster, &args.paths, out);
+        return remote::backup(&g.cluster, &g.tls, &args.paths, out);
     }
     let mut repo = g.repo.open(LockMode::Exclusive, out)?;
     let device = device::backup_device(args.device, repo.config(), out)?;

@@ -11,16 +11,18 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
+use larder_cluster::coord::auth::enable_auth;
 use larder_cluster::coord::{
-    ClusterConfig, Election, Etcd, EtcdOptions, Membership, PartitionMapStore, COORD_FORMAT_VERSION,
+    ClusterConfig, Election, Etcd, Membership, PartitionMapStore, COORD_FORMAT_VERSION,
 };
 use larder_cluster::key::{init_encrypted_cluster, KeySlots};
-use larder_cluster::node::init_cluster;
-use larder_cluster::rpc::{NodeClient, NodeStats};
+use larder_cluster::node::{init_cluster, EtcdTarget};
+use larder_cluster::rpc::{JobClient, NodeStats, Transport};
 use larder_crypto::{AeadKind, FingerprintKind, KdfParams, KeyKind};
 use larder_hash::HashAlgo;
 use serde::Serialize;
 
+use super::cluster_tls::TlsArgs;
 use crate::duration;
 use crate::output::{Output, Render};
 use crate::password::{KdfArgs, NewPasswordArgs, PasswordArgs};
@@ -44,6 +46,10 @@ pub enum ClusterCommand {
     Init(InitArgs),
     /// Nodes, the master, partitions per node, and messages per second
     Status(StatusArgs),
+    /// The cluster's certificates: its authorities, and certificates for nodes,
+    /// clients and etcd members
+    #[command(subcommand)]
+    Cert(super::cluster_tls::CertCommand),
 }
 
 #[derive(Args)]
@@ -67,6 +73,11 @@ pub struct InitArgs {
     new_password: NewPasswordArgs,
     #[command(flatten)]
     kdf: KdfArgs,
+    /// Leave etcd's authentication as it is. Otherwise, with --tls, init makes etcd's
+    /// users (root: the administrator's certificate; larder-node: every node's,
+    /// confined to --prefix) and turns authentication on
+    #[arg(long)]
+    no_etcd_auth: bool,
 }
 
 #[derive(Args)]
@@ -85,18 +96,25 @@ pub fn runtime() -> Result<tokio::runtime::Runtime> {
         .context("starting the async runtime")
 }
 
-pub fn run(command: ClusterCommand, password: &PasswordArgs, out: &Output) -> Result<ExitCode> {
+pub fn run(
+    command: ClusterCommand,
+    password: &PasswordArgs,
+    tls: &TlsArgs,
+    out: &Output,
+) -> Result<ExitCode> {
     match command {
-        ClusterCommand::Init(args) => init(args, password, out),
+        ClusterCommand::Init(args) => init(args, password, tls, out),
+        ClusterCommand::Cert(command) => super::cluster_tls::run(command, out),
         ClusterCommand::Status(args) => {
-            let status = runtime()?.block_on(status(&args.etcd, args.interval))?;
+            let status = runtime()?.block_on(status(&args.etcd, tls, args.interval))?;
             out.print(&status)?;
             Ok(ExitCode::SUCCESS)
         }
     }
 }
 
-fn init(args: InitArgs, password: &PasswordArgs, out: &Output) -> Result<ExitCode> {
+fn init(args: InitArgs, password: &PasswordArgs, tls: &TlsArgs, out: &Output) -> Result<ExitCode> {
+    let etcd_options = tls.etcd_options()?;
     let Some(hash) = HashAlgo::from_name(&args.hash) else {
         return Ok(out.usage(&format!(
             "unknown hash {}: blake3, sha256 or sha1",
@@ -135,9 +153,13 @@ fn init(args: InitArgs, password: &PasswordArgs, out: &Output) -> Result<ExitCod
         hash: args.hash,
         encryption: None,
     };
-    let (etcd, prefix) = (&args.etcd.etcd, &args.etcd.prefix);
+    let etcd = EtcdTarget {
+        endpoints: args.etcd.etcd.clone(),
+        prefix: args.etcd.prefix.clone(),
+        options: etcd_options,
+    };
     match aead {
-        None => runtime()?.block_on(init_cluster(etcd, prefix, &config))?,
+        None => runtime()?.block_on(init_cluster(&etcd, &config))?,
         Some(aead) => {
             let fingerprint = match hash {
                 HashAlgo::Sha256 => FingerprintKind::HmacSha256,
@@ -146,8 +168,7 @@ fn init(args: InitArgs, password: &PasswordArgs, out: &Output) -> Result<ExitCod
             let password = args.new_password.get_or(password)?;
             let slots = KeySlots::parse(&args.storage)?;
             config = runtime()?.block_on(init_encrypted_cluster(
-                etcd,
-                prefix,
+                &etcd,
                 &slots,
                 config,
                 password.as_bytes(),
@@ -158,7 +179,12 @@ fn init(args: InitArgs, password: &PasswordArgs, out: &Output) -> Result<ExitCod
             ))?;
         }
     }
+    let etcd_auth = tls.tls.is_some() && !args.no_etcd_auth;
+    if etcd_auth {
+        runtime()?.block_on(enable_auth(&etcd.endpoints, &etcd.prefix, &etcd.options))?;
+    }
     out.print(&Created {
+        etcd_auth,
         storage: storage.display().to_string(),
         partitions: config.partitions,
         hash: config.hash,
@@ -191,6 +217,8 @@ fn prepare_storage(storage: &str) -> Result<PathBuf> {
 /// The cluster `cluster init` created.
 #[derive(Serialize)]
 struct Created {
+    /// Whether etcd's users and authentication are on (nodes confined to the prefix).
+    etcd_auth: bool,
     storage: String,
     partitions: u32,
     hash: String,
@@ -200,10 +228,16 @@ struct Created {
 
 impl Render for Created {
     fn notes(&self) -> Vec<String> {
-        vec![format!(
+        let mut notes = vec![format!(
             "created a cluster of {} partitions ({}, encryption {}) in {}",
             self.partitions, self.hash, self.encryption, self.storage
-        )]
+        )];
+        if self.etcd_auth {
+            notes.push(
+                "etcd authentication is on: nodes read and write only the cluster's prefix".into(),
+            );
+        }
+        notes
     }
 }
 
@@ -238,8 +272,9 @@ struct NodeRates {
     fingerprints_per_sec: f64,
 }
 
-async fn status(etcd: &EtcdArgs, interval: Duration) -> Result<Status> {
-    let client = Etcd::connect(&etcd.etcd, &etcd.prefix, EtcdOptions::default()).await?;
+async fn status(etcd: &EtcdArgs, tls: &TlsArgs, interval: Duration) -> Result<Status> {
+    let client = Etcd::connect(&etcd.etcd, &etcd.prefix, tls.etcd_options()?).await?;
+    let transport = tls.transport()?;
     let maps = PartitionMapStore::new(&client);
     let config = maps.config().await?;
     let master = Election::new(&client).leader().await?;
@@ -260,7 +295,7 @@ async fn status(etcd: &EtcdArgs, interval: Duration) -> Result<Status> {
             id: m.id,
             address: m.address.clone(),
             partitions: per_node.get(&m.id).copied().unwrap_or(0),
-            stats: sample(&m.address, interval).await,
+            stats: sample(&m.address, &transport, interval).await,
         });
     }
     Ok(Status {
@@ -273,9 +308,8 @@ async fn status(etcd: &EtcdArgs, interval: Duration) -> Result<Status> {
 
 /// A node's counters now, and its lookup messages and fingerprints per second over
 /// `interval`.
-async fn sample(address: &str, interval: Duration) -> Option<NodeRates> {
-    // Node id 1 as the asker: `Stats` does not act on it.
-    let client = NodeClient::connect(address, 1).await.ok()?;
+async fn sample(address: &str, transport: &Transport, interval: Duration) -> Option<NodeRates> {
+    let client = JobClient::connect(address, transport).await.ok()?;
     let before = client.node_stats().await.ok()?;
     let started = Instant::now();
     tokio::time::sleep(interval).await;

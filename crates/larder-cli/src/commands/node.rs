@@ -10,15 +10,17 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use larder_cluster::node::{cluster_config, Node, NodeOptions};
+use larder_cluster::node::{cluster_config, EtcdTarget, Node, NodeOptions};
 use larder_cluster::SharedStorage;
 use larder_index::disk::Lookup;
 use serde::Serialize;
 
 use super::cluster::{runtime, EtcdArgs};
+use super::cluster_tls::TlsArgs;
 use crate::output::{Output, Render};
 use crate::password::PasswordArgs;
 use crate::{duration, size};
+use larder_cluster::served::Served;
 
 #[derive(Args)]
 pub struct NodeArgs {
@@ -53,11 +55,25 @@ pub struct NodeArgs {
     /// Fingerprints each partition's index is sized for (it grows past that by chaining)
     #[arg(long, default_value_t = 1 << 16)]
     partition_fingerprints: u64,
+    /// An absolute path clients' backups may read and restores may write, beneath
+    /// what each client's certificate grants (repeat for several; none: the node runs
+    /// no backups or restores)
+    #[arg(long = "serve", value_name = "PATH")]
+    serve: Vec<PathBuf>,
 }
 
 /// Runs a node until SIGINT or SIGTERM, then leaves the cluster in good order. An
 /// encrypted cluster's node unlocks the cluster's key with `password` before it joins.
-pub fn run(args: NodeArgs, password: &PasswordArgs, out: &Output) -> Result<ExitCode> {
+pub fn run(
+    args: NodeArgs,
+    password: &PasswordArgs,
+    tls: &TlsArgs,
+    out: &Output,
+) -> Result<ExitCode> {
+    let served = match Served::new(args.serve.clone()) {
+        Ok(served) => served,
+        Err(message) => return Ok(out.usage(&message)),
+    };
     if args.storage.starts_with("s3://") && args.cache.is_none() {
         return Ok(out.usage(&format!(
             "--storage {} needs --cache DIR: the node's local directory for its partitions' indexes and its repository's config and lock",
@@ -80,8 +96,18 @@ pub fn run(args: NodeArgs, password: &PasswordArgs, out: &Output) -> Result<Exit
     options.index.memory_budget = args.partition_memory as u64;
     options.index.expected_fingerprints = args.partition_fingerprints;
     options.lookup = Lookup::Eager;
+    options.transport = tls.transport()?;
+    // Before anything is joined: a plaintext port only on loopback.
+    options.transport.check_addr(&args.listen.to_string())?;
+    options.etcd_options = tls.etcd_options()?;
+    options.served = served;
     runtime()?.block_on(async {
-        let config = cluster_config(&options.etcd, &options.prefix).await?;
+        let config = cluster_config(&EtcdTarget {
+            endpoints: options.etcd.clone(),
+            prefix: options.prefix.clone(),
+            options: options.etcd_options.clone(),
+        })
+        .await?;
         if let Some(encryption) = config.as_ref().and_then(|c| c.encryption.as_ref()) {
             let password = password
                 .get(None)

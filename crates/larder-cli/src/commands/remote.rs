@@ -8,22 +8,24 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use larder_cluster::rpc::{Job, NodeClient};
+use larder_cluster::rpc::{Job, JobClient};
 use larder_engine::Warning;
 use serde::Serialize;
 use serde_json::Value;
 
 use super::cluster::runtime;
+use super::cluster_tls::TlsArgs;
 use super::exit_code;
 use crate::output::{shown, Output, Render};
 
-/// Runs `job` on the first of `nodes` that answers; its JSON summary.
-fn job(nodes: &[String], job: Job) -> Result<Value> {
+/// Runs `job` on the first of `nodes` that answers, reached as `tls` says; its JSON
+/// summary.
+fn job(nodes: &[String], tls: &TlsArgs, job: Job) -> Result<Value> {
+    let transport = tls.transport()?;
     runtime()?.block_on(async {
         let mut last = None;
         for addr in nodes {
-            // Node id 1 as the asker: a job does not look anything up under it.
-            let client = match NodeClient::connect(addr, 1).await {
+            let client = match JobClient::connect(addr, &transport).await {
                 Ok(client) => client,
                 Err(e) => {
                     last = Some(anyhow::Error::new(e));
@@ -42,7 +44,12 @@ fn job(nodes: &[String], job: Job) -> Result<Value> {
 
 /// `larder backup --cluster`: the node backs `paths` of its file system up. Exit code
 /// 3 when the node reports warnings.
-pub fn backup(nodes: &[String], paths: &[PathBuf], out: &Output) -> Result<ExitCode> {
+pub fn backup(
+    nodes: &[String],
+    tls: &TlsArgs,
+    paths: &[PathBuf],
+    out: &Output,
+) -> Result<ExitCode> {
     let paths = paths
         .iter()
         .map(|p| {
@@ -51,7 +58,7 @@ pub fn backup(nodes: &[String], paths: &[PathBuf], out: &Output) -> Result<ExitC
                 .with_context(|| format!("{}", p.display()))
         })
         .collect::<Result<Vec<_>>>()?;
-    let summary = job(nodes, Job::Backup { paths })?;
+    let summary = job(nodes, tls, Job::Backup { paths })?;
     let partial = summary["warnings"]
         .as_array()
         .is_some_and(|w| !w.is_empty());
@@ -62,10 +69,17 @@ pub fn backup(nodes: &[String], paths: &[PathBuf], out: &Output) -> Result<ExitC
 /// `larder restore --cluster`: the node restores any node's snapshot into `target`
 /// on its file system. Each path it could not restore is named on stderr, as a local
 /// restore names it, and makes the exit code 3.
-pub fn restore(nodes: &[String], snapshot: &str, target: &Path, out: &Output) -> Result<ExitCode> {
+pub fn restore(
+    nodes: &[String],
+    tls: &TlsArgs,
+    snapshot: &str,
+    target: &Path,
+    out: &Output,
+) -> Result<ExitCode> {
     let target = std::path::absolute(target)?.display().to_string();
     let summary = job(
         nodes,
+        tls,
         Job::Restore {
             snapshot: snapshot.to_string(),
             target,
@@ -115,8 +129,8 @@ fn from_hex(hex: &str) -> Option<Vec<u8>> {
 }
 
 /// `larder snapshots --cluster`: every node's snapshots.
-pub fn snapshots(nodes: &[String], out: &Output) -> Result<ExitCode> {
-    let snapshots = job(nodes, Job::Snapshots)?;
+pub fn snapshots(nodes: &[String], tls: &TlsArgs, out: &Output) -> Result<ExitCode> {
+    let snapshots = job(nodes, tls, Job::Snapshots)?;
     out.print(&RemoteSnapshots { snapshots })?;
     Ok(ExitCode::SUCCESS)
 }

@@ -57,7 +57,7 @@ pub fn run(args: RestoreArgs, g: &Globals, out: &Output) -> Result<ExitCode> {
                 "--include, --exclude, --overwrite and --delete are not supported through a cluster yet",
             ));
         }
-        return remote::restore(&g.cluster, &args.snapshot, &args.target, out);
+        return remote::restore(&g.cluster, &g.tls, &args.snapshot, &args.target, out);
     }
     let repo = g.repo.open(LockMode::Shared, out)?;
     repo.require_full_key("restore snapshots")?;

@@ -17,7 +17,7 @@ pub struct SnapshotsArgs {}
 
 pub fn run(_args: SnapshotsArgs, g: &Globals, out: &Output) -> Result<ExitCode> {
     if !g.cluster.is_empty() {
-        return remote::snapshots(&g.cluster, out);
+        return remote::snapshots(&g.cluster, &g.tls, out);
     }
     let repo = g.repo.open(LockMode::Shared, out)?;
     repo.require_full_key("list snapshots")?;

@@ -1,8 +1,9 @@
 //! Clusters of real processes for the CLI's tests: etcd from the cluster crate's kit
-//! ([`etcd::EtcdCluster`]), `larder node` command lines made in one place
-//! ([`node_command`], which [`NodeProcess::spawn`] runs), and waits on `larder cluster
-//! status`. A test that uses it
-//! declares `mod support;` and `#[path = "support/cluster.rs"] mod cluster_kit;`.
+//! ([`etcd::EtcdCluster`], with TLS: `start_tls` and [`etcd_tls`]), `larder node`
+//! command lines made in one place ([`node_command`], which [`NodeProcess::spawn`]
+//! runs: each node with its certificate), and waits on `larder cluster status` as the
+//! administrator. A test that uses it declares `mod support;` and
+//! `#[path = "support/cluster.rs"] mod cluster_kit;`.
 
 #![allow(dead_code)]
 
@@ -14,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::support::certs::ClusterCerts;
 use crate::support::larder;
 
 /// Lines of a node's log printed when the test fails.
@@ -39,6 +41,19 @@ pub struct NodeConfig {
     pub ttl: u64,
     /// Where each node's log goes: `node-<id>.log`, appended to across restarts.
     pub logs: PathBuf,
+    /// The cluster's certificates: node `id` runs with its own (`--tls`).
+    pub certs: ClusterCerts,
+    /// The paths every node serves to clients' jobs (`--serve`).
+    pub serve: Vec<PathBuf>,
+}
+
+/// What `EtcdCluster::start_tls` takes for `certs`: the etcd member's certificate,
+/// and the administrator's to check the members' health with.
+pub fn etcd_tls(certs: &ClusterCerts) -> etcd::EtcdTls {
+    etcd::EtcdTls {
+        member: certs.etcd_member(),
+        client: certs.admin(),
+    }
 }
 
 /// A `larder node` process, SIGKILLed when dropped (its log's tail printed if the test
@@ -52,9 +67,10 @@ pub struct NodeProcess {
 }
 
 /// `larder node` as node `id` of the cluster `config` describes, listening on
-/// `127.0.0.1:port` (0: any free port), through `base` (a `larder` command with its
-/// environment, e.g. [`crate::support::larder_command`]) plus `extra` arguments
-/// (password sources): every test's node command line.
+/// `127.0.0.1:port` (0: any free port), with its certificate and serving what
+/// `config` says, through `base` (a `larder` command with its environment, e.g.
+/// [`crate::support::larder_command`]) plus `extra` arguments (password sources):
+/// every test's node command line.
 pub fn node_command(
     mut base: Command,
     id: u16,
@@ -62,14 +78,18 @@ pub fn node_command(
     config: &NodeConfig,
     extra: &[&str],
 ) -> Command {
-    base.arg("node")
+    base.args(config.certs.node_flags(id))
+        .arg("node")
         .args(["--id", &id.to_string()])
         .args(["--listen", &format!("127.0.0.1:{port}")])
         .args(["--etcd", &config.etcd])
         .arg("--storage")
         .arg(&config.storage)
-        .args(["--ttl", &config.ttl.to_string()])
-        .args(extra);
+        .args(["--ttl", &config.ttl.to_string()]);
+    for path in &config.serve {
+        base.arg("--serve").arg(path);
+    }
+    base.args(extra);
     base
 }
 
@@ -136,22 +156,31 @@ impl Drop for NodeProcess {
 }
 
 /// Waits until exactly `nodes` nodes are members of the cluster in `etcd` and no
-/// partition is unowned (`larder cluster status`), for up to `within`.
-pub fn settled(xdg: &Path, etcd: &str, nodes: usize, within: Duration) -> serde_json::Value {
+/// partition is unowned (`larder cluster status` as the administrator of `certs`), for
+/// up to `within`.
+pub fn settled(
+    xdg: &Path,
+    certs: &ClusterCerts,
+    etcd: &str,
+    nodes: usize,
+    within: Duration,
+) -> serde_json::Value {
     let deadline = Instant::now() + within;
+    let mut args = certs.admin_flags();
+    args.extend(
+        [
+            "--json",
+            "cluster",
+            "status",
+            "--etcd",
+            etcd,
+            "--interval",
+            "100ms",
+        ]
+        .map(String::from),
+    );
     loop {
-        let out = larder(
-            xdg,
-            [
-                "--json",
-                "cluster",
-                "status",
-                "--etcd",
-                etcd,
-                "--interval",
-                "100ms",
-            ],
-        );
+        let out = larder(xdg, &args);
         if out.code == Some(0) {
             let status = out.json();
             if status["nodes"].as_array().map(Vec::len) == Some(nodes) && status["unowned"] == 0 {

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+pub mod certs;
 mod chunks;
 #[allow(unused_imports)] // Used by the binaries that compare repositories.
 pub use chunks::*;

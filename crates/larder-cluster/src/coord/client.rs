@@ -30,6 +30,9 @@ pub struct EtcdOptions {
     pub initial_backoff: Duration,
     /// Upper bound on one backoff.
     pub max_backoff: Duration,
+    /// This side's etcd client certificate and the etcd authority (endpoints are then
+    /// `https://`); `None`: plaintext, which only loopback endpoints accept.
+    pub tls: Option<Arc<crate::tls::TlsFiles>>,
 }
 
 impl Default for EtcdOptions {
@@ -40,6 +43,7 @@ impl Default for EtcdOptions {
             max_attempts: 8,
             initial_backoff: Duration::from_millis(50),
             max_backoff: Duration::from_secs(1),
+            tls: None,
         }
     }
 }
@@ -103,6 +107,14 @@ impl Etcd {
     ) -> Result<Self, CoordError> {
         if endpoints.is_empty() {
             return Err(CoordError::Config("no etcd endpoints given".into()));
+        }
+        if options.tls.is_none() {
+            if let Some(endpoint) = endpoints.iter().find(|e| !endpoint_is_loopback(e)) {
+                return Err(CoordError::Config(format!(
+                    "etcd at {endpoint} without TLS: plaintext is only for loopback endpoints; \
+                     give the etcd certificates (--tls DIR)"
+                )));
+            }
         }
         let mut prefix = prefix.to_string();
         if !prefix.ends_with('/') {
@@ -375,12 +387,28 @@ impl Etcd {
 /// Connect options shared by probes and the main client: HTTP/2 keepalive so that a
 /// stream to a member that vanished without closing its sockets fails, and
 /// `require_leader` so that a member cut off from quorum refuses at once.
-fn connect_options(options: &EtcdOptions) -> ConnectOptions {
-    ConnectOptions::new()
+pub(super) fn connect_options(options: &EtcdOptions) -> ConnectOptions {
+    let connect = ConnectOptions::new()
         .with_connect_timeout(options.health_timeout)
         .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2))
         .with_keep_alive_while_idle(true)
-        .with_require_leader(true)
+        .with_require_leader(true);
+    match &options.tls {
+        None => connect,
+        Some(files) => connect.with_tls(
+            etcd_client::TlsOptions::new()
+                .ca_certificate(etcd_client::Certificate::from_pem(&files.ca))
+                .identity(etcd_client::Identity::from_pem(&files.cert, &files.key)),
+        ),
+    }
+}
+
+/// Whether an endpoint (`scheme://host:port` or `host:port`) is on loopback.
+fn endpoint_is_loopback(endpoint: &str) -> bool {
+    let host = endpoint
+        .split_once("://")
+        .map_or(endpoint, |(_, rest)| rest);
+    crate::rpc::transport::is_loopback(host.trim_end_matches('/'))
 }
 
 async fn client_over(

@@ -15,13 +15,14 @@ use larder_index::ChunkLocation;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tonic::Streaming;
 
 use super::proto::{
     self, client_message, node_client, server_message, ClientMessage, ServerMessage,
 };
 use super::server::{CONNECTION_WINDOW_BYTES, STREAM_WINDOW_BYTES};
+use super::transport::Transport;
 use super::{
     codec, Answer, GetAnswer, NodeStats, RpcError, MAX_ENTRIES_PER_ACK,
     MAX_FINGERPRINTS_PER_MESSAGE, MAX_MESSAGE_BYTES,
@@ -118,6 +119,85 @@ impl Shared {
     }
 }
 
+/// The unary client of the node at `addr` (node `node`, when known), connected over
+/// `transport`.
+async fn unary(
+    addr: &str,
+    node: Option<u16>,
+    transport: &Transport,
+) -> Result<node_client::NodeClient<Channel>, RpcError> {
+    let channel = transport
+        .endpoint(addr, node)?
+        .connect_timeout(CONNECT_TIMEOUT)
+        .tcp_nodelay(true)
+        .initial_stream_window_size(STREAM_WINDOW_BYTES)
+        .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
+        .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
+        .keep_alive_timeout(KEEPALIVE_TIMEOUT)
+        .keep_alive_while_idle(true)
+        .connect()
+        .await
+        .map_err(|source| RpcError::Connect {
+            addr: addr.to_string(),
+            source,
+        })?;
+    Ok(node_client::NodeClient::new(channel)
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES))
+}
+
+/// A client's connection to a node for jobs and counters only (no lookup stream,
+/// which a node's port keeps for nodes).
+pub struct JobClient {
+    addr: String,
+    unary: node_client::NodeClient<Channel>,
+}
+
+impl JobClient {
+    /// Connects to the node at `addr` over `transport`.
+    pub async fn connect(addr: &str, transport: &Transport) -> Result<Self, RpcError> {
+        Ok(JobClient {
+            addr: addr.to_string(),
+            unary: unary(addr, None, transport).await?,
+        })
+    }
+
+    /// Has the node run `job` and returns its JSON summary; waits as long as the job
+    /// runs (a backup of many gigabytes takes minutes).
+    pub async fn job(&self, job: &super::Job) -> Result<String, RpcError> {
+        let (kind, args) = job.encode();
+        let resp = self
+            .unary
+            .clone()
+            .job(proto::JobRequest { kind, args })
+            .await
+            .map_err(|status| unary_failed(&self.addr, status))?;
+        Ok(resp.into_inner().json)
+    }
+
+    /// The node's counters.
+    pub async fn node_stats(&self) -> Result<NodeStats, RpcError> {
+        let resp = self
+            .unary
+            .clone()
+            .stats(proto::StatsRequest {})
+            .await
+            .map_err(|status| unary_failed(&self.addr, status))?;
+        Ok(resp.into_inner().into())
+    }
+}
+
+/// A unary call's failure: permission denied, or the status as it came.
+fn unary_failed(addr: &str, status: tonic::Status) -> RpcError {
+    match status.code() {
+        tonic::Code::PermissionDenied => RpcError::PermissionDenied(status.message().into()),
+        _ => RpcError::Status {
+            addr: addr.to_string(),
+            status: Box::new(status),
+        },
+    }
+}
+
 /// A connection to one node's lookup service.
 pub struct NodeClient {
     shared: Arc<Shared>,
@@ -129,29 +209,33 @@ pub struct NodeClient {
 }
 
 impl NodeClient {
-    /// Connects to the node at `addr` (`host:port`) and opens the lookup stream; the
-    /// node answers requests as coming from node `from_node`.
+    /// Connects to the node at `addr` (`host:port`) in plaintext (loopback only) and
+    /// opens the lookup stream; the node answers requests as coming from node
+    /// `from_node`.
     pub async fn connect(addr: &str, from_node: u16) -> Result<Self, RpcError> {
+        Self::connect_with(addr, from_node, &Transport::Plaintext).await
+    }
+
+    /// Connects to the node at `addr` over `transport` and opens the lookup stream;
+    /// under TLS the node takes requests only from node `from_node`'s certificate.
+    pub async fn connect_with(
+        addr: &str,
+        from_node: u16,
+        transport: &Transport,
+    ) -> Result<Self, RpcError> {
+        Self::connect_to(addr, None, from_node, transport).await
+    }
+
+    /// As `connect_with`, and under TLS the server's certificate must name node
+    /// `node` (`None`: it must be for `addr`).
+    pub async fn connect_to(
+        addr: &str,
+        node: Option<u16>,
+        from_node: u16,
+        transport: &Transport,
+    ) -> Result<Self, RpcError> {
         super::node_id(u32::from(from_node))?;
-        let connect_err = |source| RpcError::Connect {
-            addr: addr.to_string(),
-            source,
-        };
-        let channel = Endpoint::from_shared(format!("http://{addr}"))
-            .map_err(connect_err)?
-            .connect_timeout(CONNECT_TIMEOUT)
-            .tcp_nodelay(true)
-            .initial_stream_window_size(STREAM_WINDOW_BYTES)
-            .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
-            .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
-            .keep_alive_timeout(KEEPALIVE_TIMEOUT)
-            .keep_alive_while_idle(true)
-            .connect()
-            .await
-            .map_err(connect_err)?;
-        let mut grpc = node_client::NodeClient::new(channel)
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        let mut grpc = unary(addr, node, transport).await?;
         let (outbound, rx) = mpsc::channel(REQUESTS_BUFFERED);
         let shared = Arc::new(Shared {
             addr: addr.to_string(),
@@ -161,7 +245,12 @@ impl NodeClient {
         let inbound = grpc
             .exchange(ReceiverStream::new(rx))
             .await
-            .map_err(|status| shared.lost(&format!("opening the lookup stream: {status}")))?
+            .map_err(|status| match status.code() {
+                tonic::Code::PermissionDenied => {
+                    RpcError::PermissionDenied(status.message().into())
+                }
+                _ => shared.lost(&format!("opening the lookup stream: {status}")),
+            })?
             .into_inner();
         let reader = tokio::spawn(read_responses(shared.clone(), inbound));
         Ok(NodeClient {
@@ -277,19 +366,6 @@ impl NodeClient {
         Ok(resp.into_inner().into())
     }
 
-    /// Has the node run `job` and returns its JSON summary; waits as long as the job
-    /// runs (a backup of many gigabytes takes minutes).
-    pub async fn job(&self, job: &super::Job) -> Result<String, RpcError> {
-        let (kind, args) = job.encode();
-        let resp = self
-            .unary
-            .clone()
-            .job(proto::JobRequest { kind, args })
-            .await
-            .map_err(|status| self.status(status))?;
-        Ok(resp.into_inner().json)
-    }
-
     /// This client's own counters.
     pub fn stats(&self) -> ClientStats {
         let c = &self.shared.counters;
@@ -358,10 +434,7 @@ impl NodeClient {
         if status.code() == tonic::Code::Unavailable {
             return self.shared.lost(&status.to_string());
         }
-        RpcError::Status {
-            addr: self.shared.addr.clone(),
-            status: Box::new(status),
-        }
+        unary_failed(&self.shared.addr, status)
     }
 }
 

@@ -21,6 +21,7 @@ use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::proto::{self, client_message, server_message, ClientMessage, ServerMessage};
+use super::transport::{check_from, Peer, Transport};
 use super::{
     codec, node_id, LookupHandler, RpcError, MAX_FINGERPRINTS_PER_MESSAGE, MAX_MESSAGE_BYTES,
 };
@@ -121,9 +122,12 @@ impl From<proto::StatsResponse> for NodeStats {
 }
 
 /// The `Node` gRPC service over a handler. Cloning shares the handler, the counters
-/// and the shutdown signal.
+/// and the shutdown signal. Under TLS every call is checked against the peer's
+/// certificate: `Exchange` and `Get` are for nodes (and each message's `from_node`
+/// must be the certificate's node), `Job` for clients, `Stats` for either.
 pub struct NodeService<H> {
     handler: Arc<H>,
+    transport: Transport,
     counters: Arc<Counters>,
     /// Turns true once: every open stream then ends with `Unavailable`.
     shutdown: watch::Receiver<bool>,
@@ -133,6 +137,7 @@ impl<H> Clone for NodeService<H> {
     fn clone(&self) -> Self {
         NodeService {
             handler: self.handler.clone(),
+            transport: self.transport.clone(),
             counters: self.counters.clone(),
             shutdown: self.shutdown.clone(),
         }
@@ -140,11 +145,13 @@ impl<H> Clone for NodeService<H> {
 }
 
 impl<H: LookupHandler> NodeService<H> {
-    /// The service and the sender that shuts its streams down (send `true`).
-    pub fn new(handler: Arc<H>) -> (Self, watch::Sender<bool>) {
+    /// The service on a port served with `transport`, and the sender that shuts its
+    /// streams down (send `true`).
+    pub fn new(handler: Arc<H>, transport: Transport) -> (Self, watch::Sender<bool>) {
         let (tx, rx) = watch::channel(false);
         let service = NodeService {
             handler,
+            transport,
             counters: Arc::default(),
             shutdown: rx,
         };
@@ -194,10 +201,11 @@ fn checked_fingerprints(
 
 impl<H: LookupHandler> NodeService<H> {
     /// Serves one lookup message: its answers, or why it failed.
-    async fn lookup(&self, req: proto::LookupRequest) -> server_message::Body {
+    async fn lookup(&self, req: proto::LookupRequest, peer: Option<u16>) -> server_message::Body {
         bump(&self.counters.lookup_messages_in, 1);
         let result = async {
             let from = node_id(req.from_node)?;
+            check_from(peer, from)?;
             let fps = checked_fingerprints("lookup fingerprints", &req.fingerprints)?;
             bump(&self.counters.lookup_fingerprints_in, fps.len());
             let asked = fps.len();
@@ -225,10 +233,11 @@ impl<H: LookupHandler> NodeService<H> {
     }
 
     /// Serves one acknowledgement message.
-    async fn ack(&self, ack: proto::Ack) -> server_message::Body {
+    async fn ack(&self, ack: proto::Ack, peer: Option<u16>) -> server_message::Body {
         bump(&self.counters.ack_messages_in, 1);
         let result = async {
             let from = node_id(ack.from_node)?;
+            check_from(peer, from)?;
             let entries = codec::unpack_entries(&ack.entries)?;
             bump(&self.counters.ack_entries_in, entries.len());
             self.handler.ack(from, entries).await
@@ -249,10 +258,11 @@ impl<H: LookupHandler> NodeService<H> {
         self,
         body: client_message::Body,
         tx: mpsc::Sender<Result<ServerMessage, Status>>,
+        peer: Option<u16>,
     ) {
         let reply = match body {
-            client_message::Body::Lookup(req) => self.lookup(req).await,
-            client_message::Body::Ack(ack) => self.ack(ack).await,
+            client_message::Body::Lookup(req) => self.lookup(req, peer).await,
+            client_message::Body::Ack(ack) => self.ack(ack, peer).await,
         };
         bump(&self.counters.stream_messages_out, 1);
         // A send fails only when the stream is gone: the requester retries elsewhere.
@@ -262,10 +272,12 @@ impl<H: LookupHandler> NodeService<H> {
     /// Reads one stream's requests until it ends, each served by its own task, then
     /// waits for those tasks; ends the stream with `Unavailable` on shutdown. A task
     /// whose handler panicked is answered `RequestFailed`, so no requester waits on it.
+    /// `peer` is the node the stream's certificate names (`None` on a plaintext port).
     async fn serve_stream(
         self,
         mut inbound: Streaming<ClientMessage>,
         tx: mpsc::Sender<Result<ServerMessage, Status>>,
+        peer: Option<u16>,
     ) {
         let mut shutdown = self.shutdown.clone();
         let mut tasks = JoinSet::new();
@@ -280,7 +292,7 @@ impl<H: LookupHandler> NodeService<H> {
                             client_message::Body::Lookup(r) => r.request_id,
                             client_message::Body::Ack(r) => r.request_id,
                         };
-                        let task = tasks.spawn(self.clone().serve_request(body, tx.clone()));
+                        let task = tasks.spawn(self.clone().serve_request(body, tx.clone(), peer));
                         request_ids.insert(task.id(), request_id);
                     }
                     Ok(Some(ClientMessage { body: None })) => {
@@ -334,9 +346,10 @@ impl<H: LookupHandler> proto::node_server::Node for NodeService<H> {
         &self,
         request: Request<Streaming<ClientMessage>>,
     ) -> Result<Response<Self::ExchangeStream>, Status> {
+        let peer = Peer::of(&self.transport, &request)?.require_node("Exchange")?;
         bump(&self.counters.streams_opened, 1);
         let (tx, rx) = mpsc::channel(RESPONSES_BUFFERED);
-        tokio::spawn(self.clone().serve_stream(request.into_inner(), tx));
+        tokio::spawn(self.clone().serve_stream(request.into_inner(), tx, peer));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
@@ -344,6 +357,7 @@ impl<H: LookupHandler> proto::node_server::Node for NodeService<H> {
         &self,
         request: Request<proto::GetRequest>,
     ) -> Result<Response<proto::GetResponse>, Status> {
+        Peer::of(&self.transport, &request)?.require_node("Get")?;
         bump(&self.counters.get_messages_in, 1);
         let fps = checked_fingerprints("get fingerprints", &request.into_inner().fingerprints)
             .map_err(|err| {
@@ -373,8 +387,9 @@ impl<H: LookupHandler> proto::node_server::Node for NodeService<H> {
 
     async fn stats(
         &self,
-        _request: Request<proto::StatsRequest>,
+        request: Request<proto::StatsRequest>,
     ) -> Result<Response<proto::StatsResponse>, Status> {
+        Peer::of(&self.transport, &request)?;
         Ok(Response::new(self.counters.snapshot().into()))
     }
 
@@ -382,14 +397,18 @@ impl<H: LookupHandler> proto::node_server::Node for NodeService<H> {
         &self,
         request: Request<proto::JobRequest>,
     ) -> Result<Response<proto::JobResponse>, Status> {
+        let grants = Peer::of(&self.transport, &request)?.require_client()?;
         let request = request.into_inner();
         let job = super::Job::decode(&request.kind, request.args)
             .ok_or_else(|| Status::invalid_argument(format!("unknown job {:?}", request.kind)))?;
         let json = self
             .handler
-            .job(job)
+            .job(job, grants)
             .await
-            .map_err(|err| Status::failed_precondition(err.to_string()))?;
+            .map_err(|err| match err {
+                RpcError::PermissionDenied(message) => Status::permission_denied(message),
+                err => Status::failed_precondition(err.to_string()),
+            })?;
         Ok(Response::new(proto::JobResponse { json }))
     }
 }
@@ -404,18 +423,36 @@ pub struct LookupServer {
 }
 
 impl LookupServer {
-    /// Binds `addr` (port 0 picks a free port) and serves `handler` there.
+    /// Binds `addr` (port 0 picks a free port) and serves `handler` there in
+    /// plaintext: refused unless `addr` is loopback.
     pub async fn bind<H: LookupHandler>(
         addr: SocketAddr,
         handler: Arc<H>,
     ) -> std::io::Result<Self> {
+        Self::bind_with(addr, handler, Transport::Plaintext).await
+    }
+
+    /// Binds `addr` and serves `handler` there over `transport`; plaintext is refused
+    /// unless `addr` is loopback.
+    pub async fn bind_with<H: LookupHandler>(
+        addr: SocketAddr,
+        handler: Arc<H>,
+        transport: Transport,
+    ) -> std::io::Result<Self> {
+        transport
+            .check_addr(&addr.to_string())
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::PermissionDenied, e))?;
+        let mut builder = tonic::transport::Server::builder();
+        if let Some(tls) = transport.server_tls() {
+            builder = builder.tls_config(tls).map_err(std::io::Error::other)?;
+        }
         let listener = TcpListener::bind(addr).await?;
         let local_addr = listener.local_addr()?;
-        let (service, stop_streams) = NodeService::new(handler);
+        let (service, stop_streams) = NodeService::new(handler, transport);
         let counters = service.counters.clone();
         let (stop_accepting, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-        let router = tonic::transport::Server::builder()
+        let router = builder
             .initial_stream_window_size(STREAM_WINDOW_BYTES)
             .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
             .add_service(service.into_grpc());

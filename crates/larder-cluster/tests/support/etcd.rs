@@ -19,6 +19,8 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 
 struct EtcdMember {
     name: String,
+    /// `https` when the cluster runs with TLS, else `http`.
+    scheme: &'static str,
     client_port: u16,
     peer_port: u16,
     child: Option<Child>,
@@ -29,11 +31,11 @@ struct EtcdMember {
 
 impl EtcdMember {
     fn client_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client_port)
+        format!("{}://127.0.0.1:{}", self.scheme, self.client_port)
     }
 
     fn peer_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.peer_port)
+        format!("{}://127.0.0.1:{}", self.scheme, self.peer_port)
     }
 }
 
@@ -42,6 +44,23 @@ pub struct EtcdCluster {
     dir: tempfile::TempDir,
     token: String,
     members: Vec<EtcdMember>,
+    tls: Option<EtcdTls>,
+}
+
+/// An etcd cluster's certificates (`larder cluster cert`): every member's (for
+/// 127.0.0.1, as server and peer), and a client's that probes the members.
+#[derive(Clone)]
+pub struct EtcdTls {
+    /// `etcd-ca.crt`, `etcd.crt`, `etcd.key` of the members.
+    pub member: PathBuf,
+    /// A directory with an etcd client certificate (`etcd.crt`, ...).
+    pub client: PathBuf,
+}
+
+impl EtcdTls {
+    fn files(dir: &Path) -> [PathBuf; 3] {
+        ["etcd-ca.crt", "etcd.crt", "etcd.key"].map(|name| dir.join(name))
+    }
 }
 
 /// `/usr/bin/etcd`, else `etcd` on PATH; panics with the way to install it.
@@ -96,11 +115,21 @@ impl EtcdCluster {
     /// leader. Retries with fresh ports if a member exits at start (a port taken
     /// between choosing it and etcd binding it).
     pub async fn start(members: usize) -> Self {
+        Self::start_with(members, None).await
+    }
+
+    /// As `start`, with every member requiring a client certificate of `tls`'s
+    /// authority (`--client-cert-auth`, peers too): a client without one is refused.
+    pub async fn start_tls(members: usize, tls: EtcdTls) -> Self {
+        Self::start_with(members, Some(tls)).await
+    }
+
+    async fn start_with(members: usize, tls: Option<EtcdTls>) -> Self {
         assert!(members == 1 || members == 3, "1 or 3 etcd members");
         let binary = etcd_binary();
         let mut last_failure = String::new();
         for _ in 0..3 {
-            let mut cluster = Self::spawn(binary.clone(), members);
+            let mut cluster = Self::spawn(binary.clone(), members, tls.clone());
             let all: Vec<usize> = (0..members).collect();
             match cluster.wait_healthy(&all).await {
                 Ok(()) => return cluster,
@@ -110,12 +139,13 @@ impl EtcdCluster {
         panic!("etcd cluster did not start: {last_failure}");
     }
 
-    fn spawn(binary: PathBuf, count: usize) -> Self {
+    fn spawn(binary: PathBuf, count: usize, tls: Option<EtcdTls>) -> Self {
         static CLUSTERS: AtomicU64 = AtomicU64::new(0);
         let ports = free_ports(2 * count);
         let members: Vec<EtcdMember> = (0..count)
             .map(|i| EtcdMember {
                 name: format!("m{i}"),
+                scheme: if tls.is_some() { "https" } else { "http" },
                 client_port: ports[2 * i],
                 peer_port: ports[2 * i + 1],
                 child: None,
@@ -132,6 +162,7 @@ impl EtcdCluster {
             dir: scratch_dir(),
             token,
             members,
+            tls,
         };
         for i in 0..count {
             cluster.launch(i);
@@ -153,7 +184,21 @@ impl EtcdCluster {
             .append(true)
             .open(self.dir.path().join(format!("{}.log", member.name)))
             .expect("open the etcd log");
-        let child = Command::new(&self.binary)
+        let mut command = Command::new(&self.binary);
+        if let Some(tls) = &self.tls {
+            let [ca, cert, key] = EtcdTls::files(&tls.member);
+            for prefix in ["", "peer-"] {
+                command
+                    .arg(format!("--{prefix}client-cert-auth"))
+                    .arg(format!("--{prefix}trusted-ca-file"))
+                    .arg(&ca)
+                    .arg(format!("--{prefix}cert-file"))
+                    .arg(&cert)
+                    .arg(format!("--{prefix}key-file"))
+                    .arg(&key);
+            }
+        }
+        let child = command
             .arg("--name")
             .arg(&member.name)
             .arg("--data-dir")
@@ -276,7 +321,7 @@ impl EtcdCluster {
                         return Err(format!("member {index} exited with {status}: {log}"));
                     }
                 }
-                if has_leader(&endpoint).await {
+                if has_leader(&endpoint, self.tls.as_ref()).await {
                     break;
                 }
                 if started.elapsed() > START_TIMEOUT {
@@ -303,10 +348,18 @@ impl EtcdCluster {
     }
 }
 
-async fn has_leader(endpoint: &str) -> bool {
+async fn has_leader(endpoint: &str, tls: Option<&EtcdTls>) -> bool {
     let probe = async {
-        let options =
+        let mut options =
             etcd_client::ConnectOptions::new().with_connect_timeout(Duration::from_millis(500));
+        if let Some(tls) = tls {
+            let [ca, cert, key] = EtcdTls::files(&tls.client).map(|f| std::fs::read(f).unwrap());
+            options = options.with_tls(
+                etcd_client::TlsOptions::new()
+                    .ca_certificate(etcd_client::Certificate::from_pem(ca))
+                    .identity(etcd_client::Identity::from_pem(cert, key)),
+            );
+        }
         let mut client = etcd_client::Client::connect([endpoint], Some(options)).await?;
         client.status().await
     };

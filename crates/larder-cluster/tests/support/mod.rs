@@ -6,9 +6,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use larder_cluster::node::Node;
-use larder_cluster::rpc::{Job, NodeClient};
+use larder_cluster::rpc::{Job, JobClient};
 use larder_index::disk::DiskIndexConfig;
 
+pub mod certs;
 pub mod containers;
 pub mod etcd;
 pub mod plaintext;
@@ -30,10 +31,9 @@ pub fn bytes(seed: u64, len: usize) -> Vec<u8> {
     larder_gen::seeded_bytes(seed, len)
 }
 
-/// Runs `job` on `node` and returns its JSON answer.
-pub async fn job(node: &Node, job: Job) -> serde_json::Value {
-    // Node id 1 as the asker: a job does not look anything up under it.
-    let client = NodeClient::connect(&node.addr.to_string(), 1)
+/// Runs `job` on `node` as the client of `certs` and returns its JSON answer.
+pub async fn job(node: &Node, certs: &certs::Certs, job: Job) -> serde_json::Value {
+    let client = JobClient::connect(&node.addr.to_string(), &certs.client())
         .await
         .unwrap();
     serde_json::from_str(&client.job(&job).await.unwrap()).unwrap()

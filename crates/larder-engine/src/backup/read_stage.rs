@@ -65,9 +65,21 @@ impl<F: std::os::fd::AsRawFd> BlockSource for Fd<'_, F> {
 /// Where a file's bytes come from.
 #[derive(Clone, Copy)]
 pub(super) enum Source<'a> {
-    Path(&'a Path),
+    /// A file at a path, and the identity the walk saw there (`None` in tests that
+    /// read files no walk listed).
+    Path(&'a Path, Option<FileId>),
     /// Standard input (`backup --stdin`), read to its end.
     Stdin,
+}
+
+/// A file's identity as `lstat` gave it to the walk: its device and inode. The file
+/// opened for reading must have the same, so that a path whose parent was swapped for
+/// a symlink since the walk (by a user who can write there) is refused instead of
+/// read: a cluster job or a root backup never stores a file the walk did not list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct FileId {
+    pub device: u64,
+    pub inode: u64,
 }
 
 /// A file stage 1 reads: the walk item it belongs to, and its size when walked (which
@@ -195,13 +207,24 @@ struct Opened<'p> {
 }
 
 impl<'p> Opened<'p> {
-    /// Opens the file at `path`, which must still be a regular file.
-    fn open(item: usize, path: &'p Path) -> io::Result<Self> {
+    /// Opens the file at `path`, which must still be a regular file, and the one the
+    /// walk listed (`walked`).
+    fn open(item: usize, path: &'p Path, walked: Option<FileId>) -> io::Result<Self> {
         let file = open_file(path)?;
         let before = file.metadata()?;
         if !before.is_file() {
             return Err(io::Error::other(
                 "it is no longer a regular file (replaced since it was listed)",
+            ));
+        }
+        let now = FileId {
+            device: before.dev(),
+            inode: before.ino(),
+        };
+        if walked.is_some_and(|w| w != now) {
+            return Err(io::Error::other(
+                "it is another file than the one listed (it or a directory above it \
+                 was replaced since)",
             ));
         }
         Ok(Self {
@@ -232,6 +255,10 @@ impl<'p> Opened<'p> {
     }
 }
 
+/// A small file waiting in a group: its item, its path with the identity the walk
+/// listed it with, and its walked size.
+type SmallFile<'p> = (usize, (&'p Path, Option<FileId>), u64);
+
 /// What reading one file of a group of small files gave.
 enum SmallRead<'p> {
     /// The file, read whole and chunked (or why it could not be).
@@ -245,12 +272,12 @@ enum SmallRead<'p> {
 /// bytes (`walked`: its size when walked).
 fn read_small<'p>(
     item: usize,
-    path: &'p Path,
+    (path, id): (&'p Path, Option<FileId>),
     walked: u64,
     chunker: &dyn Chunker,
 ) -> SmallRead<'p> {
     let read = (|| {
-        let opened = Opened::open(item, path)?;
+        let opened = Opened::open(item, path, id)?;
         let limit = walked.saturating_add(SMALL_SLACK);
         let mut data = Vec::new();
         let ended = read_up_to(
@@ -377,7 +404,7 @@ impl<'g> Reader<'_, 'g> {
             seq += 1;
             ok
         };
-        let mut group: Vec<(usize, &Path, u64)> = Vec::new();
+        let mut group: Vec<SmallFile<'_>> = Vec::new();
         let mut group_bytes = 0u64;
         let mut taken_bytes = 0u64;
         let mut taken = 0;
@@ -388,8 +415,8 @@ impl<'g> Reader<'_, 'g> {
             }
             taken += 1;
             taken_bytes += file.size;
-            if let (Source::Path(path), true) = (file.source, file.size < SMALL_FILE) {
-                group.push((file.item, path, file.size));
+            if let (Source::Path(path, id), true) = (file.source, file.size < SMALL_FILE) {
+                group.push((file.item, (path, id), file.size));
                 group_bytes += file.size;
                 if group.len() >= GROUP_FILES || group_bytes >= GROUP_BYTES {
                     group_bytes = 0;
@@ -423,7 +450,7 @@ impl<'g> Reader<'_, 'g> {
     /// Returns `false` once the queue is closed.
     fn read_group(
         &self,
-        group: &mut Vec<(usize, &Path, u64)>,
+        group: &mut Vec<SmallFile<'_>>,
         send: &mut dyn FnMut(Vec<Piece>, BusySpan<'g>, &mut Duration) -> bool,
         busy: &mut Duration,
     ) -> bool {
@@ -500,7 +527,7 @@ impl<'g> Reader<'_, 'g> {
     ) -> bool {
         let span = self.gate.begin();
         match file.source {
-            Source::Path(path) => match Opened::open(file.item, path) {
+            Source::Path(path, id) => match Opened::open(file.item, path, id) {
                 Ok(opened) => self.read_opened(&opened, Vec::new(), span, send, busy),
                 Err(e) => send(Piece::failed(file.item, read_failed(path, e)), span, busy),
             },
@@ -655,6 +682,12 @@ mod tests {
     /// Reads `files` (path, size the walk saw) with stage 1 and returns every piece it
     /// sent, in order.
     fn read_all(files: &[(&Path, u64)]) -> Vec<Piece> {
+        let listed: Vec<_> = files.iter().map(|&(p, size)| (p, size, None)).collect();
+        read_listed(&listed)
+    }
+
+    /// As [`read_all`], each file with the identity the walk saw.
+    fn read_listed(files: &[(&Path, u64, Option<FileId>)]) -> Vec<Piece> {
         let chunker = ChunkerConfig::default().build();
         let threads = rayon::ThreadPoolBuilder::new()
             .num_threads(2)
@@ -678,9 +711,9 @@ mod tests {
         let to_read: Vec<FileToRead<'_>> = files
             .iter()
             .enumerate()
-            .map(|(item, &(path, size))| FileToRead {
+            .map(|(item, &(path, size, id))| FileToRead {
                 item,
-                source: Source::Path(path),
+                source: Source::Path(path, id),
                 size,
             })
             .collect();
@@ -772,5 +805,37 @@ mod tests {
         assert_eq!(pieces.len(), 1);
         assert!(matches!(&pieces[0].end, PieceEnd::Done(end) if end.size > 0));
         assert!(pieces[0].data.starts_with(b"Name:"));
+    }
+
+    /// Guards against a user who can write beside a listed file swapping a directory
+    /// above it for a symlink between the walk and the read (a cluster job's granted
+    /// path, a root backup of a shared directory): the file the symlink leads to is
+    /// not read, whether it is small or large.
+    #[test]
+    fn a_file_reached_through_a_parent_swapped_since_the_walk_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let listed = dir.path().join("shared/file");
+        std::fs::create_dir(dir.path().join("shared")).unwrap();
+        std::fs::write(&listed, b"public").unwrap();
+        let meta = std::fs::symlink_metadata(&listed).unwrap();
+        let walked = Some(FileId {
+            device: meta.dev(),
+            inode: meta.ino(),
+        });
+        std::fs::create_dir(dir.path().join("secret")).unwrap();
+        std::fs::write(dir.path().join("secret/file"), vec![7u8; 3 << 20]).unwrap();
+        std::fs::rename(dir.path().join("shared"), dir.path().join("moved")).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("secret"), dir.path().join("shared")).unwrap();
+        for size in [6, 3 << 20] {
+            let pieces = read_listed(&[(&listed, size, walked)]);
+            assert!(
+                pieces.iter().all(|p| p.data.is_empty()),
+                "secret bytes read"
+            );
+            assert!(
+                matches!(&pieces[0].end, PieceEnd::Failed(w) if w.message.contains("another file")),
+                "a swapped parent was followed"
+            );
+        }
     }
 }

@@ -6,7 +6,8 @@
 //! Directories are listed on several threads (subdirectories in parallel, their
 //! listings put back in order), and each entry is `lstat`ed relative to its open
 //! directory (`DirEntry::metadata`, `statx` on the directory's descriptor), so the
-//! kernel does not walk the whole path again for every entry. The walk needs nothing
+//! kernel does not walk the whole path again for every entry; a directory is listed
+//! only if it is the one its parent's listing saw ([`open_listed_dir`]). The walk needs nothing
 //! from earlier snapshots, so it runs while they load; [`complete`] then gives each
 //! entry its extended attributes and symlink target, from its previous entry when
 //! that is the same inode with the same ctime (changing either changes the ctime;
@@ -366,7 +367,7 @@ impl Walker<'_> {
         if root.as_os_str() == "/" {
             // The filesystem root itself: its children are the snapshot's top level.
             if meta.is_dir() {
-                let below = self.list(&root, &scope(0));
+                let below = self.list(&root, meta, &scope(0));
                 out.nodes.push(Node::Below(below));
             }
             return;
@@ -375,19 +376,20 @@ impl Walker<'_> {
         let is_dir = meta.is_dir();
         self.add(out, root.clone(), meta);
         if is_dir && matches!(out.nodes.last(), Some(Node::Item(item)) if item.abs == root) {
-            let below = self.list(&root, &scope(depth));
+            let below = self.list(&root, meta, &scope(depth));
             out.nodes.push(Node::Below(below));
         }
     }
 
-    /// Lists the children of `dir` that are not excluded, with `dir`'s
-    /// `.larderignore` patterns in force, and the subdirectories' contents, these on
-    /// the walk's threads. A directory tagged by a tag file keeps its tag files only;
-    /// one on another file system than `scope.device` is not listed.
-    fn list(&self, dir: &Path, scope: &Scope) -> Listing {
+    /// Lists the children of `dir` (`walked`: its `lstat` when its parent was
+    /// listed) that are not excluded, with `dir`'s `.larderignore` patterns in force,
+    /// and the subdirectories' contents, these on the walk's threads. A directory
+    /// tagged by a tag file keeps its tag files only; one on another file system than
+    /// `scope.device` is not listed.
+    fn list(&self, dir: &Path, walked: &Metadata, scope: &Scope) -> Listing {
         let mut out = Listing::default();
         let mut children: Vec<Child> = Vec::new();
-        match fs::read_dir(dir) {
+        match open_listed_dir(dir, walked).and_then(|opened| read_dir_of(&opened, dir)) {
             Ok(entries) => {
                 for entry in entries {
                     match entry {
@@ -451,7 +453,7 @@ impl Walker<'_> {
                     // A mount point: recorded, its contents not (one excluded entry).
                     out.excluded += 1;
                 } else {
-                    subdirs.push(path.clone());
+                    subdirs.push((path.clone(), meta));
                 }
             }
             out.nodes.push(Node::Item(Item { abs: path, entry }));
@@ -459,11 +461,11 @@ impl Walker<'_> {
         let listings: Vec<Listing> = self.opts.threads.install(|| {
             subdirs
                 .par_iter()
-                .map(|dir| self.list(dir, &here))
+                .map(|(dir, meta)| self.list(dir, meta, &here))
                 .collect()
         });
         // Each listed subdirectory's listing goes right after its own entry.
-        let mut listings = subdirs.iter().zip(listings).peekable();
+        let mut listings = subdirs.iter().map(|(dir, _)| dir).zip(listings).peekable();
         let nodes = std::mem::take(&mut out.nodes);
         for node in nodes {
             let listed = match &node {
@@ -555,6 +557,38 @@ fn read_ignore_file(
     Some(PatternList::new(patterns))
 }
 
+/// Opens the directory at `dir` for listing, refusing one that is not the directory
+/// its parent's listing saw (`walked`, by device and inode): a user who can write
+/// beside it may have swapped it, or a directory above it, for a symlink since, and
+/// the walk must not list what that leads to (a root backup, or a cluster job bound
+/// to granted paths, would store files its caller may not read).
+fn open_listed_dir(dir: &Path, walked: &Metadata) -> std::io::Result<fs::File> {
+    let opened = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+        .open(dir)?;
+    let now = opened.metadata()?;
+    if (now.dev(), now.ino()) != (walked.dev(), walked.ino()) {
+        return Err(std::io::Error::other(
+            "it is another directory than the one listed (it or a directory above it \
+             was replaced since)",
+        ));
+    }
+    Ok(opened)
+}
+
+/// The entries of the open directory `opened` (at `dir`), listed through its
+/// descriptor (`/proc/self/fd/N`), so that the path is not looked up again; by
+/// `dir` where `/proc` is not mounted.
+fn read_dir_of(opened: &fs::File, dir: &Path) -> std::io::Result<fs::ReadDir> {
+    use std::os::fd::AsRawFd;
+    let by_fd = PathBuf::from(format!("/proc/self/fd/{}", opened.as_raw_fd()));
+    match fs::read_dir(&by_fd) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => fs::read_dir(dir),
+        other => other,
+    }
+}
+
 fn read_nofollow(path: &Path) -> std::io::Result<Vec<u8>> {
     let mut file = fs::OpenOptions::new()
         .read(true)
@@ -633,4 +667,35 @@ fn complete_one(
         }
     }
     (true, warning)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Guards against listing what a directory swapped for a symlink since its
+    /// parent was listed leads to: the swapped directory itself, or one above it.
+    #[test]
+    fn a_directory_swapped_since_it_was_listed_is_not_listed() {
+        let dir = tempfile::tempdir().unwrap();
+        let shared = dir.path().join("shared");
+        fs::create_dir_all(shared.join("sub")).unwrap();
+        fs::create_dir_all(dir.path().join("secret/sub")).unwrap();
+        let walked = [
+            fs::symlink_metadata(&shared).unwrap(),
+            fs::symlink_metadata(shared.join("sub")).unwrap(),
+        ];
+        assert!(open_listed_dir(&shared, &walked[0]).is_ok());
+        fs::rename(&shared, dir.path().join("moved")).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("secret"), &shared).unwrap();
+        for (path, meta) in [
+            (shared.clone(), &walked[0]),
+            (shared.join("sub"), &walked[1]),
+        ] {
+            let e = open_listed_dir(&path, meta).expect_err("a swapped directory was opened");
+            let refused = matches!(e.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR))
+                || e.to_string().contains("another directory");
+            assert!(refused, "{}: {e}", path.display());
+        }
+    }
 }

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use larder_hash::Fingerprint;
 use larder_store::{
-    Backend, ChunkCodec, ChunkEntry, ContainerBuilder, FileKind, Repository, SegmentContainer,
-    UNIT_RAW_TARGET,
+    create_file, Backend, ChunkCodec, ChunkEntry, ContainerBuilder, FileKind, Repository,
+    SegmentContainer, UNIT_RAW_TARGET,
 };
 use rayon::prelude::*;
 
@@ -284,8 +284,13 @@ pub(crate) fn spawn_syncers<'s>(
                 };
                 for (id, bytes, entries) in rx {
                     let span = gate.begin();
-                    let mut result =
-                        backend.write(FileKind::Container, &format!("{id:016x}"), &bytes);
+                    let mut result = create_file(
+                        &*backend,
+                        FileKind::Container,
+                        &format!("{id:016x}"),
+                        &bytes,
+                        "container",
+                    );
                     if result.is_ok() && remote.is_some() {
                         result = backend.sync(FileKind::Container);
                     }

@@ -322,6 +322,25 @@ async fn with_dirs<T, F: Future<Output = CallResult<T>>>(
     op().await
 }
 
+/// Fails unless the mode of the file at `path` gives its group and others nothing
+/// (asked by path: the crate refuses `fstat` on a handle opened only for writing).
+async fn require_private(c: &Connection, path: &Path) -> CallResult<()> {
+    let meta = c.sftp.fs().metadata(path).await?;
+    let mode = meta.permissions().map(|p| p.as_raw().bits());
+    match mode {
+        Some(mode) if mode & 0o077 == 0 => Ok(()),
+        _ => Err(CallError::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "the server refuses to set the mode of a new file (fsetstat) and made it \
+                 {}: others could read it; give the account a umask such as 077 \
+                 (`sftp-server -u 077`)",
+                mode.map_or("of unknown mode".into(), |m| format!("{m:o}"))
+            ),
+        )),
+    }
+}
+
 /// Writes `data` into a new file at `path` (fails if it exists), `PIECES_IN_FLIGHT`
 /// requests at a time, and fsyncs it where the server can. The pieces go out as
 /// `Bytes` (`write_all_zero_copy`): the crate's copying `write_all` frames the data
@@ -341,8 +360,15 @@ async fn upload(c: &Connection, path: &Path, data: &Bytes) -> CallResult<()> {
         .create_new(true)
         .open(path)
         .await?;
-    file.set_permissions(Permissions::from(super::FILE_MODE as u16))
-        .await?;
+    let private = file
+        .set_permissions(Permissions::from(super::FILE_MODE as u16))
+        .await;
+    match private {
+        // A server that lets no one change a mode (the account that refuses
+        // overwrites, docs/design/sftp.md) made it private by its umask, or refuses.
+        Err(SftpError::SftpError(SftpErrorKind::PermDenied, _)) => require_private(c, path).await?,
+        set => set?,
+    }
     futures::stream::iter((0..data.len()).step_by(PIECE))
         .map(|start| {
             let mut file = file.clone();
@@ -525,7 +551,9 @@ impl Backend for SftpBackend {
 
     /// Hard-linked into place with `hardlink@openssh.com`, which fails if the name
     /// exists: of two writers, one wins. A server without the extension cannot create
-    /// files exclusively and atomically: an error.
+    /// files exclusively and atomically: an error. Where the server refuses to remove
+    /// the temporary name afterwards (an append-only account, `-P remove`), it stays:
+    /// a second name of the same file, which costs no space (docs/design/sftp.md).
     fn write_new(&self, kind: FileKind, name: &str, data: &[u8]) -> Result<bool> {
         self.write_via_tmp(&kind.relative_path(name), data, |c, tmp, dest| {
             Box::pin(async move {
@@ -542,7 +570,10 @@ impl Backend for SftpBackend {
                         Err(_) => return Err(e.into()),
                     },
                 };
-                fs.remove_file(&tmp).await?;
+                match fs.remove_file(&tmp).await {
+                    Err(SftpError::SftpError(SftpErrorKind::PermDenied, _)) | Ok(()) => {}
+                    Err(e) => return Err(e.into()),
+                }
                 Ok(linked)
             })
         })
@@ -581,22 +612,25 @@ impl Backend for SftpBackend {
         })
     }
 
-    /// Removes every file in `tmp/`: uploads that a killed writer left.
+    /// Removes every file in `tmp/`: uploads that a killed writer left, and the
+    /// temporary names that an append-only account kept. On such an account (the first
+    /// removal refused) it stops and leaves them: nothing there is in the way.
     fn clean_tmp(&self) -> Result<usize> {
         let files = self.list_dir("tmp")?;
         let dir = self.remote("tmp");
-        let removed = files.len();
         self.call("tmp", move |c| async move {
             let mut fs = c.sftp.fs();
+            let mut removed = 0;
             for (file, _) in files {
                 match fs.remove_file(dir.join(file)).await {
-                    Err(e) if !is_not_found(&e) => return Err(e.into()),
-                    _ => {}
+                    Ok(()) => removed += 1,
+                    Err(SftpError::SftpError(SftpErrorKind::PermDenied, _)) => break,
+                    Err(e) if is_not_found(&e) => {}
+                    Err(e) => return Err(e.into()),
                 }
             }
-            Ok(())
-        })?;
-        Ok(removed)
+            Ok(removed)
+        })
     }
 
     fn location(&self) -> String {

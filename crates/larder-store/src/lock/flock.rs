@@ -36,7 +36,7 @@ fn who_holds(file: &mut File, wanted: LockMode) -> String {
     match holder.as_ref().map(|h| (h, h.is_alive())) {
         Some((h, Some(true))) => format!("locked by {}", h.describe()),
         Some((h, None)) => format!(
-            "locked, perhaps by {} (another host: larder cannot tell whether it still runs)",
+            "locked, perhaps by {} (another host, boot or pid namespace: larder cannot tell whether it still runs)",
             h.describe()
         ),
         Some((h, Some(false))) if wanted == LockMode::Exclusive => format!(

@@ -53,24 +53,38 @@ pub struct LockHolder {
     /// back. Empty in a note from before.
     #[serde(default)]
     pub nonce: String,
+    /// Which pids its pid is one of: the host's boot id and the holder's pid
+    /// namespace ([`boot`]). Empty in a note from before, or where /proc is missing.
+    #[serde(default)]
+    pub boot: String,
+    /// When its process started, in clock ticks since boot (`/proc/<pid>/stat`): a
+    /// live pid that started at another time is another process that reused the pid.
+    /// 0 where unknown.
+    #[serde(default)]
+    pub pid_start: u64,
 }
 
 impl LockHolder {
     /// This process, taking a lock now.
     pub fn current() -> Self {
+        let pid = std::process::id();
         Self {
-            pid: std::process::id(),
+            pid,
             hostname: hostname(),
             username: username(),
             started: unix_now(),
             nonce: larder_crypto::random_id_hex(16),
+            boot: boot(),
+            pid_start: process_start(pid).unwrap_or(0),
         }
     }
 
-    /// Whether the holder's process still runs: `Some(false)` only when it ran on this
-    /// host and its pid is gone; `None` when it ran on another host.
+    /// Whether the holder's process still runs, whatever any clock says: `None` when
+    /// it ran on another host, in another boot or another pid namespace (larder cannot
+    /// see its pid from here); else whether its pid exists and, where the holder
+    /// recorded its start time, still belongs to the process that started then.
     pub fn is_alive(&self) -> Option<bool> {
-        if self.hostname != hostname() {
+        if self.hostname != hostname() || (!self.boot.is_empty() && self.boot != boot()) {
             return None;
         }
         let Ok(pid) = libc::pid_t::try_from(self.pid) else {
@@ -78,7 +92,11 @@ impl LockHolder {
         };
         // SAFETY: signal 0 only checks that `pid` exists and may be signalled.
         let r = unsafe { libc::kill(pid, 0) };
-        Some(r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
+        let exists = r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+        let reused = self.pid_start != 0
+            && !self.boot.is_empty()
+            && process_start(self.pid).is_some_and(|start| start != self.pid_start);
+        Some(exists && !reused)
     }
 
     /// "pid 12 of root on host h (for 3 s)", names with control characters escaped
@@ -108,6 +126,29 @@ pub(crate) fn hostname() -> String {
         .or_else(|_| std::fs::read_to_string("/etc/hostname"))
         .map(|s| s.trim().to_string())
         .unwrap_or_default()
+}
+
+/// Which pids this process sees: the boot id (`/proc/sys/kernel/random/boot_id`, new
+/// at each boot) and its pid namespace (the link `/proc/self/ns/pid`), joined by a
+/// space; empty if either is unknown. Two processes that show one host name and one
+/// `boot` see the same pid as the same process.
+pub(crate) fn boot() -> String {
+    let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id");
+    let ns = std::fs::read_link("/proc/self/ns/pid");
+    match (id, ns) {
+        (Ok(id), Ok(ns)) => format!("{} {}", id.trim(), ns.display()),
+        _ => String::new(),
+    }
+}
+
+/// When process `pid` started, in clock ticks since boot: field 22 of
+/// `/proc/<pid>/stat`; `None` if it is gone or the field cannot be read.
+fn process_start(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // "PID (COMM) STATE ...": COMM may hold spaces and parentheses, so count from
+    // the last ')'; the state is field 3, the start time field 22.
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(19)?.parse().ok()
 }
 
 /// This process's user's name in the password database, else its uid in decimal.

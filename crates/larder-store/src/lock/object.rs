@@ -11,11 +11,16 @@
 //! - a holder holds the lock only after it wrote its object and then found no live
 //!   conflicting object; otherwise it removes its object and waits. Two racers may
 //!   both back off, never both hold.
-//! - an object is stale, and excludes nothing, once its holder is known gone (same
-//!   host, pid gone) or it was not refreshed for [`LOCK_STALE_AFTER`]. A holder that
+//! - an object whose holder larder can see (same host, boot and pid namespace) is
+//!   stale exactly when that process is gone: clocks play no part. Any other object
+//!   is stale once it was not refreshed for [`LOCK_STALE_AFTER`], or claims a refresh
+//!   more than `LOCK_STALE_AFTER` ahead of this client's clock. A holder that
 //!   cannot refresh for `LOCK_STALE_AFTER - LOCK_REFRESH` counts its lock as lost
 //!   ([`ObjectLock::is_lost`]) before anyone may take it as stale; so does a holder
 //!   whose object is gone or no longer its own when it reads it back to refresh it.
+//! - objects are created create-only, under fresh names. Where the storage refuses to
+//!   replace one, a refresh creates its successor before releasing it, so that the
+//!   holder is never without a live object.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -27,7 +32,7 @@ use larder_crypto::{ObjectKind, RepoKeys};
 use serde::{Deserialize, Serialize};
 
 use super::{unix_now, LockHolder, LockMode, Removal, RemovedLock, MAX_HOLDER_BYTES};
-use crate::backend::{Backend, FileKind};
+use crate::backend::{create_file, Backend, FileKind};
 use crate::error::{Result, StoreError};
 
 /// How often a holder rewrites its lock object (restic's interval).
@@ -108,11 +113,22 @@ impl LockObject {
         serde_json::from_slice(json).map_err(|e| format!("it is not a lock object ({e})"))
     }
 
-    /// Whether the holder is gone at `now` (seconds since the epoch): on this host
-    /// with its pid gone, or not refreshed for [`LOCK_STALE_AFTER`].
+    /// Whether the holder is gone at `now` (seconds since the epoch, this client's
+    /// clock). A holder that larder can see (this host, boot and pid namespace) is
+    /// gone exactly when its process is, whatever the clocks say. Another one is gone
+    /// when its object was not refreshed for [`LOCK_STALE_AFTER`], or claims a
+    /// refresh more than `LOCK_STALE_AFTER` ahead of `now`: no clock that far ahead
+    /// is trusted, so no time an object claims holds the lock for more than twice the
+    /// bound past `now` (docs/design/remote.md, "Lock objects").
     pub fn is_stale(&self, now: u64) -> bool {
-        self.holder.is_alive() == Some(false)
-            || now.saturating_sub(self.refreshed) > LOCK_STALE_AFTER.as_secs()
+        match self.holder.is_alive() {
+            Some(alive) => !alive,
+            None => {
+                let bound = LOCK_STALE_AFTER.as_secs();
+                now.saturating_sub(self.refreshed) > bound
+                    || self.refreshed.saturating_sub(now) > bound
+            }
+        }
     }
 
     /// Whether it excludes a process that wants the lock in `mode`.
@@ -203,10 +219,13 @@ fn blocker(
 #[derive(Debug)]
 pub struct ObjectLock {
     backend: Arc<dyn Backend>,
+    /// The name its object was created under (the refresher may move it: see
+    /// `Held::rewrite`).
     name: String,
     lost: Arc<AtomicBool>,
     stop: Option<mpsc::Sender<()>>,
-    refresher: Option<JoinHandle<()>>,
+    /// The refresher, which returns the name its object has when it stops.
+    refresher: Option<JoinHandle<String>>,
 }
 
 impl ObjectLock {
@@ -220,18 +239,24 @@ impl ObjectLock {
     ) -> Result<Self> {
         let start = Instant::now();
         let deadline = start + wait.max(RACE_GRACE);
-        let name = larder_crypto::random_id_hex(8);
         let k = keys.as_deref();
         loop {
             let mut blocked = blocker(&*backend, None, mode, k)?;
             if blocked.is_none() {
+                let name = larder_crypto::random_id_hex(8);
                 let object = LockObject::new(mode);
-                backend.write(FileKind::Lock, &name, &object.encode(&name, k))?;
+                create_file(
+                    &*backend,
+                    FileKind::Lock,
+                    &name,
+                    &object.encode(&name, k),
+                    "lock object",
+                )?;
                 blocked = blocker(&*backend, Some(&name), mode, k)?;
                 if blocked.is_none() {
                     return Ok(Self::start(backend, keys, name, object));
                 }
-                backend.remove(FileKind::Lock, &name)?;
+                release(&*backend, &name)?;
             }
             let now = Instant::now();
             if now >= deadline {
@@ -259,12 +284,13 @@ impl ObjectLock {
             std::thread::Builder::new()
                 .name("larder-lock-refresh".into())
                 .spawn(move || {
-                    let held = Held {
+                    let mut held = Held {
                         backend: &*backend,
                         keys: keys.as_deref(),
-                        name: &name,
+                        name,
                     };
-                    refresh(&held, object, &stopped, &lost)
+                    refresh(&mut held, object, &stopped, &lost);
+                    held.name
                 })
                 .ok()
         };
@@ -289,15 +315,17 @@ impl ObjectLock {
 struct Held<'a> {
     backend: &'a dyn Backend,
     keys: Option<&'a RepoKeys>,
-    name: &'a str,
+    /// Its name now: a new one after each refresh on storage that refuses to replace
+    /// a file.
+    name: String,
 }
 
 impl Held<'_> {
     /// Whether the object under the holder's name is still its own (carries its
     /// nonce); an error if it could not be read for now.
     fn still_own(&self, nonce: &str) -> Result<bool> {
-        match self.backend.read(FileKind::Lock, self.name) {
-            Ok(bytes) => Ok(LockObject::decode(self.name, &bytes, self.keys)
+        match self.backend.read(FileKind::Lock, &self.name) {
+            Ok(bytes) => Ok(LockObject::decode(&self.name, &bytes, self.keys)
                 .is_ok_and(|o| o.holder.nonce == nonce)),
             Err(StoreError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
                 Ok(false)
@@ -305,24 +333,62 @@ impl Held<'_> {
             Err(e) => Err(e),
         }
     }
+
+    /// Writes `object` over the holder's object. Where the storage refuses to replace
+    /// a file (an account that refuses overwrites, docs/design/sftp.md), writes it
+    /// under a new name instead and releases the old one: the holder's lock never
+    /// lapses in between.
+    fn rewrite(&mut self, object: &LockObject) -> Result<()> {
+        let bytes = object.encode(&self.name, self.keys);
+        match self.backend.write(FileKind::Lock, &self.name, &bytes) {
+            Err(StoreError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::PermissionDenied =>
+            {
+                let next = larder_crypto::random_id_hex(8);
+                let bytes = object.encode(&next, self.keys);
+                create_file(self.backend, FileKind::Lock, &next, &bytes, "lock object")?;
+                let old = std::mem::replace(&mut self.name, next);
+                release(self.backend, &old)
+            }
+            written => written,
+        }
+    }
+}
+
+/// Removes lock object `name`; where the storage refuses removals (append-only
+/// storage), writes its release marker instead.
+fn release(backend: &dyn Backend, name: &str) -> Result<()> {
+    match backend.remove(FileKind::Lock, name) {
+        Err(StoreError::Io { source, .. })
+            if source.kind() == std::io::ErrorKind::PermissionDenied =>
+        {
+            let marker = format!("{name}{RELEASED}");
+            backend.write_new(FileKind::Lock, &marker, b"").map(drop)
+        }
+        removed => removed,
+    }
 }
 
 /// Rewrites the lock object every [`LOCK_REFRESH`] until `stopped` says so, after
 /// reading it back: an object gone or replaced means others may hold the lock, which
 /// is then lost for good.
-fn refresh(held: &Held, mut object: LockObject, stopped: &mpsc::Receiver<()>, lost: &AtomicBool) {
-    let name = held.name;
+fn refresh(
+    held: &mut Held,
+    mut object: LockObject,
+    stopped: &mpsc::Receiver<()>,
+    lost: &AtomicBool,
+) {
     let mut last_written = Instant::now();
     let mut interval = LOCK_REFRESH;
     while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(interval) {
         object.refreshed = unix_now();
         let refreshed = held.still_own(&object.holder.nonce).and_then(|own| {
             if own {
-                held.backend
-                    .write(FileKind::Lock, name, &object.encode(name, held.keys))?;
+                held.rewrite(&object)?;
             }
             Ok(own)
         });
+        let name = &held.name;
         match refreshed {
             Ok(true) => {
                 last_written = Instant::now();
@@ -349,18 +415,12 @@ fn refresh(held: &Held, mut object: LockObject, stopped: &mpsc::Receiver<()>, lo
 impl Drop for ObjectLock {
     fn drop(&mut self) {
         drop(self.stop.take());
-        if let Some(thread) = self.refresher.take() {
-            let _ = thread.join();
-        }
+        let name = match self.refresher.take().map(JoinHandle::join) {
+            Some(Ok(name)) => name,
+            _ => self.name.clone(),
+        };
         // Best effort: an object left behind goes stale (see the module's invariants).
-        // Storage that refuses removals gets a release marker instead.
-        if let Err(StoreError::Io { source, .. }) = self.backend.remove(FileKind::Lock, &self.name)
-        {
-            if source.kind() == std::io::ErrorKind::PermissionDenied {
-                let marker = format!("{}{RELEASED}", self.name);
-                let _ = self.backend.write_new(FileKind::Lock, &marker, b"");
-            }
-        }
+        let _ = release(&*self.backend, &name);
     }
 }
 
@@ -416,21 +476,108 @@ mod tests {
             let held = Held {
                 backend: &backend,
                 keys,
-                name: "00000000000000f1",
+                name: "00000000000000f1".into(),
             };
             let own = LockObject::new(LockMode::Exclusive);
             let nonce = own.holder.nonce.clone();
             backend
-                .write(FileKind::Lock, held.name, &own.encode(held.name, keys))
+                .write(FileKind::Lock, &held.name, &own.encode(&held.name, keys))
                 .unwrap();
             assert!(held.still_own(&nonce).unwrap());
             let other = LockObject::new(LockMode::Exclusive);
             backend
-                .write(FileKind::Lock, held.name, &other.encode(held.name, keys))
+                .write(FileKind::Lock, &held.name, &other.encode(&held.name, keys))
                 .unwrap();
             assert!(!held.still_own(&nonce).unwrap(), "replaced");
-            backend.remove(FileKind::Lock, held.name).unwrap();
+            backend.remove(FileKind::Lock, &held.name).unwrap();
             assert!(!held.still_own(&nonce).unwrap(), "removed");
         }
+    }
+    /// Storage that refuses to replace or remove a file (the SFTP account that refuses
+    /// overwrites), over a local directory.
+    struct NoOverwrites(LocalBackend);
+
+    fn refused() -> StoreError {
+        StoreError::io(
+            "refused",
+            std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+        )
+    }
+
+    impl Backend for NoOverwrites {
+        fn read(&self, kind: FileKind, name: &str) -> Result<Vec<u8>> {
+            self.0.read(kind, name)
+        }
+        fn read_ranges(
+            &self,
+            kind: FileKind,
+            name: &str,
+            ranges: &[std::ops::Range<u64>],
+        ) -> Result<Vec<Vec<u8>>> {
+            self.0.read_ranges(kind, name, ranges)
+        }
+        fn file_len(&self, kind: FileKind, name: &str) -> Result<u64> {
+            self.0.file_len(kind, name)
+        }
+        fn write(&self, _: FileKind, _: &str, _: &[u8]) -> Result<()> {
+            Err(refused())
+        }
+        fn write_new(&self, kind: FileKind, name: &str, data: &[u8]) -> Result<bool> {
+            self.0.write_new(kind, name, data)
+        }
+        fn sync(&self, kind: FileKind) -> Result<()> {
+            self.0.sync(kind)
+        }
+        fn list(&self, kind: FileKind) -> Result<Vec<String>> {
+            self.0.list(kind)
+        }
+        fn remove(&self, _: FileKind, _: &str) -> Result<()> {
+            Err(refused())
+        }
+        fn location(&self) -> String {
+            "no-overwrites".into()
+        }
+    }
+
+    /// Where the storage refuses to replace a file, a refresh writes the object under
+    /// a new name and releases the old one: the holder holds the lock all along, and
+    /// others see one live object.
+    #[test]
+    fn a_refresh_that_may_not_replace_moves_the_object_to_a_new_name() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("tmp")).unwrap();
+        let backend = NoOverwrites(LocalBackend::new(dir.path()));
+        let object = LockObject::new(LockMode::Exclusive);
+        let first = "00000000000000f2";
+        create_file(
+            &backend,
+            FileKind::Lock,
+            first,
+            &object.encode(first, None),
+            "lock",
+        )
+        .unwrap();
+        let mut held = Held {
+            backend: &backend,
+            keys: None,
+            name: first.into(),
+        };
+        held.rewrite(&object).unwrap();
+        assert_ne!(held.name, first);
+        assert!(held.still_own(&object.holder.nonce).unwrap());
+        let live: Vec<String> = read_all(&backend, None, None)
+            .unwrap()
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect();
+        assert_eq!(live, [held.name.clone()]);
+        assert!(
+            blocker(&backend, Some(&held.name), LockMode::Exclusive, None)
+                .unwrap()
+                .is_none()
+        );
+        assert!(blocker(&backend, None, LockMode::Shared, None)
+            .unwrap()
+            .is_some());
     }
 }

@@ -9,7 +9,7 @@ use larder_chunk::Chunker;
 use larder_crypto::{ObjectKind, RepoKeys};
 
 use super::{RepoConfig, Repository};
-use crate::backend::FileKind;
+use crate::backend::{create_file, FileKind};
 use crate::error::{error_chain, Result, StoreError};
 use crate::segment::{decode_segment, encode_segment, segment_len, SegmentContainer};
 use crate::snapshot::Snapshot;
@@ -135,11 +135,31 @@ impl Repository {
         decode_segment(&plain, name, &self.codec())
     }
 
-    /// Writes index segment `name` naming `containers` (durable only after a sync).
+    /// Writes index segment `name` naming `containers` (durable only after a sync),
+    /// replacing one of that name: a gc or repair plan's segment, written again when
+    /// an interrupted plan is finished.
     pub(crate) fn write_segment(&self, name: &str, containers: &[SegmentContainer]) -> Result<()> {
-        let plain = encode_segment(&self.codec(), containers);
-        let bytes = self.seal_file(FileKind::IndexSegment, name, plain)?;
+        let bytes = self.segment_bytes(name, containers)?;
         self.backend.write(FileKind::IndexSegment, name, &bytes)
+    }
+
+    /// Creates index segment `name` naming `containers` (durable only after a sync),
+    /// never replacing one: a segment of that name is another writer's, and the
+    /// commit fails ([`StoreError::NameTaken`]) instead of destroying it.
+    pub(crate) fn create_segment(&self, name: &str, containers: &[SegmentContainer]) -> Result<()> {
+        let bytes = self.segment_bytes(name, containers)?;
+        create_file(
+            &*self.backend,
+            FileKind::IndexSegment,
+            name,
+            &bytes,
+            "index segment",
+        )
+    }
+
+    fn segment_bytes(&self, name: &str, containers: &[SegmentContainer]) -> Result<Vec<u8>> {
+        let plain = encode_segment(&self.codec(), containers);
+        self.seal_file(FileKind::IndexSegment, name, plain)
     }
 
     /// The length of the segment file [`Repository::commit`] writes for `containers`.
@@ -170,7 +190,9 @@ impl Repository {
             bytes = keys.seal_sealed(ObjectKind::Snapshot, b"", &bytes);
             id = blake3::hash(&bytes).to_hex().to_string();
         }
-        self.backend.write(FileKind::Snapshot, &id, &bytes)?;
+        // Named by the hash of its bytes: a file of that name with other bytes is
+        // damage or another writer's doing, never replaced.
+        create_file(&*self.backend, FileKind::Snapshot, &id, &bytes, "snapshot")?;
         self.backend.sync(FileKind::Snapshot)?;
         Ok(id)
     }

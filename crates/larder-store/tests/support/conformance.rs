@@ -5,7 +5,7 @@
 
 use std::io::ErrorKind;
 
-use larder_store::{error_chain, Backend, FileKind, StoreError};
+use larder_store::{create_file, error_chain, Backend, FileKind, StoreError};
 
 /// Deterministic pseudo-random bytes, different per seed.
 pub fn bytes(seed: u64, len: usize) -> Vec<u8> {
@@ -172,6 +172,20 @@ pub fn conformance(backend: &dyn Backend) {
     assert!(!backend.write_new(FileKind::Key, "k1", b"second").unwrap());
     assert_eq!(backend.read(FileKind::Key, "k1").unwrap(), b"first");
     assert_eq!(backend.list(FileKind::Key).unwrap(), ["k1"]);
+
+    // Containers, segments and snapshots are created, never replaced: another file
+    // of the name is `NameTaken` and stays; the same bytes are this write's own.
+    let (name, ctr) = ("00000000000000c1", bytes(9, 70_000));
+    let create = |data: &[u8]| create_file(backend, FileKind::Container, name, data, "container");
+    create(&ctr).unwrap();
+    create(&ctr).unwrap();
+    let taken = create(b"x");
+    assert!(
+        matches!(&taken, Err(StoreError::NameTaken { name: n, .. }) if n == name),
+        "{taken:?}"
+    );
+    assert_eq!(backend.read(FileKind::Container, name).unwrap(), ctr);
+    backend.remove(FileKind::Container, name).unwrap();
 
     // The config is one file at the top, listed by its name only.
     assert!(backend.list(FileKind::Config).unwrap().is_empty());

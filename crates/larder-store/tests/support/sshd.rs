@@ -53,6 +53,29 @@ fn keygen(path: &Path) {
 impl Sshd {
     /// Starts sshd and waits until it accepts connections.
     pub fn start() -> Self {
+        Self::start_with_sftp_flags("")
+    }
+
+    /// Starts sshd whose SFTP server runs with `flags` (`-P remove,rmdir`: an
+    /// append-only account, docs/design/remote.md "Append-only storage").
+    pub fn start_with_sftp_flags(flags: &str) -> Self {
+        Self::start_with_sftp("", flags)
+    }
+
+    /// Starts sshd whose SFTP server runs as user and group `id` (dropped with
+    /// `setpriv` before it starts: a backup account without root's power over file
+    /// modes, with no login account needed), with `flags`.
+    pub fn start_with_sftp_as(id: u32, flags: &str) -> Self {
+        assert!(
+            Path::new("/usr/bin/setpriv").is_file(),
+            "/usr/bin/setpriv not found: these tests run the SFTP server as another user \
+             with it (Debian's util-linux)"
+        );
+        let prefix = format!("/usr/bin/setpriv --reuid={id} --regid={id} --clear-groups");
+        Self::start_with_sftp(&prefix, flags)
+    }
+
+    fn start_with_sftp(prefix: &str, flags: &str) -> Self {
         let binary = sshd_binary();
         let dir = tempfile::Builder::new()
             .prefix("larder-sshd-")
@@ -77,7 +100,7 @@ impl Sshd {
                 .and_then(|l| l.local_addr())
                 .expect("a free port")
                 .port();
-            write_configs(dir.path(), port);
+            write_configs(dir.path(), port, prefix, flags);
             let log = std::fs::File::create(dir.path().join("sshd.log")).expect("create the log");
             let mut child = Command::new(&binary)
                 .args(["-D", "-e", "-f"])
@@ -182,8 +205,9 @@ fn children_of(parent: u32) -> Vec<u32> {
         .collect()
 }
 
-/// The server's and the clients' configuration files for `port`.
-fn write_configs(dir: &Path, port: u16) {
+/// The server's and the clients' configuration files for `port`, the SFTP server
+/// run through `prefix` (a command that runs the rest) and given `sftp_flags`.
+fn write_configs(dir: &Path, port: u16, prefix: &str, sftp_flags: &str) {
     let d = dir.display();
     let sftp_server = [
         "/usr/lib/openssh/sftp-server",
@@ -197,7 +221,7 @@ fn write_configs(dir: &Path, port: u16) {
          AuthorizedKeysFile {d}/authorized_keys\nStrictModes no\nUsePAM no\n\
          PubkeyAuthentication yes\nPasswordAuthentication no\n\
          KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\n\
-         Subsystem sftp {sftp_server}\nLogLevel ERROR\n"
+         Subsystem sftp {prefix} {sftp_server} {sftp_flags}\nLogLevel ERROR\n"
     );
     std::fs::write(dir.join("sshd_config"), server).expect("write sshd_config");
     for (file, key) in [
