@@ -21,8 +21,8 @@ mod tree;
 
 pub use accounts::{group_name, user_name};
 pub use backend::{
-    create_private_dir, private_file_options, Backend, CachedBackend, FileKind, LocalBackend,
-    RetryBackend, RetryPolicy, SplitBackend, CONFIG_NAME, DIR_MODE, FILE_MODE,
+    create_private_dir, private_file_options, Backend, CachedBackend, FileKind, FileVersion,
+    LocalBackend, RetryBackend, RetryPolicy, SplitBackend, CONFIG_NAME, DIR_MODE, FILE_MODE,
 };
 #[cfg(feature = "object-store")]
 pub use backend::{parse_s3_url, ObjectBackend};
