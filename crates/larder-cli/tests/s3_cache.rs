@@ -84,7 +84,6 @@ fn back_up_and_verify(repo: &Repo, src: &Path, target: &str) -> Value {
 #[test]
 fn copies_of_a_bucket_written_on_both_sides_share_a_cache_without_losing_data() {
     for index in INDEXES {
-        eprintln!("index {index:?}");
         let server = S3sServer::start(&[BUCKET]);
         let mut repo = s3_repo(&server, "a");
         init(&repo, index);
@@ -120,7 +119,6 @@ fn copies_of_a_bucket_written_on_both_sides_share_a_cache_without_losing_data() 
 #[test]
 fn storage_rolled_back_and_written_again_by_another_client_is_not_served_from_the_cache() {
     for index in INDEXES {
-        eprintln!("index {index:?}");
         let server = S3sServer::start(&[BUCKET]);
         let repo = s3_repo(&server, "r");
         init(&repo, index);

@@ -15,7 +15,7 @@ use larder_index::CuckooIndex;
 
 use serde::{Deserialize, Serialize};
 
-use crate::backend::{Backend, FileKind, CONFIG_NAME};
+use crate::backend::{Backend, FileKind, FileVersion, CONFIG_NAME};
 use crate::chunk_codec::ChunkCodec;
 use crate::compression::Compression;
 use crate::container::{read_table, ContainerTable, ParsedContainer};
@@ -38,6 +38,7 @@ const SEGMENT_FIXED_BYTES: u64 = 56;
 /// its 32-bit table offsets reach.
 const CONTAINER_SIZES: std::ops::RangeInclusive<usize> = (4 << 10)..=(1 << 30);
 
+mod absorbed;
 mod gc;
 mod gc_full;
 mod index;
@@ -457,7 +458,15 @@ impl Repository {
     /// reader that finds it unusable falls back to the memory index.
     fn load_disk_index(&mut self, lookup: DiskLookup, memory: u64) -> Result<()> {
         let writable = self.mode == LockMode::Exclusive;
-        let mut state = match DiskState::open(&self.state, lookup, memory, self.keys.as_deref()) {
+        let listing = self.backend.list_versions(FileKind::IndexSegment)?;
+        let opened = DiskState::open(&self.state, lookup, memory, self.keys.as_deref());
+        // A disk index that may hold another history's chunks (a copy of the
+        // repository, storage rolled back) is unusable as a damaged one is.
+        let opened = opened.and_then(|state| match state.foreign_to(&listing) {
+            Some(why) => Err(Unusable::Rebuild(format!("of another history ({why})"))),
+            None => Ok(state),
+        });
+        let mut state = match opened {
             Ok(state) => Some(state),
             Err(Unusable::Fail(e)) => return Err(e),
             Err(Unusable::Rebuild(why)) if writable => {
@@ -469,7 +478,7 @@ impl Repository {
                 return self.load_memory_index();
             }
         };
-        self.segments = self.backend.list(FileKind::IndexSegment)?;
+        self.segments = listing.iter().map(|(n, _)| n.clone()).collect();
         for name in self.segments.clone() {
             let containers = match self.read_segment(&name) {
                 Ok(containers) => containers,
@@ -532,7 +541,36 @@ impl Repository {
             }
         };
         self.index = RepoIndex::Disk(Box::new(Mutex::new(state)));
-        Ok(())
+        match writable {
+            true => self.absorb_segments(listing),
+            false => Ok(()),
+        }
+    }
+
+    /// Records the segments of `listing` (storage's, taken after every segment this
+    /// process knows was durable) that the repository knows as what its disk index
+    /// absorbed (rules 5 and 6 of docs/design/format.md "Disk index"). Nothing for
+    /// the memory index.
+    fn absorb_segments(&mut self, listing: Vec<(String, FileVersion)>) -> Result<()> {
+        let RepoIndex::Disk(state) = &mut self.index else {
+            return Ok(());
+        };
+        let known: BTreeSet<&str> = self.segments.iter().map(String::as_str).collect();
+        let absorbed = absorbed::AbsorbedSegments::new(
+            listing
+                .into_iter()
+                .filter(|(name, _)| known.contains(name.as_str())),
+        );
+        lock_disk(state).absorb(absorbed)
+    }
+
+    /// [`Repository::absorb_segments`] with a listing taken now.
+    fn absorb_listed_segments(&mut self) -> Result<()> {
+        if self.config.index.is_memory() {
+            return Ok(());
+        }
+        let listing = self.backend.list_versions(FileKind::IndexSegment)?;
+        self.absorb_segments(listing)
     }
 
     /// Every indexed container with its table: the segments' in their order, then the
@@ -668,7 +706,7 @@ impl Repository {
         if self.segments.len() > MAX_SEGMENTS && self.deletes_allowed()? {
             self.compact_segments()?;
         }
-        Ok(())
+        self.absorb_listed_segments()
     }
 
     /// The number of the next segment: above every segment's (never reused while
@@ -747,6 +785,7 @@ impl Repository {
                 self.index = RepoIndex::Disk(Box::new(Mutex::new(state)));
             }
         }
+        self.absorb_listed_segments()?;
         Ok(bad)
     }
 
@@ -781,7 +820,7 @@ impl Repository {
                 self.index = RepoIndex::Disk(Box::new(Mutex::new(state)));
             }
         }
-        Ok(())
+        self.absorb_listed_segments()
     }
 
     /// Removes snapshot `id` durably (`forget`); its chunks stay until `gc`. Needs the
