@@ -463,7 +463,7 @@ impl Repository {
         // A disk index that may hold another history's chunks (a copy of the
         // repository, storage rolled back) is unusable as a damaged one is.
         let opened = opened.and_then(|state| match state.foreign_to(&listing) {
-            Some(why) => Err(Unusable::Rebuild(format!("of another history ({why})"))),
+            Some(why) => Err(Unusable::Rebuild(why)),
             None => Ok(state),
         });
         let mut state = match opened {

@@ -340,8 +340,12 @@ impl DiskState {
     /// storage's segments `listing` (rule 5 of "Disk index"), if it may.
     pub(crate) fn foreign_to(&self, listing: &[(String, FileVersion)]) -> Option<String> {
         match &self.absorbed {
-            None => Some("it has no record of the segments it absorbed".into()),
-            Some(record) => record.foreign_to(listing),
+            None => Some(
+                "without a record of the segments it absorbed (an older larder's, or lost)".into(),
+            ),
+            Some(record) => record
+                .foreign_to(listing)
+                .map(|why| format!("of another history of the repository ({why})")),
         }
     }
 

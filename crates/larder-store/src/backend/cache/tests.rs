@@ -11,9 +11,12 @@ use super::*;
 /// (an object store's ETag of other bytes, a file's modification time).
 #[derive(Default)]
 struct Fake {
-    files: Mutex<BTreeMap<(String, String), (Vec<u8>, u64)>>,
+    files: Mutex<BTreeMap<(String, String), FakeFile>>,
     reads: AtomicU32,
 }
+
+/// A file's bytes and tag, by directory and name.
+type FakeFile = (Vec<u8>, u64);
 
 /// The tags of every fake's writes.
 static WRITES: AtomicU64 = AtomicU64::new(0);
