@@ -116,6 +116,35 @@ fn copies_of_a_bucket_written_on_both_sides_share_a_cache_without_losing_data() 
     }
 }
 
+/// A container the disk index holds that no segment it absorbed names (a killed
+/// backup's, adopted) is not taken for the container of that id that another copy's
+/// newer segment names.
+#[test]
+fn a_held_container_no_absorbed_segment_names_is_not_trusted() {
+    let server = S3sServer::start(&[BUCKET]);
+    let mut repo = s3_repo(&server, "a");
+    init(&repo, &["--index", "disk"]);
+    repo.backup(&[&data(&repo, "common", 1, 2)]);
+    let bucket = server.bucket_dir(BUCKET);
+    copy_dir(&bucket.join("a"), &bucket.join("b"));
+    let x = data(&repo, "x", 2, 3);
+    let y = data(&repo, "y", 3, 3);
+    repo.backup(&[&x]);
+
+    // In b: y's container stays without its segment (as a killed backup leaves it),
+    // and a writer that commits nothing adopts it into the disk index.
+    repo.url = Some(format!("s3://{BUCKET}/b"));
+    repo.backup(&[&y]);
+    let segment = only_file(&bucket.join("b/index"));
+    fs::remove_file(segment).unwrap();
+    repo.run(["forget", "--keep-last", "100"]).expect_ok();
+
+    // a names its own container of that id in a segment the disk index never absorbed.
+    repo.url = Some(format!("s3://{BUCKET}/a"));
+    let summary = back_up_and_verify(&repo, &y, "restore");
+    assert!(new_chunks(&summary) > 3, "y stored in a: {summary}");
+}
+
 #[test]
 fn storage_rolled_back_and_written_again_by_another_client_is_not_served_from_the_cache() {
     for index in INDEXES {

@@ -479,6 +479,10 @@ impl Repository {
             }
         };
         self.segments = listing.iter().map(|(n, _)| n.clone()).collect();
+        // What the disk index held at open, and the containers the segments it
+        // absorbed name: only those are confirmed to be this history's.
+        let held_at_open = state.as_ref().map(|s| s.held().clone());
+        let mut confirmed = BTreeSet::new();
         for name in self.segments.clone() {
             let containers = match self.read_segment(&name) {
                 Ok(containers) => containers,
@@ -487,6 +491,9 @@ impl Repository {
                     continue;
                 }
             };
+            if state.as_ref().is_some_and(|s| s.absorbed(&name)) {
+                confirmed.extend(containers.iter().map(|c| c.id));
+            }
             let new = self.note_containers(&containers);
             if let Some(state) = state.as_mut().filter(|_| writable) {
                 let lacking: Vec<SegmentContainer> = new
@@ -510,15 +517,26 @@ impl Repository {
             }
             _ => Ok(()),
         })?;
-        // A container held but gone (an older larder's gc) leaves stale locations.
-        let stale = state.as_ref().is_some_and(|s| {
-            s.held()
-                .first_outside(|id| self.indexed_containers.contains(&id))
-                .is_some()
+        // A container held but gone (an older larder's gc) leaves stale locations; a
+        // container held that no absorbed segment names (adopted, or named only by a
+        // segment written since) may be another history's under the same id.
+        let stale = state.as_ref().and_then(|s| {
+            let gone = s
+                .held()
+                .first_outside(|id| self.indexed_containers.contains(&id));
+            if gone.is_some() {
+                return Some(STALE.to_string());
+            }
+            let unconfirmed = held_at_open
+                .as_ref()?
+                .first_outside(|id| confirmed.contains(&id))?;
+            Some(format!(
+                "holding container {unconfirmed:016x}, which no segment it absorbed names"
+            ))
         });
         let state = match state {
-            Some(_) if stale && !writable => {
-                self.report.disk_fallback = Some(STALE.into());
+            Some(_) if stale.is_some() && !writable => {
+                self.report.disk_fallback = stale;
                 self.indexed_containers.clear();
                 self.chunk_bytes = ChunkBytes::default();
                 self.pending.clear();
@@ -526,10 +544,10 @@ impl Repository {
                 self.report.adopted_below_named.clear();
                 return self.load_memory_index();
             }
-            Some(state) if !stale => state,
+            Some(state) if stale.is_none() => state,
             _ => {
-                if stale {
-                    self.report.disk_rebuilt = Some(STALE.into());
+                if stale.is_some() {
+                    self.report.disk_rebuilt = stale;
                 }
                 DiskState::rebuild(
                     &self.state,

@@ -34,6 +34,10 @@ impl AbsorbedSegments {
         Self(segments.into_iter().collect())
     }
 
+    pub fn contains(&self, name: &str) -> bool {
+        self.0.contains_key(name)
+    }
+
     /// Why this record is of another history than `listing` (storage's segments now):
     /// the first recorded segment listed with another version or not at all.
     pub fn foreign_to(&self, listing: &[(String, FileVersion)]) -> Option<String> {

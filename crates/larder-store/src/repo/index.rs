@@ -349,6 +349,11 @@ impl DiskState {
         }
     }
 
+    /// Whether segment `name` is recorded as absorbed.
+    pub(crate) fn absorbed(&self, name: &str) -> bool {
+        self.absorbed.as_ref().is_some_and(|r| r.contains(name))
+    }
+
     /// Records `segments` (their containers held: rule 6 of "Disk index") as what the
     /// disk index absorbed, durably, if that is news.
     pub(crate) fn absorb(&mut self, segments: AbsorbedSegments) -> Result<()> {
