@@ -429,29 +429,6 @@ impl Backend for LocalBackend {
         Ok(names)
     }
 
-    /// The tag is the modification time in nanoseconds: a file written again (renamed
-    /// into place) has a new one; a copy made with `cp -a` or `rsync -t` keeps it.
-    fn list_versions(&self, kind: FileKind) -> Result<Vec<(String, FileVersion)>> {
-        use std::os::unix::fs::MetadataExt;
-        let mut out = Vec::new();
-        for name in self.list(kind)? {
-            let path = self.path_of(kind, &name);
-            let meta = match fs::metadata(&path) {
-                Err(e) if e.kind() == ErrorKind::NotFound => continue,
-                meta => meta.map_err(|e| StoreError::io(&path, e))?,
-            };
-            let tag = format!("{}.{:09}", meta.mtime(), meta.mtime_nsec());
-            out.push((
-                name,
-                FileVersion {
-                    len: meta.len(),
-                    tag,
-                },
-            ));
-        }
-        Ok(out)
-    }
-
     fn remove(&self, kind: FileKind, name: &str) -> Result<()> {
         let path = self.path_of(kind, name);
         match fs::remove_file(&path) {
