@@ -48,10 +48,10 @@ pub use lock::{
 pub use names::{escape_controls, escape_name};
 pub use partition_object::{object_name, parse_object_name, PartitionObject, PartitionObjectKind};
 pub use repo::{
-    config_is_sealed, ChunkBytes, ContainerHealth, ContainerRuns, DiskLookup, DiskShape, DiskState,
-    Encryption, GcOptions, GcReport, IdentifiedSnapshot, IndexSettings, OpenReport, RepairWork,
-    RepairWriteOptions, RepairWritten, RepoConfig, RepoDiskIndex, RepoIndex, Repository,
-    ENCRYPTED_VERSION, MIN_INDEX_MEMORY,
+    config_is_sealed, AbsorbedSegments, ChunkBytes, ContainerHealth, ContainerRuns, DiskLookup,
+    DiskShape, DiskState, Encryption, GcOptions, GcReport, IdentifiedSnapshot, IndexSettings,
+    OpenReport, RepairWork, RepairWriteOptions, RepairWritten, RepoConfig, RepoDiskIndex,
+    RepoIndex, Repository, ENCRYPTED_VERSION, MIN_INDEX_MEMORY,
 };
 pub use segment::{decode_segment, encode_segment, segment_len, SegmentContainer};
 pub use snapshot::{Snapshot, SnapshotSummary, TreeRef};

@@ -45,6 +45,7 @@ mod index;
 mod objects;
 mod open;
 mod repair;
+pub use absorbed::AbsorbedSegments;
 pub use gc::{GcOptions, GcReport};
 use index::Unusable;
 pub use index::{
