@@ -24,6 +24,9 @@ use crate::output::Output;
 use crate::password::{self, Password, PasswordArgs};
 use crate::security;
 
+/// A remote repository's metadata cache, over its storage.
+pub type Cache = CachedBackend<Arc<dyn Backend>>;
+
 /// The global options that say which repository a command works on, its password, and
 /// how long it waits for another process's lock.
 pub struct RepoOpener {
@@ -180,6 +183,29 @@ impl RepoOpener {
     /// Like [`RepoOpener::open`], also returning the id of the key slot that unlocked
     /// an encrypted repository.
     pub fn open_keyed(&self, mode: LockMode, out: &Output) -> Result<(Repository, Option<String>)> {
+        let (repo, slot, _) = self.open_with_cache(mode, false, out)?;
+        Ok((repo, slot))
+    }
+
+    /// Like [`RepoOpener::open`], with a remote repository's metadata read from its
+    /// storage, never from the cache (`check`): the cache is returned in verifying
+    /// mode, to say which of its entries differed from the storage and were refreshed
+    /// (docs/design/remote.md, "Local state and cache"). `None` for a local one.
+    pub fn open_verifying(
+        &self,
+        mode: LockMode,
+        out: &Output,
+    ) -> Result<(Repository, Option<Arc<Cache>>)> {
+        let (repo, _, cache) = self.open_with_cache(mode, true, out)?;
+        Ok((repo, cache))
+    }
+
+    fn open_with_cache(
+        &self,
+        mode: LockMode,
+        verify: bool,
+        out: &Output,
+    ) -> Result<(Repository, Option<String>, Option<Arc<Cache>>)> {
         let mode = match (mode, self.no_lock) {
             (LockMode::Exclusive, true) => {
                 self.require_lock("writes to the repository")?;
@@ -193,12 +219,15 @@ impl RepoOpener {
             Some((keys, slot)) => (Some(keys), Some(slot)),
             None => (None, None),
         };
-        let (backend, state) = match storage.local {
-            Some(dir) => (storage.backend, dir),
+        let (backend, state, cache) = match storage.local {
+            Some(dir) => (storage.backend, dir, None),
             None => {
                 let dir = cache_dir(&repo_id(&*storage.backend, keys.as_ref())?)?;
-                let cached = CachedBackend::new(storage.backend, &dir)?;
-                (Arc::new(cached) as Arc<dyn Backend>, dir)
+                let cached = Arc::new(match verify {
+                    true => CachedBackend::verifying(storage.backend, &dir)?,
+                    false => CachedBackend::new(storage.backend, &dir)?,
+                });
+                (cached.clone() as Arc<dyn Backend>, dir, Some(cached))
             }
         };
         let repo = Repository::open_in(backend, &state, mode, self.retry_lock, keys)?;
@@ -209,7 +238,7 @@ impl RepoOpener {
         }
         report_gc_recovery(repo.report(), out);
         report_index_recovery(repo.report(), out);
-        Ok((repo, slot))
+        Ok((repo, slot, cache))
     }
 
     /// Refuses `--no-lock` for a command that `does` something only a lock makes safe

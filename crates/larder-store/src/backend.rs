@@ -103,6 +103,16 @@ impl FileKind {
     }
 }
 
+/// A file's version as storage lists it: its length and a tag that changes when the
+/// file is written again (an object's ETag, a file's modification time). Two files of
+/// one name with equal versions are taken to be the same file (docs/design/remote.md,
+/// "Local state and cache").
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct FileVersion {
+    pub len: u64,
+    pub tag: String,
+}
+
 /// Storage of named files.
 ///
 /// Invariants every implementation keeps:
@@ -140,6 +150,21 @@ pub trait Backend: Send + Sync {
                 Ok((name, len))
             })
             .collect()
+    }
+    /// Names of every file of `kind` with their versions, sorted by name. The default
+    /// tags nothing (a length alone): a backend whose listing says more overrides it.
+    fn list_versions(&self, kind: FileKind) -> Result<Vec<(String, FileVersion)>> {
+        Ok(self
+            .list_sizes(kind)?
+            .into_iter()
+            .map(|(name, len)| {
+                let version = FileVersion {
+                    len,
+                    tag: String::new(),
+                };
+                (name, version)
+            })
+            .collect())
     }
     /// Removes the file; a missing file is no error.
     fn remove(&self, kind: FileKind, name: &str) -> Result<()>;
@@ -236,6 +261,10 @@ impl<T: Backend + ?Sized> Backend for std::sync::Arc<T> {
 
     fn list_sizes(&self, kind: FileKind) -> Result<Vec<(String, u64)>> {
         (**self).list_sizes(kind)
+    }
+
+    fn list_versions(&self, kind: FileKind) -> Result<Vec<(String, FileVersion)>> {
+        (**self).list_versions(kind)
     }
 
     fn remove(&self, kind: FileKind, name: &str) -> Result<()> {

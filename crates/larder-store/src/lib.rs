@@ -22,7 +22,8 @@ mod tree;
 pub use accounts::{group_name, user_name};
 pub use backend::{
     create_file, create_private_dir, private_file_options, Backend, CachedBackend, FileKind,
-    LocalBackend, RetryBackend, RetryPolicy, SplitBackend, CONFIG_NAME, DIR_MODE, FILE_MODE,
+    FileVersion, LocalBackend, RetryBackend, RetryPolicy, SplitBackend, CONFIG_NAME, DIR_MODE,
+    FILE_MODE,
 };
 #[cfg(feature = "object-store")]
 pub use backend::{parse_s3_url, ObjectBackend};
@@ -48,10 +49,10 @@ pub use lock::{
 pub use names::{escape_controls, escape_name};
 pub use partition_object::{object_name, parse_object_name, PartitionObject, PartitionObjectKind};
 pub use repo::{
-    config_is_sealed, ChunkBytes, ContainerHealth, ContainerRuns, DiskLookup, DiskShape, DiskState,
-    Encryption, GcOptions, GcReport, IdentifiedSnapshot, IndexSettings, OpenReport, RepairWork,
-    RepairWriteOptions, RepairWritten, RepoConfig, RepoDiskIndex, RepoIndex, Repository,
-    ENCRYPTED_VERSION, MIN_INDEX_MEMORY,
+    config_is_sealed, AbsorbedSegments, ChunkBytes, ContainerHealth, ContainerRuns, DiskLookup,
+    DiskShape, DiskState, Encryption, GcOptions, GcReport, IdentifiedSnapshot, IndexSettings,
+    OpenReport, RepairWork, RepairWriteOptions, RepairWritten, RepoConfig, RepoDiskIndex,
+    RepoIndex, Repository, ENCRYPTED_VERSION, MIN_INDEX_MEMORY,
 };
 pub use segment::{decode_segment, encode_segment, segment_len, SegmentContainer};
 pub use snapshot::{Snapshot, SnapshotSummary, TreeRef};

@@ -15,7 +15,7 @@ use larder_index::CuckooIndex;
 
 use serde::{Deserialize, Serialize};
 
-use crate::backend::{Backend, FileKind, CONFIG_NAME};
+use crate::backend::{Backend, FileKind, FileVersion, CONFIG_NAME};
 use crate::chunk_codec::ChunkCodec;
 use crate::compression::Compression;
 use crate::container::{read_table, ContainerTable, ParsedContainer};
@@ -38,12 +38,14 @@ const SEGMENT_FIXED_BYTES: u64 = 56;
 /// its 32-bit table offsets reach.
 const CONTAINER_SIZES: std::ops::RangeInclusive<usize> = (4 << 10)..=(1 << 30);
 
+mod absorbed;
 mod gc;
 mod gc_full;
 mod index;
 mod objects;
 mod open;
 mod repair;
+pub use absorbed::AbsorbedSegments;
 pub use gc::{GcOptions, GcReport};
 use index::Unusable;
 pub use index::{
@@ -457,7 +459,15 @@ impl Repository {
     /// reader that finds it unusable falls back to the memory index.
     fn load_disk_index(&mut self, lookup: DiskLookup, memory: u64) -> Result<()> {
         let writable = self.mode == LockMode::Exclusive;
-        let mut state = match DiskState::open(&self.state, lookup, memory, self.keys.as_deref()) {
+        let listing = self.backend.list_versions(FileKind::IndexSegment)?;
+        let opened = DiskState::open(&self.state, lookup, memory, self.keys.as_deref());
+        // A disk index that may hold another history's chunks (a copy of the
+        // repository, storage rolled back) is unusable as a damaged one is.
+        let opened = opened.and_then(|state| match state.foreign_to(&listing) {
+            Some(why) => Err(Unusable::Rebuild(why)),
+            None => Ok(state),
+        });
+        let mut state = match opened {
             Ok(state) => Some(state),
             Err(Unusable::Fail(e)) => return Err(e),
             Err(Unusable::Rebuild(why)) if writable => {
@@ -469,7 +479,11 @@ impl Repository {
                 return self.load_memory_index();
             }
         };
-        self.segments = self.backend.list(FileKind::IndexSegment)?;
+        self.segments = listing.iter().map(|(n, _)| n.clone()).collect();
+        // What the disk index held at open, and the containers the segments it
+        // absorbed name: only those are confirmed to be this history's.
+        let held_at_open = state.as_ref().map(|s| s.held().clone());
+        let mut confirmed = BTreeSet::new();
         for name in self.segments.clone() {
             let containers = match self.read_segment(&name) {
                 Ok(containers) => containers,
@@ -478,6 +492,9 @@ impl Repository {
                     continue;
                 }
             };
+            if state.as_ref().is_some_and(|s| s.absorbed(&name)) {
+                confirmed.extend(containers.iter().map(|c| c.id));
+            }
             let new = self.note_containers(&containers);
             if let Some(state) = state.as_mut().filter(|_| writable) {
                 let lacking: Vec<SegmentContainer> = new
@@ -501,15 +518,26 @@ impl Repository {
             }
             _ => Ok(()),
         })?;
-        // A container held but gone (an older larder's gc) leaves stale locations.
-        let stale = state.as_ref().is_some_and(|s| {
-            s.held()
-                .first_outside(|id| self.indexed_containers.contains(&id))
-                .is_some()
+        // A container held but gone (an older larder's gc) leaves stale locations; a
+        // container held that no absorbed segment names (adopted, or named only by a
+        // segment written since) may be another history's under the same id.
+        let stale = state.as_ref().and_then(|s| {
+            let gone = s
+                .held()
+                .first_outside(|id| self.indexed_containers.contains(&id));
+            if gone.is_some() {
+                return Some(STALE.to_string());
+            }
+            let unconfirmed = held_at_open
+                .as_ref()?
+                .first_outside(|id| confirmed.contains(&id))?;
+            Some(format!(
+                "holding container {unconfirmed:016x}, which no segment it absorbed names"
+            ))
         });
         let state = match state {
-            Some(_) if stale && !writable => {
-                self.report.disk_fallback = Some(STALE.into());
+            Some(_) if stale.is_some() && !writable => {
+                self.report.disk_fallback = stale;
                 self.indexed_containers.clear();
                 self.chunk_bytes = ChunkBytes::default();
                 self.pending.clear();
@@ -517,10 +545,10 @@ impl Repository {
                 self.report.adopted_below_named.clear();
                 return self.load_memory_index();
             }
-            Some(state) if !stale => state,
+            Some(state) if stale.is_none() => state,
             _ => {
-                if stale {
-                    self.report.disk_rebuilt = Some(STALE.into());
+                if stale.is_some() {
+                    self.report.disk_rebuilt = stale;
                 }
                 DiskState::rebuild(
                     &self.state,
@@ -532,7 +560,36 @@ impl Repository {
             }
         };
         self.index = RepoIndex::Disk(Box::new(Mutex::new(state)));
-        Ok(())
+        match writable {
+            true => self.absorb_segments(listing),
+            false => Ok(()),
+        }
+    }
+
+    /// Records the segments of `listing` (storage's, taken after every segment this
+    /// process knows was durable) that the repository knows as what its disk index
+    /// absorbed (rules 5 and 6 of docs/design/format.md "Disk index"). Nothing for
+    /// the memory index.
+    fn absorb_segments(&mut self, listing: Vec<(String, FileVersion)>) -> Result<()> {
+        let RepoIndex::Disk(state) = &mut self.index else {
+            return Ok(());
+        };
+        let known: BTreeSet<&str> = self.segments.iter().map(String::as_str).collect();
+        let absorbed = absorbed::AbsorbedSegments::new(
+            listing
+                .into_iter()
+                .filter(|(name, _)| known.contains(name.as_str())),
+        );
+        lock_disk(state).absorb(absorbed)
+    }
+
+    /// [`Repository::absorb_segments`] with a listing taken now.
+    fn absorb_listed_segments(&mut self) -> Result<()> {
+        if self.config.index.is_memory() {
+            return Ok(());
+        }
+        let listing = self.backend.list_versions(FileKind::IndexSegment)?;
+        self.absorb_segments(listing)
     }
 
     /// Every indexed container with its table: the segments' in their order, then the
@@ -668,7 +725,7 @@ impl Repository {
         if self.segments.len() > MAX_SEGMENTS && self.deletes_allowed()? {
             self.compact_segments()?;
         }
-        Ok(())
+        self.absorb_listed_segments()
     }
 
     /// The number of the next segment: above every segment's (never reused while
@@ -747,6 +804,7 @@ impl Repository {
                 self.index = RepoIndex::Disk(Box::new(Mutex::new(state)));
             }
         }
+        self.absorb_listed_segments()?;
         Ok(bad)
     }
 
@@ -781,7 +839,7 @@ impl Repository {
                 self.index = RepoIndex::Disk(Box::new(Mutex::new(state)));
             }
         }
-        Ok(())
+        self.absorb_listed_segments()
     }
 
     /// Removes snapshot `id` durably (`forget`); its chunks stay until `gc`. Needs the

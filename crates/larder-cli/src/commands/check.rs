@@ -20,9 +20,11 @@ pub struct CheckArgs {
     read_data: bool,
 }
 
-/// Exit code 1 when the check found damage.
+/// Exit code 1 when the check found damage in the repository. A remote repository's
+/// metadata is read from its storage, not from the cache; cache entries that differ
+/// from it are refreshed and named, which alone is no damage (exit code 0).
 pub fn run(args: CheckArgs, g: &Globals, out: &Output) -> Result<ExitCode> {
-    let repo = g.repo.open(LockMode::Shared, out)?;
+    let (repo, cache) = g.repo.open_verifying(LockMode::Shared, out)?;
     repo.require_full_key("check the repository")?;
     let bar = Arc::new(Bar::bytes(out));
     let opts = CheckOptions {
@@ -36,10 +38,18 @@ pub fn run(args: CheckArgs, g: &Globals, out: &Output) -> Result<ExitCode> {
             "garbage collection {plan} was interrupted; the next writer (backup, gc, ...) finishes or rolls it back (docs/design/gc.md)"
         ));
     }
+    // Every segment was read at open and every snapshot by the check.
+    let cache_refreshed = cache.map(|c| c.refreshed()).unwrap_or_default();
+    for path in &cache_refreshed {
+        out.warn(&format!(
+            "cache entry {path} differs from the repository; refreshed"
+        ));
+    }
     out.print(&Checked {
         ok: report.is_ok(),
         read_data: args.read_data,
         report: &report,
+        cache_refreshed: &cache_refreshed,
         advice: advice(&report),
     })?;
     Ok(if report.is_ok() {
@@ -55,6 +65,9 @@ struct Checked<'a> {
     ok: bool,
     read_data: bool,
     report: &'a CheckReport,
+    /// Cache entries (as repository paths) that differed from the repository's files
+    /// and were replaced with them: damage of the local cache, not of the repository.
+    cache_refreshed: &'a [String],
     /// What fixes the damage found, each line naming its command.
     advice: Vec<String>,
 }

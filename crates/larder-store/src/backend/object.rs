@@ -21,7 +21,7 @@ use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, RetryConfig};
 use tokio::runtime::Runtime;
 
-use super::{Backend, FileKind};
+use super::{Backend, FileKind, FileVersion};
 use crate::error::{Result, StoreError};
 
 /// Threads of the backend's runtime: requests are I/O-bound, two keep several in
@@ -394,11 +394,24 @@ impl Backend for ObjectBackend {
     }
 
     fn list(&self, kind: FileKind) -> Result<Vec<String>> {
-        Ok(self.list_sizes(kind)?.into_iter().map(|(n, _)| n).collect())
+        Ok(self
+            .list_versions(kind)?
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect())
     }
 
-    /// One listing: object stores list sizes with names.
     fn list_sizes(&self, kind: FileKind) -> Result<Vec<(String, u64)>> {
+        Ok(self
+            .list_versions(kind)?
+            .into_iter()
+            .map(|(n, v)| (n, v.len))
+            .collect())
+    }
+
+    /// One listing: object stores list sizes and ETags with names. The tag is the
+    /// ETag, else the last-modified time (a store that gives no ETag).
+    fn list_versions(&self, kind: FileKind) -> Result<Vec<(String, FileVersion)>> {
         let dir = kind.dir();
         let dir_key = match dir {
             "" => self.prefix.clone(),
@@ -413,13 +426,20 @@ impl Backend for ObjectBackend {
             let prefix = (!path.as_ref().is_empty()).then_some(&path);
             store.list_with_delimiter(prefix).await
         })?;
-        let mut names: Vec<(String, u64)> = listing
+        let mut names: Vec<(String, FileVersion)> = listing
             .objects
             .into_iter()
             .filter_map(|meta| {
                 let key = meta.location.to_string();
                 let file = key.strip_prefix(&base)?;
-                Some((kind.name_of(file)?.to_string(), meta.size))
+                let tag = meta
+                    .e_tag
+                    .unwrap_or_else(|| meta.last_modified.to_rfc3339());
+                let version = FileVersion {
+                    len: meta.size,
+                    tag,
+                };
+                Some((kind.name_of(file)?.to_string(), version))
             })
             .collect();
         names.sort();

@@ -12,7 +12,7 @@ use std::ops::Range;
 use std::path::Path;
 use std::time::Duration;
 
-use super::{Backend, FileKind};
+use super::{Backend, FileKind, FileVersion};
 use crate::error::{error_chain, Result};
 
 /// How often and how patiently a call is tried.
@@ -113,6 +113,10 @@ impl<B: Backend> Backend for RetryBackend<B> {
 
     fn list_sizes(&self, kind: FileKind) -> Result<Vec<(String, u64)>> {
         self.retry("listing", |b| b.list_sizes(kind))
+    }
+
+    fn list_versions(&self, kind: FileKind) -> Result<Vec<(String, FileVersion)>> {
+        self.retry("listing", |b| b.list_versions(kind))
     }
 
     fn remove(&self, kind: FileKind, name: &str) -> Result<()> {

@@ -37,7 +37,7 @@ use tokio::io::AsyncSeek;
 use tokio::process::Child;
 use tokio::runtime::Runtime;
 
-use super::{Backend, FileKind};
+use super::{Backend, FileKind, FileVersion};
 use crate::error::{Result, StoreError};
 use ssh::StderrTail;
 pub use ssh::{parse_sftp_url, SftpUrl, SshCommand};
@@ -587,16 +587,28 @@ impl Backend for SftpBackend {
     }
 
     fn list(&self, kind: FileKind) -> Result<Vec<String>> {
-        Ok(self.list_sizes(kind)?.into_iter().map(|(n, _)| n).collect())
+        Ok(self
+            .list_versions(kind)?
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect())
     }
 
-    /// One listing: SFTP lists sizes with names. A kind whose directory is missing has
-    /// no files.
     fn list_sizes(&self, kind: FileKind) -> Result<Vec<(String, u64)>> {
-        let entries = self.list_dir(kind.dir())?;
-        let mut names: Vec<(String, u64)> = entries
+        Ok(self
+            .list_versions(kind)?
             .into_iter()
-            .filter_map(|(file, len)| Some((kind.name_of(&file)?.to_string(), len)))
+            .map(|(n, v)| (n, v.len))
+            .collect())
+    }
+
+    /// One listing: SFTP lists sizes and modification times (in seconds, the tag)
+    /// with names. A kind whose directory is missing has no files.
+    fn list_versions(&self, kind: FileKind) -> Result<Vec<(String, FileVersion)>> {
+        let entries = self.list_dir(kind.dir())?;
+        let mut names: Vec<(String, FileVersion)> = entries
+            .into_iter()
+            .filter_map(|(file, v)| Some((kind.name_of(&file)?.to_string(), v)))
             .collect();
         names.sort();
         Ok(names)
@@ -639,9 +651,9 @@ impl Backend for SftpBackend {
 }
 
 impl SftpBackend {
-    /// The regular files in directory `relative` with their lengths; none if the
-    /// directory is missing.
-    fn list_dir(&self, relative: &str) -> Result<Vec<(String, u64)>> {
+    /// The regular files in directory `relative` with their lengths and modification
+    /// times; none if the directory is missing.
+    fn list_dir(&self, relative: &str) -> Result<Vec<(String, FileVersion)>> {
         let dir = self.remote(relative);
         self.call(relative, move |c| async move {
             let opened = c.sftp.fs().open_dir(&dir).await;
@@ -655,7 +667,13 @@ impl SftpBackend {
                 .filter(|e| e.file_type().is_some_and(|t| t.is_file()))
                 .filter_map(|e| {
                     let name = e.filename().to_str()?.to_string();
-                    Some((name, e.metadata().len().unwrap_or(0)))
+                    let meta = e.metadata();
+                    let tag = meta
+                        .modified()
+                        .map(|t| t.into_raw().to_string())
+                        .unwrap_or_default();
+                    let len = meta.len().unwrap_or(0);
+                    Some((name, FileVersion { len, tag }))
                 })
                 .collect())
         })

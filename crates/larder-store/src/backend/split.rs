@@ -6,7 +6,7 @@ use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
 
-use super::{Backend, FileKind, LocalBackend};
+use super::{Backend, FileKind, FileVersion, LocalBackend};
 use crate::error::Result;
 
 /// Routes the config, key slots and locks to `home` and everything else to `data`.
@@ -64,6 +64,10 @@ impl Backend for SplitBackend {
 
     fn list_sizes(&self, kind: FileKind) -> Result<Vec<(String, u64)>> {
         self.route(kind).list_sizes(kind)
+    }
+
+    fn list_versions(&self, kind: FileKind) -> Result<Vec<(String, FileVersion)>> {
+        self.route(kind).list_versions(kind)
     }
 
     fn remove(&self, kind: FileKind, name: &str) -> Result<()> {

@@ -15,7 +15,8 @@ use larder_index::disk::{DiskIndex, DiskIndexConfig, DiskIndexMetrics, IndexDir,
 use larder_index::{ChunkLocation, CuckooIndex, FingerprintIndex, IndexError};
 use serde::{Deserialize, Serialize};
 
-use crate::backend::sync_dir;
+use super::absorbed::AbsorbedSegments;
+use crate::backend::{sync_dir, FileVersion};
 use crate::error::{Result, StoreError};
 use crate::segment::SegmentContainer;
 
@@ -193,6 +194,9 @@ impl ContainerRuns {
 pub struct DiskState {
     index: RepoDiskIndex,
     held: ContainerRuns,
+    /// The segments absorbed, as storage listed them; `None` where the record is
+    /// missing or damaged.
+    absorbed: Option<AbsorbedSegments>,
     dir: PathBuf,
     tmp: PathBuf,
     lookup: DiskLookup,
@@ -278,6 +282,7 @@ impl DiskState {
         Ok(Self {
             index,
             held,
+            absorbed: AbsorbedSegments::load(&dir),
             dir,
             tmp: root.join("tmp"),
             lookup,
@@ -312,9 +317,12 @@ impl DiskState {
             .collect();
         fill(&mut eager, &all)?;
         let index = DiskIndex::open(eager.close()?, config, lookup.lookup())?;
+        // No record of segments until the caller absorbs what it built from: a crash
+        // before then makes the next open rebuild again.
         let mut state = Self {
             index,
             held: ContainerRuns::default(),
+            absorbed: None,
             dir,
             tmp: root.join("tmp"),
             lookup,
@@ -326,6 +334,34 @@ impl DiskState {
 
     pub fn held(&self) -> &ContainerRuns {
         &self.held
+    }
+
+    /// Why the disk index may hold chunks of another history of the repository than
+    /// storage's segments `listing` (rule 5 of "Disk index"), if it may.
+    pub(crate) fn foreign_to(&self, listing: &[(String, FileVersion)]) -> Option<String> {
+        match &self.absorbed {
+            None => Some(
+                "without a record of the segments it absorbed (an older larder's, or lost)".into(),
+            ),
+            Some(record) => record
+                .foreign_to(listing)
+                .map(|why| format!("of another history of the repository ({why})")),
+        }
+    }
+
+    /// Whether segment `name` is recorded as absorbed.
+    pub(crate) fn absorbed(&self, name: &str) -> bool {
+        self.absorbed.as_ref().is_some_and(|r| r.contains(name))
+    }
+
+    /// Records `segments` (their containers held: rule 6 of "Disk index") as what the
+    /// disk index absorbed, durably, if that is news.
+    pub(crate) fn absorb(&mut self, segments: AbsorbedSegments) -> Result<()> {
+        if self.absorbed.as_ref() != Some(&segments) {
+            segments.save(&self.dir, &self.tmp)?;
+            self.absorbed = Some(segments);
+        }
+        Ok(())
     }
 
     pub fn index_mut(&mut self) -> &mut RepoDiskIndex {

@@ -126,7 +126,8 @@ impl Repository {
             // An empty disk index; were this lost, the first writer's open would
             // build it.
             prepare_state(state)?;
-            DiskState::rebuild(state, lookup, memory, &[], keys)?;
+            DiskState::rebuild(state, lookup, memory, &[], keys)?
+                .absorb(super::absorbed::AbsorbedSegments::default())?;
         }
         Ok(())
     }
