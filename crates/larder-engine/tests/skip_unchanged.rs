@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -317,6 +318,25 @@ struct FailAfterCheckpoint {
     snapshots: std::sync::atomic::AtomicUsize,
 }
 
+impl FailAfterCheckpoint {
+    /// Fails every container written once a snapshot (the checkpoint) is.
+    fn fail_after_a_snapshot(&self, kind: FileKind, name: &str) -> larder_store::Result<()> {
+        if kind == FileKind::Container && self.snapshots.load(Ordering::SeqCst) > 0 {
+            return Err(StoreError::io(
+                name,
+                std::io::Error::other("injected: the backup was killed"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn count_snapshot(&self, kind: FileKind) {
+        if kind == FileKind::Snapshot {
+            self.snapshots.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
 impl Backend for FailAfterCheckpoint {
     fn read(&self, kind: FileKind, name: &str) -> larder_store::Result<Vec<u8>> {
         self.inner.read(kind, name)
@@ -333,21 +353,17 @@ impl Backend for FailAfterCheckpoint {
         self.inner.file_len(kind, name)
     }
     fn write(&self, kind: FileKind, name: &str, data: &[u8]) -> larder_store::Result<()> {
-        use std::sync::atomic::Ordering;
-        if kind == FileKind::Container && self.snapshots.load(Ordering::SeqCst) > 0 {
-            return Err(StoreError::io(
-                name,
-                std::io::Error::other("injected: the backup was killed"),
-            ));
-        }
+        self.fail_after_a_snapshot(kind, name)?;
         self.inner.write(kind, name, data)?;
-        if kind == FileKind::Snapshot {
-            self.snapshots.fetch_add(1, Ordering::SeqCst);
-        }
+        self.count_snapshot(kind);
         Ok(())
     }
+    // Containers and snapshots are put in place create-only: the fault goes here too.
     fn write_new(&self, kind: FileKind, name: &str, data: &[u8]) -> larder_store::Result<bool> {
-        self.inner.write_new(kind, name, data)
+        self.fail_after_a_snapshot(kind, name)?;
+        let written = self.inner.write_new(kind, name, data)?;
+        self.count_snapshot(kind);
+        Ok(written)
     }
     fn sync(&self, kind: FileKind) -> larder_store::Result<()> {
         self.inner.sync(kind)
