@@ -14,11 +14,12 @@ mod cluster_kit;
 use std::time::{Duration, Instant};
 
 use cluster_kit::etcd::EtcdCluster;
-use cluster_kit::{etcd_tls, free_port, settled, NodeConfig, NodeProcess};
-use support::certs::ClusterCerts;
-use support::{
-    assert_same_tree, larder, larder_command, pseudo_random, restored, Output, Scratch, TreeBuilder,
+use cluster_kit::{
+    cluster_backup, etcd_tls, free_port, init_plain_cluster, larder_as, settled, NodeConfig,
+    NodeProcess,
 };
+use support::certs::ClusterCerts;
+use support::{assert_same_tree, larder_command, pseudo_random, restored, Scratch, TreeBuilder};
 
 /// The lease's TTL: every node's `lost` fires within it once etcd is gone.
 const TTL: u64 = 3;
@@ -40,17 +41,6 @@ fn tree(root: &std::path::Path, seed: u64) -> std::path::PathBuf {
     tree.finish()
 }
 
-/// `larder` with the certificate flags `client` in front of `args`.
-fn as_client(xdg: &std::path::Path, client: &[String], args: &[&str]) -> Output {
-    larder(
-        xdg,
-        client
-            .iter()
-            .map(String::as_str)
-            .chain(args.iter().copied()),
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_ride_out_an_etcd_outage_and_join_again() {
     let scratch = Scratch::new();
@@ -62,23 +52,7 @@ async fn nodes_ride_out_an_etcd_outage_and_join_again() {
     // Sources and restore targets are in the scratch directory, which the nodes serve
     // and the client's certificate grants.
     let client = certs.client_flags("tester", &[scratch.path()]);
-    as_client(
-        &xdg,
-        &certs.admin_flags(),
-        &[
-            "cluster",
-            "init",
-            "--etcd",
-            &endpoints,
-            "--storage",
-            storage.to_str().unwrap(),
-            "--partitions",
-            "64",
-            "--encryption",
-            "none",
-        ],
-    )
-    .expect_ok();
+    init_plain_cluster(&xdg, &certs, &endpoints, &storage, 64);
     let config = NodeConfig {
         etcd: endpoints.clone(),
         storage: storage.clone(),
@@ -94,21 +68,7 @@ async fn nodes_ride_out_an_etcd_outage_and_join_again() {
     let (one, two) = (nodes[0].addr(), nodes[1].addr());
 
     let src_a = tree(&scratch.dir("a"), 1);
-    let a = as_client(
-        &xdg,
-        &client,
-        &[
-            "--json",
-            "--cluster",
-            &one,
-            "backup",
-            src_a.to_str().unwrap(),
-        ],
-    );
-    let a = a.expect_ok().json()["snapshot_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let a = cluster_backup(&xdg, &client, &one, &src_a);
 
     // A backup of new data through node 2, in flight when etcd goes: the nodes serve
     // until their leases lapse (2 to 3 s), so it finishes (0.4 s on the 2-core
@@ -120,7 +80,7 @@ async fn nodes_ride_out_an_etcd_outage_and_join_again() {
     let in_flight = std::thread::spawn({
         let (xdg, client, two, src_c) = (xdg.clone(), client.clone(), two.clone(), src_c.clone());
         move || {
-            as_client(
+            larder_as(
                 &xdg,
                 &client,
                 &[
@@ -143,7 +103,7 @@ async fn nodes_ride_out_an_etcd_outage_and_join_again() {
     let src_b = tree(&scratch.dir("b"), 2);
     // Past the TTL every node has stopped serving: a backup fails, naming why.
     std::thread::sleep(Duration::from_secs(TTL + 3));
-    let during = as_client(
+    let during = larder_as(
         &xdg,
         &client,
         &["--cluster", &one, "backup", src_b.to_str().unwrap()],
@@ -203,22 +163,8 @@ async fn nodes_ride_out_an_etcd_outage_and_join_again() {
     );
 
     // The cluster works again: a backup through node 2, restores through either.
-    let b = as_client(
-        &xdg,
-        &client,
-        &[
-            "--json",
-            "--cluster",
-            &two,
-            "backup",
-            src_b.to_str().unwrap(),
-        ],
-    );
-    let b = b.expect_ok().json()["snapshot_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let listed = as_client(&xdg, &client, &["--json", "--cluster", &one, "snapshots"]);
+    let b = cluster_backup(&xdg, &client, &two, &src_b);
+    let listed = larder_as(&xdg, &client, &["--json", "--cluster", &one, "snapshots"]);
     let ids: Vec<String> = listed.expect_ok().json()["snapshots"]
         .as_array()
         .unwrap()
@@ -240,7 +186,7 @@ async fn nodes_ride_out_an_etcd_outage_and_join_again() {
             id,
             target.to_str().unwrap(),
         ];
-        as_client(&xdg, &client, &args).expect_ok();
+        larder_as(&xdg, &client, &args).expect_ok();
         assert_same_tree(src, &restored(&target, src));
     }
     for node in &mut nodes {

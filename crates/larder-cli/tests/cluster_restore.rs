@@ -11,7 +11,9 @@ use std::io::{Seek, SeekFrom, Write};
 use std::time::Duration;
 
 use cluster_kit::etcd::EtcdCluster;
-use cluster_kit::{etcd_tls, free_port, settled, NodeConfig, NodeProcess};
+use cluster_kit::{
+    cluster_backup, etcd_tls, free_port, init_plain_cluster, settled, NodeConfig, NodeProcess,
+};
 use support::certs::ClusterCerts;
 use support::{larder, larder_command, pseudo_random, Scratch, TreeBuilder};
 
@@ -26,25 +28,7 @@ async fn a_cluster_restore_that_loses_a_file_names_it_and_exits_3() {
     // Sources and restore targets are in the scratch directory, which the node serves
     // and the client's certificate grants.
     let client = certs.client_flags("tester", &[scratch.path()]);
-    let admin = certs.admin_flags();
-    larder(
-        &xdg,
-        [
-            admin[0].as_str(),
-            &admin[1],
-            "cluster",
-            "init",
-            "--etcd",
-            &endpoints,
-            "--storage",
-            storage.to_str().unwrap(),
-            "--partitions",
-            "16",
-            "--encryption",
-            "none",
-        ],
-    )
-    .expect_ok();
+    init_plain_cluster(&xdg, &certs, &endpoints, &storage, 16);
     let config = NodeConfig {
         etcd: endpoints.clone(),
         storage: storage.clone(),
@@ -60,22 +44,7 @@ async fn a_cluster_restore_that_loses_a_file_names_it_and_exits_3() {
         .file("payroll.bin", pseudo_random(3, 200_000))
         .file("note.txt", "kept\n")
         .finish();
-    let run = larder(
-        &xdg,
-        [
-            client[0].as_str(),
-            &client[1],
-            "--json",
-            "--cluster",
-            &cluster,
-            "backup",
-            src.to_str().unwrap(),
-        ],
-    );
-    let id = run.expect_ok().json()["snapshot_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let id = cluster_backup(&xdg, &client, &cluster, &src);
     // The one container holds the large file's chunks first: damage one of them.
     let containers: Vec<_> = std::fs::read_dir(storage.join("nodes/1/containers"))
         .unwrap()

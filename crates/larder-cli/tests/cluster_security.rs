@@ -26,14 +26,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cluster_kit::etcd::EtcdCluster;
-use cluster_kit::{etcd_tls, free_port, settled, NodeConfig, NodeProcess};
+use cluster_kit::{etcd_tls, free_port, init_plain_cluster, settled, NodeConfig, NodeProcess};
 use larder_cluster::coord::{Etcd, EtcdOptions};
 use larder_cluster::rpc::{Job, JobClient, NodeClient, RpcError, Transport};
 use larder_cluster::tls::TlsFiles;
 use larder_hash::Fingerprint;
 use larder_index::ChunkLocation;
 use support::certs::ClusterCerts;
-use support::{assert_same_tree, larder, larder_command, restored, Scratch, TreeBuilder};
+use support::{assert_same_tree, larder_command, restored, Scratch, TreeBuilder};
 
 const SECRET: &[u8] = b"root:$6$only-root-reads-this:19000:0:99999:7:::\n";
 
@@ -97,20 +97,7 @@ async fn strangers_are_refused_and_clients_act_only_beneath_their_paths() {
     let logs = scratch.dir("logs");
     std::fs::create_dir_all(&logs).unwrap();
 
-    let mut init = certs.admin_flags();
-    init.extend(
-        [
-            "cluster",
-            "init",
-            "--etcd",
-            &endpoints,
-            "--storage",
-            storage.to_str().unwrap(),
-        ]
-        .map(String::from),
-    );
-    init.extend(["--partitions", "32", "--encryption", "none"].map(String::from));
-    larder(&xdg, &init).expect_ok();
+    init_plain_cluster(&xdg, &certs, &endpoints, &storage, 32);
 
     let config = NodeConfig {
         etcd: endpoints.clone(),

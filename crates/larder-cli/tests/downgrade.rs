@@ -189,9 +189,7 @@ fn a_plaintext_repository_opens_without_a_password_and_is_refused_with_one() {
 #[test]
 fn a_remote_repository_is_refused_too_and_its_cache_holds_no_config() {
     let server = s3s::S3sServer::start(&["larder"]);
-    let mut repo = Repo::uninit();
-    repo.url = Some("s3://larder/enc".into());
-    repo.env = server.env();
+    let repo = Repo::remote("s3://larder/enc".into(), server.env());
     let mut init = vec!["init"];
     init.extend_from_slice(&support::CHEAP_KDF);
     repo.run(&init).expect_ok();

@@ -126,9 +126,7 @@ fn the_default_repository_and_its_password_file_are_private_under_umask_022() {
 #[test]
 fn a_remote_repositorys_cache_is_private_under_umask_022() {
     let server = s3s::S3sServer::start(&["larder"]);
-    let mut repo = Repo::uninit();
-    repo.url = Some("s3://larder/repo".into());
-    repo.env = server.env();
+    let repo = Repo::remote("s3://larder/repo".into(), server.env());
     init(&repo, &["--index", "disk"]);
     exercise(&repo);
     let cache = repo.xdg().join("cache");

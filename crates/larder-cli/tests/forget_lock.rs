@@ -323,9 +323,7 @@ fn writer_holding_the_lock(repo: &Repo, ready: impl Fn() -> bool) -> Writer {
 #[test]
 fn an_encrypted_remote_repositorys_lock_object_is_sealed() {
     let server = s3s::S3sServer::start(&["larder"]);
-    let mut repo = Repo::uninit();
-    repo.url = Some("s3://larder/repo".into());
-    repo.env = server.env();
+    let repo = Repo::remote("s3://larder/repo".into(), server.env());
     let mut init = vec!["init"];
     init.extend_from_slice(&support::CHEAP_KDF);
     repo.run(&init).expect_ok();

@@ -17,10 +17,7 @@ const BUCKET: &str = "larder";
 
 /// A repository fixture whose `--repo` is `s3://larder/<prefix>` on `server`.
 fn s3_repo(server: &S3sServer, prefix: &str) -> Repo {
-    let mut repo = Repo::uninit();
-    repo.url = Some(format!("s3://{BUCKET}/{prefix}"));
-    repo.env = server.env();
-    repo
+    Repo::remote(format!("s3://{BUCKET}/{prefix}"), server.env())
 }
 
 fn init(repo: &Repo, extra: &[&str]) {

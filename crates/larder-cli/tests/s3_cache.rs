@@ -24,10 +24,7 @@ const INDEXES: [&[&str]; 2] = [&["--index", "memory"], &["--index", "disk"]];
 
 /// A fixture whose `--repo` is `s3://larder/<prefix>` on `server`.
 fn s3_repo(server: &S3sServer, prefix: &str) -> Repo {
-    let mut repo = Repo::uninit();
-    repo.url = Some(format!("s3://{BUCKET}/{prefix}"));
-    repo.env = server.env();
-    repo
+    Repo::remote(format!("s3://{BUCKET}/{prefix}"), server.env())
 }
 
 fn init(repo: &Repo, extra: &[&str]) {

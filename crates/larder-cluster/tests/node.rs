@@ -8,8 +8,7 @@ mod support;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use larder_cluster::coord::{ClusterConfig, COORD_FORMAT_VERSION};
-use larder_cluster::node::{init_cluster, EtcdTarget, Node, NodeOptions};
+use larder_cluster::node::{Node, NodeOptions};
 use larder_cluster::router::Router;
 use larder_cluster::{partition_of, Answer, NodeId, PartitionId};
 use larder_hash::Fingerprint;
@@ -62,23 +61,7 @@ async fn partitions_fail_over_and_nothing_acknowledged_is_forgotten() {
     let etcd = EtcdCluster::start_tls(3, certs.etcd()).await;
     let dir = tempfile::tempdir().unwrap();
     let storage = dir.path();
-    let config = ClusterConfig {
-        format_version: COORD_FORMAT_VERSION,
-        partitions: PARTITIONS,
-        chunking: "fastcdc2020".into(),
-        hash: "blake3".into(),
-        encryption: None,
-    };
-    init_cluster(
-        &EtcdTarget {
-            endpoints: etcd.endpoints(),
-            prefix: "/larder-test".into(),
-            options: certs.etcd_options(),
-        },
-        &config,
-    )
-    .await
-    .unwrap();
+    support::init_plain_cluster(&etcd, "/larder-test", &certs, PARTITIONS).await;
     let one = Node::start(options(1, &etcd, storage, &certs))
         .await
         .unwrap();
@@ -172,23 +155,7 @@ async fn a_node_out_of_the_cluster_stops_serving_and_joins_again() {
     let mut etcd = EtcdCluster::start_tls(1, certs.etcd()).await;
     let dir = tempfile::tempdir().unwrap();
     let storage = dir.path();
-    let config = ClusterConfig {
-        format_version: COORD_FORMAT_VERSION,
-        partitions: PARTITIONS,
-        chunking: "fastcdc2020".into(),
-        hash: "blake3".into(),
-        encryption: None,
-    };
-    init_cluster(
-        &EtcdTarget {
-            endpoints: etcd.endpoints(),
-            prefix: "/larder-test".into(),
-            options: certs.etcd_options(),
-        },
-        &config,
-    )
-    .await
-    .unwrap();
+    support::init_plain_cluster(&etcd, "/larder-test", &certs, PARTITIONS).await;
     let mut node = Node::start(options(1, &etcd, storage, &certs))
         .await
         .unwrap();

@@ -12,8 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use larder_chunk::ChunkerConfig;
-use larder_cluster::coord::{ClusterConfig, COORD_FORMAT_VERSION};
-use larder_cluster::node::{init_cluster, EtcdTarget, Node, NodeOptions};
+use larder_cluster::node::{Node, NodeOptions};
 use larder_cluster::rpc::Job;
 use larder_cluster::{NodeId, SharedStorage};
 use larder_engine::{backup, BackupOptions};
@@ -133,23 +132,7 @@ async fn a_cluster_on_s3_is_exact_survives_a_dead_node_and_restores() {
     let dir = tempfile::tempdir().unwrap();
     let base = dir.path();
     let [a, b] = make_sources(base);
-    let config = ClusterConfig {
-        format_version: COORD_FORMAT_VERSION,
-        partitions: PARTITIONS,
-        chunking: "fastcdc2020".into(),
-        hash: "blake3".into(),
-        encryption: None,
-    };
-    init_cluster(
-        &EtcdTarget {
-            endpoints: etcd.endpoints(),
-            prefix: "/larder-s3".into(),
-            options: certs.etcd_options(),
-        },
-        &config,
-    )
-    .await
-    .unwrap();
+    support::init_plain_cluster(&etcd, "/larder-s3", &certs, PARTITIONS).await;
     let root =
         Arc::new(ObjectBackend::new(server.store("larder"), "cluster", "s3://larder").unwrap());
     let storage = |id: NodeId| SharedStorage::Object {

@@ -13,9 +13,8 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use larder_cluster::coord::{ClusterConfig, COORD_FORMAT_VERSION};
 use larder_cluster::ids::first_container;
-use larder_cluster::node::{init_cluster, EtcdTarget, Node, NodeOptions};
+use larder_cluster::node::{Node, NodeOptions};
 use larder_cluster::rpc::{Job, NodeClient, RpcError};
 use larder_cluster::NodeId;
 use larder_hash::HashAlgo;
@@ -73,23 +72,7 @@ async fn a_strangers_lookups_and_acknowledgements_poison_nothing() {
     let etcd = EtcdCluster::start_tls(1, certs.etcd()).await;
     let dir = tempfile::tempdir().unwrap();
     let storage = dir.path().join("shared");
-    let config = ClusterConfig {
-        format_version: COORD_FORMAT_VERSION,
-        partitions: PARTITIONS,
-        chunking: "fastcdc2020".into(),
-        hash: "blake3".into(),
-        encryption: None,
-    };
-    init_cluster(
-        &EtcdTarget {
-            endpoints: etcd.endpoints(),
-            prefix: PREFIX.into(),
-            options: certs.etcd_options(),
-        },
-        &config,
-    )
-    .await
-    .unwrap();
+    support::init_plain_cluster(&etcd, PREFIX, &certs, PARTITIONS).await;
     let one = Node::start(options(1, &etcd, &storage, &certs))
         .await
         .unwrap();

@@ -113,6 +113,18 @@ pub struct FileVersion {
     pub tag: String,
 }
 
+/// The names of a versioned listing, in its order: `list` where one listing gives
+/// versions too.
+pub(crate) fn names_of(listing: Vec<(String, FileVersion)>) -> Vec<String> {
+    listing.into_iter().map(|(n, _)| n).collect()
+}
+
+/// The names and lengths of a versioned listing, in its order: `list_sizes` where one
+/// listing gives versions too.
+pub(crate) fn sizes_of(listing: Vec<(String, FileVersion)>) -> Vec<(String, u64)> {
+    listing.into_iter().map(|(n, v)| (n, v.len)).collect()
+}
+
 /// Storage of named files.
 ///
 /// Invariants every implementation keeps:

@@ -16,7 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::support::certs::ClusterCerts;
-use crate::support::larder;
+use crate::support::{larder, Output};
 
 /// Lines of a node's log printed when the test fails.
 const TAIL: usize = 200;
@@ -190,4 +190,49 @@ pub fn settled(
         assert!(Instant::now() < deadline, "not settled: {out}");
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+/// Runs larder with a certificate holder's `flags` (`admin_flags`, `client_flags`)
+/// before `args`.
+pub fn larder_as(xdg: &Path, flags: &[String], args: &[&str]) -> Output {
+    larder(
+        xdg,
+        flags.iter().map(String::as_str).chain(args.iter().copied()),
+    )
+}
+
+/// `larder cluster init` as the administrator of `certs`: a plaintext cluster of
+/// `partitions` partitions on `storage`, coordinated by `etcd`.
+pub fn init_plain_cluster(
+    xdg: &Path,
+    certs: &ClusterCerts,
+    etcd: &str,
+    storage: &Path,
+    partitions: u32,
+) {
+    let partitions = partitions.to_string();
+    let storage = storage.to_str().unwrap();
+    let args = [
+        "cluster",
+        "init",
+        "--etcd",
+        etcd,
+        "--storage",
+        storage,
+        "--partitions",
+        &partitions,
+        "--encryption",
+        "none",
+    ];
+    larder_as(xdg, &certs.admin_flags(), &args).expect_ok();
+}
+
+/// Backs `src` up through node `node` as the client of `client` flags; the
+/// snapshot's id.
+pub fn cluster_backup(xdg: &Path, client: &[String], node: &str, src: &Path) -> String {
+    let args = ["--json", "--cluster", node, "backup", src.to_str().unwrap()];
+    larder_as(xdg, client, &args).expect_ok().json()["snapshot_id"]
+        .as_str()
+        .unwrap()
+        .to_string()
 }

@@ -323,6 +323,16 @@ impl Repo {
         }
     }
 
+    /// A fixture for the remote repository at `url` (not created yet), every run with
+    /// `env` (its server's credentials).
+    pub fn remote(url: String, env: Vec<(&'static str, String)>) -> Self {
+        Self {
+            url: Some(url),
+            env,
+            ..Self::uninit()
+        }
+    }
+
     /// `larder --repo SCRATCH/repo init ARGS`, which must succeed.
     #[track_caller]
     pub fn init(args: &[&str]) -> Self {

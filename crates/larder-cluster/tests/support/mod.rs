@@ -5,7 +5,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use larder_cluster::node::Node;
+use larder_cluster::coord::{ClusterConfig, COORD_FORMAT_VERSION};
+use larder_cluster::node::{init_cluster, EtcdTarget, Node};
 use larder_cluster::rpc::{Job, JobClient};
 use larder_index::disk::DiskIndexConfig;
 
@@ -29,6 +30,29 @@ pub fn small_index() -> DiskIndexConfig {
 /// Deterministic pseudo-random bytes, different per seed.
 pub fn bytes(seed: u64, len: usize) -> Vec<u8> {
     larder_gen::seeded_bytes(seed, len)
+}
+
+/// Makes a plaintext cluster of `partitions` partitions (fastcdc2020, blake3) under
+/// `prefix` in `etcd`, as the administrator of `certs`.
+pub async fn init_plain_cluster(
+    etcd: &etcd::EtcdCluster,
+    prefix: &str,
+    certs: &certs::Certs,
+    partitions: u32,
+) {
+    let config = ClusterConfig {
+        format_version: COORD_FORMAT_VERSION,
+        partitions,
+        chunking: "fastcdc2020".into(),
+        hash: "blake3".into(),
+        encryption: None,
+    };
+    let target = EtcdTarget {
+        endpoints: etcd.endpoints(),
+        prefix: prefix.into(),
+        options: certs.etcd_options(),
+    };
+    init_cluster(&target, &config).await.unwrap();
 }
 
 /// Runs `job` on `node` as the client of `certs` and returns its JSON answer.

@@ -375,22 +375,14 @@ impl<B: Backend> Backend for CachedBackend<B> {
         if !CACHED.contains(&kind) {
             return self.inner.list(kind);
         }
-        Ok(self
-            .list_versions(kind)?
-            .into_iter()
-            .map(|(n, _)| n)
-            .collect())
+        Ok(super::names_of(self.list_versions(kind)?))
     }
 
     fn list_sizes(&self, kind: FileKind) -> Result<Vec<(String, u64)>> {
         if !CACHED.contains(&kind) {
             return self.inner.list_sizes(kind);
         }
-        Ok(self
-            .list_versions(kind)?
-            .into_iter()
-            .map(|(n, v)| (n, v.len))
-            .collect())
+        Ok(super::sizes_of(self.list_versions(kind)?))
     }
 
     fn list_versions(&self, kind: FileKind) -> Result<Vec<(String, FileVersion)>> {

@@ -394,19 +394,11 @@ impl Backend for ObjectBackend {
     }
 
     fn list(&self, kind: FileKind) -> Result<Vec<String>> {
-        Ok(self
-            .list_versions(kind)?
-            .into_iter()
-            .map(|(n, _)| n)
-            .collect())
+        Ok(super::names_of(self.list_versions(kind)?))
     }
 
     fn list_sizes(&self, kind: FileKind) -> Result<Vec<(String, u64)>> {
-        Ok(self
-            .list_versions(kind)?
-            .into_iter()
-            .map(|(n, v)| (n, v.len))
-            .collect())
+        Ok(super::sizes_of(self.list_versions(kind)?))
     }
 
     /// One listing: object stores list sizes and ETags with names. The tag is the

@@ -587,19 +587,11 @@ impl Backend for SftpBackend {
     }
 
     fn list(&self, kind: FileKind) -> Result<Vec<String>> {
-        Ok(self
-            .list_versions(kind)?
-            .into_iter()
-            .map(|(n, _)| n)
-            .collect())
+        Ok(super::names_of(self.list_versions(kind)?))
     }
 
     fn list_sizes(&self, kind: FileKind) -> Result<Vec<(String, u64)>> {
-        Ok(self
-            .list_versions(kind)?
-            .into_iter()
-            .map(|(n, v)| (n, v.len))
-            .collect())
+        Ok(super::sizes_of(self.list_versions(kind)?))
     }
 
     /// One listing: SFTP lists sizes and modification times (in seconds, the tag)

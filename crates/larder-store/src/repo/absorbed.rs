@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
 
+use super::index::checksum;
 use crate::backend::{sync_dir, FileVersion};
 use crate::error::{Result, StoreError};
 
@@ -20,14 +21,6 @@ const MAX_TAG: usize = 1024;
 /// Segment names with the versions they were absorbed as.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AbsorbedSegments(BTreeMap<String, FileVersion>);
-
-fn checksum(bytes: &[u8]) -> u64 {
-    u64::from_le_bytes(
-        blake3::hash(bytes).as_bytes()[..8]
-            .try_into()
-            .expect("8 bytes"),
-    )
-}
 
 impl AbsorbedSegments {
     pub fn new(segments: impl IntoIterator<Item = (String, FileVersion)>) -> Self {

@@ -95,7 +95,9 @@ pub struct ContainerRuns(Vec<(u64, u64)>);
 
 const HELD_MAGIC: &[u8; 8] = b"LDXHELD1";
 
-fn checksum(bytes: &[u8]) -> u64 {
+/// The first 8 bytes of the BLAKE3 hash of `bytes`: the trailing checksum of the disk
+/// index's small records (`held`, the absorbed segments).
+pub(super) fn checksum(bytes: &[u8]) -> u64 {
     u64::from_le_bytes(
         blake3::hash(bytes).as_bytes()[..8]
             .try_into()
